@@ -1,0 +1,218 @@
+"""Frozen, validated configuration: one dataclass per component.
+
+Values are validated here, at the edge, and every problem is a ConfigError naming the
+option and the fix. Components receive their config object and never read the
+environment or files themselves (the CLI layers flags > env > TOML file into these).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from cdc_relay.errors import ConfigError
+from cdc_relay.model import OutboxColumns
+
+# Unquoted-style identifiers only: letters, digits, underscore, dollar; at most 63 bytes
+# (NAMEDATALEN - 1). Everything that reaches SQL is also quoted at the use site.
+_IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
+_SLOT_RE = re.compile(r"^[a-z0-9_]{1,63}$")
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+def validate_identifier(name: str, what: str) -> str:
+    """Return ``name`` if it is a safe SQL identifier, else raise ConfigError."""
+    if not _IDENT_RE.match(name):
+        raise ConfigError(
+            f"invalid {what} {name!r}: use letters, digits and underscores "
+            "(starting with a letter or underscore, at most 63 characters)"
+        )
+    return name
+
+
+def validate_slot_name(name: str) -> str:
+    """Replication slot names allow only lower-case letters, digits and underscores."""
+    if not _SLOT_RE.match(name):
+        raise ConfigError(
+            f"invalid slot name {name!r}: use lower-case letters, digits and underscores "
+            "(at most 63 characters)"
+        )
+    return name
+
+
+def parse_duration(text: str, what: str = "duration") -> float:
+    """Parse ``"250ms"``, ``"1s"``, ``"5m"``, ``"2h"``, ``"7d"`` or plain seconds into seconds."""
+    match = _DURATION_RE.match(str(text))
+    if match is None:
+        raise ConfigError(
+            f"invalid {what} {text!r}: expected a number with a unit, e.g. 500ms, 1s, 5m, 2h, 7d"
+        )
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2) or "s"]
+
+
+@dataclass(frozen=True, slots=True)
+class TableRef:
+    """A validated ``schema.table`` name."""
+
+    schema: str = "public"
+    name: str = "outbox_events"
+
+    @classmethod
+    def parse(cls, text: str) -> TableRef:
+        """Parse ``table`` or ``schema.table``; both parts must be safe identifiers."""
+        parts = text.split(".")
+        if len(parts) == 1:
+            return cls("public", validate_identifier(parts[0], "table name"))
+        if len(parts) == 2:
+            return cls(
+                validate_identifier(parts[0], "schema name"),
+                validate_identifier(parts[1], "table name"),
+            )
+        raise ConfigError(f"invalid table {text!r}: expected 'table' or 'schema.table'")
+
+    def __str__(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxConfig:
+    """Where the outbox lives and what its columns are called."""
+
+    table: TableRef = field(default_factory=TableRef)
+    columns: OutboxColumns = field(default_factory=OutboxColumns)
+
+    @property
+    def notify_channel(self) -> str:
+        """The LISTEN/NOTIFY channel of the table's AFTER INSERT trigger."""
+        return f"{self.table.schema}_{self.table.name}_inserted"[:63]
+
+
+def parse_columns(text: str | None) -> OutboxColumns:
+    """Parse ``--columns`` (``debezium`` or ``field=column,...``) into OutboxColumns."""
+    if not text:
+        return OutboxColumns()
+    if text.strip().lower() == "debezium":
+        return OutboxColumns.debezium()
+    names = {}
+    valid = set(OutboxColumns.__dataclass_fields__)
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or key not in valid:
+            raise ConfigError(
+                f"invalid column mapping {item!r}: expected FIELD=COLUMN with FIELD one of "
+                + ", ".join(sorted(valid))
+            )
+        names[key] = validate_identifier(value.strip(), f"column name for {key}")
+    return OutboxColumns(**names)
+
+
+_TOPIC_FIELDS = ("aggregate_type", "event_type", "table", "schema")
+
+
+@dataclass(frozen=True, slots=True)
+class RouterConfig:
+    """How events become topics (SPEC §4)."""
+
+    topic_pattern: str = "outbox.event.{aggregate_type}"
+    dead_letter_topic: str = "outbox.dead-letters"
+
+    def __post_init__(self) -> None:
+        try:
+            self.topic_pattern.format(**{name: "x" for name in _TOPIC_FIELDS})
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ConfigError(
+                f"invalid topic pattern {self.topic_pattern!r}: placeholders may be "
+                + ", ".join("{" + f + "}" for f in _TOPIC_FIELDS)
+            ) from exc
+
+
+def parse_producer_config(items: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """Parse repeated ``KEY=VALUE`` librdkafka properties."""
+    result: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(
+                f"invalid producer setting {item.split('=')[0]!r}: expected KEY=VALUE, "
+                "e.g. compression.type=lz4"
+            )
+        result[key.strip()] = value.strip()
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaConfig:
+    """The Kafka sink: brokers and librdkafka properties (SPEC §4)."""
+
+    brokers: str
+    producer_config: dict[str, str] = field(default_factory=dict)
+    # Far below librdkafka's 300 s default: a timed-out message means "replay from the
+    # slot with a new producer" (FIELD-NOTES pitfall 1).
+    message_timeout_ms: int = 30_000
+
+    def __post_init__(self) -> None:
+        if not self.brokers.strip():
+            raise ConfigError("no brokers given: pass --brokers HOST:PORT (or CDC_RELAY_BROKERS)")
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationConfig:
+    """The logical replication stream (SPEC §5)."""
+
+    dsn: str
+    slot: str = "cdc_relay"
+    plugin: str = "wal2json"
+    publication: str = "cdc_relay_outbox"
+    status_interval: float = 1.0
+    reconnect_max: float = 30.0
+
+    def __post_init__(self) -> None:
+        validate_slot_name(self.slot)
+        validate_identifier(self.publication, "publication name")
+        if self.plugin not in ("wal2json", "pgoutput"):
+            raise ConfigError(f"unknown plugin {self.plugin!r}: use wal2json or pgoutput")
+        if self.status_interval <= 0:
+            raise ConfigError("--status-interval must be positive")
+
+
+@dataclass(frozen=True, slots=True)
+class FlowConfig:
+    """Bounds on what WAL mode keeps in flight (backpressure, SPEC §5)."""
+
+    max_inflight_events: int = 50_000
+    max_inflight_bytes: int = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class PollConfig:
+    """Polling mode (SPEC §6)."""
+
+    dsn: str
+    batch_size: int = 100
+    interval: float = 1.0
+    max_attempts: int = 5
+    backoff_base: float = 1.0
+    backoff_max: float = 300.0
+    workers: int = 1
+    notify: bool = True
+    strict_order: bool = False
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ConfigError("--batch-size must be at least 1")
+        if self.max_attempts < 1:
+            raise ConfigError("--max-attempts must be at least 1")
+        if self.workers < 1:
+            raise ConfigError("--workers must be at least 1")
+        if self.interval <= 0:
+            raise ConfigError("--interval must be positive")
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsConfig:
+    """The Prometheus / health endpoint (SPEC §8); port None = disabled."""
+
+    port: int | None = None
+    host: str = "127.0.0.1"

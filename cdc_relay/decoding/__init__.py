@@ -1,0 +1,1 @@
+"""Decoders: replication payload bytes -> Changes. Pure, no I/O."""

@@ -1,0 +1,84 @@
+"""The RelayError hierarchy and the process exit codes.
+
+Every error a user can see derives from RelayError and carries a message that names the
+cause and the fix. The CLI maps each class to an exit code; nothing here prints.
+Driver exceptions are wrapped (``raise ... from exc``) at the edge that caught them.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+
+
+class ExitCode(enum.IntEnum):
+    """Named process exit codes (``cdc-relay`` returns one of these)."""
+
+    OK = 0
+    FAILURE = 1  # an unexpected internal error, or a failed check (doctor)
+    USAGE = 2  # bad option, malformed value, invalid identifier, bad config file
+    UNAVAILABLE = 3  # PostgreSQL or the broker cannot be reached / refused us
+    DATA = 4  # a change could not be decoded: stopped without confirming past it
+    INTERRUPTED = 130  # a second signal: stopped at once
+
+
+class RelayError(Exception):
+    """Base of every error the relay reports to a user."""
+
+    exit_code: ExitCode = ExitCode.FAILURE
+
+
+class ConfigError(RelayError):
+    """A value given by the user (flag, env var, config file) is invalid."""
+
+    exit_code = ExitCode.USAGE
+
+
+class ServiceUnavailable(RelayError):
+    """PostgreSQL or the broker could not be reached, or refused the connection."""
+
+    exit_code = ExitCode.UNAVAILABLE
+
+
+class DatabaseError(ServiceUnavailable):
+    """PostgreSQL reported an error that stops the command."""
+
+
+class BrokerError(ServiceUnavailable):
+    """The broker (or the producer talking to it) failed in a way the command cannot fix."""
+
+
+class SlotBusy(DatabaseError):
+    """The replication slot is in use by another process (SQLSTATE 55006)."""
+
+
+class DecodeError(RelayError):
+    """A replication message could not be decoded. Fatal: never skip and confirm past it."""
+
+    exit_code = ExitCode.DATA
+
+
+class LocalServiceError(RelayError):
+    """A throwaway local PostgreSQL or broker (tests, demo, benchmarks) could not start."""
+
+
+_PASSWORD_PATTERNS = (
+    # key=value DSN: password=secret or password='sec ret'
+    re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE),
+    # URL DSN: postgresql://user:secret@host
+    re.compile(r"(://[^:/@\s]*:)([^@\s]*)(@)"),
+    # librdkafka secrets: sasl.password=..., ssl.key.password=...
+    re.compile(r"((?:sasl\.password|ssl\.key\.password|ssl\.keystore\.password)\s*[=:]\s*)(\S+)",
+               re.IGNORECASE),
+)
+
+
+def mask_secrets(text: str) -> str:
+    """Replace passwords in DSNs and producer settings with ``***``.
+
+    Applied to every message and log line the relay emits, so a DSN quoted in an error
+    from libpq or in a log line never shows its password.
+    """
+    text = _PASSWORD_PATTERNS[0].sub(r"\1***", text)
+    text = _PASSWORD_PATTERNS[1].sub(r"\1***\3", text)
+    return _PASSWORD_PATTERNS[2].sub(r"\1***", text)

@@ -1,0 +1,118 @@
+"""The relay's vocabulary: LSNs, decoded changes, outbox events, Kafka-bound messages.
+
+Pure values only. This module imports no driver (no psycopg, no confluent_kafka) so
+that decoders, the router and the ack tracker stay testable without services, and so
+that other sinks (roadmap, SPEC §11) can reuse the same vocabulary.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+_LSN_RE = re.compile(r"^([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})$")
+
+
+class Lsn(int):
+    """A PostgreSQL log sequence number: an ordered 64-bit integer printed as ``16/B374D848``.
+
+    A subclass of ``int`` so comparisons and hashing cost nothing on the hot path.
+    """
+
+    __slots__ = ()
+
+    @classmethod
+    def parse(cls, text: str) -> Lsn:
+        """Parse ``"X/Y"`` (hex halves) into an Lsn; raise ValueError on anything else."""
+        match = _LSN_RE.match(text.strip())
+        if match is None:
+            raise ValueError(f"not an LSN: {text!r} (expected e.g. '16/B374D848')")
+        return cls((int(match.group(1), 16) << 32) | int(match.group(2), 16))
+
+    def __str__(self) -> str:
+        return f"{int(self) >> 32:X}/{int(self) & 0xFFFFFFFF:X}"
+
+    def __repr__(self) -> str:
+        return f"Lsn('{self}')"
+
+
+ZERO_LSN = Lsn(0)
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxColumns:
+    """Names of the outbox table's columns.
+
+    The defaults follow SPEC §3; Debezium's outbox table works by configuration
+    (``id``, ``aggregatetype``, ``aggregateid``, ``type``, ``payload``).
+    """
+
+    id: str = "id"
+    aggregate_type: str = "aggregate_type"
+    aggregate_id: str = "aggregate_id"
+    event_type: str = "event_type"
+    payload: str = "payload"
+    created_at: str = "created_at"
+
+    @classmethod
+    def debezium(cls) -> OutboxColumns:
+        """The column names of Debezium's outbox event router."""
+        return cls(
+            id="id",
+            aggregate_type="aggregatetype",
+            aggregate_id="aggregateid",
+            event_type="type",
+            payload="payload",
+            created_at="created_at",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxEvent:
+    """One committed outbox row, from either mode.
+
+    ``payload`` is the JSON text exactly as it will be sent (UTF-8 bytes).
+    ``created_at_ms`` is epoch milliseconds (the Kafka message timestamp), or None.
+    ``lsn`` is the row's WAL position in WAL mode and ZERO_LSN in polling mode.
+    ``attempt`` is 1 in WAL mode and the row's attempt number in polling mode.
+    """
+
+    id: str
+    aggregate_type: str
+    aggregate_id: str
+    event_type: str
+    payload: bytes
+    created_at_ms: int | None = None
+    lsn: Lsn = ZERO_LSN
+    attempt: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Begin:
+    """A transaction starts (WAL mode)."""
+
+    xid: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """A transaction ends; ``end_lsn`` is the position to confirm once all of it is acked."""
+
+    end_lsn: Lsn
+    xid: int | None = None
+
+
+# What a decoder yields for one replication message. Other messages (updates, deletes,
+# logical messages, relations, ...) decode to None and are not Changes.
+Change = Begin | OutboxEvent | Commit
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A broker-neutral message: what the router makes of an OutboxEvent."""
+
+    topic: str
+    key: bytes
+    value: bytes
+    headers: list[tuple[str, bytes]] = field(default_factory=list)
+    timestamp_ms: int | None = None

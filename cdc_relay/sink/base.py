@@ -1,0 +1,85 @@
+"""The Sink protocol: what the relay loops need from a message broker.
+
+No broker types leak through here (SPEC §11: NATS, RabbitMQ, ... later). A sink accepts
+messages tagged with an opaque token and reports, later and in any order, one Delivery
+per token. Errors are classified so the loops can act without knowing the broker:
+
+* ``PERMANENT``  - this message can never be delivered as is (too large, illegal topic):
+  dead-letter it and go on.
+* ``FATAL``      - the producer is unusable (fenced, lost producer state) or the message
+  timed out: discard the producer, resume from the last confirmed position.
+* ``RETRIABLE``  - transient trouble reported for this message (polling counts an attempt).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from cdc_relay.model import Message
+
+
+class ErrorKind(enum.Enum):
+    """How a failed delivery must be handled."""
+
+    PERMANENT = "permanent"
+    FATAL = "fatal"
+    RETRIABLE = "retriable"
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryError:
+    """Why a message was not delivered."""
+
+    kind: ErrorKind
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """The outcome for one produced message: ``error`` is None when the broker acked it."""
+
+    token: int
+    error: DeliveryError | None = None
+
+
+class QueueFull(Exception):
+    """The sink's local queue is full: poll for deliveries, then try again."""
+
+
+class ProduceRejected(Exception):
+    """``produce`` refused the message itself (e.g. too large, illegal topic)."""
+
+    def __init__(self, error: DeliveryError) -> None:
+        super().__init__(error.reason)
+        self.error = error
+
+
+DeliveryHandler = Callable[[Delivery], None]
+
+
+class Sink(Protocol):
+    """A message broker producer, as the relay loops see it."""
+
+    def produce(self, message: Message, token: int) -> None:
+        """Queue a message. Raises QueueFull (back off) or ProduceRejected (this message)."""
+
+    def poll(self, timeout: float) -> int:
+        """Serve delivery reports to the handler for up to ``timeout`` s; return how many."""
+
+    def flush(self, timeout: float) -> int:
+        """Wait until queued messages are delivered or ``timeout`` passes; return how many remain."""
+
+    def pending(self) -> int:
+        """Messages queued or in flight."""
+
+    def close(self, timeout: float) -> None:
+        """Flush for up to ``timeout`` s, then drop whatever is left (reported as FATAL)."""
+
+
+class SinkFactory(Protocol):
+    """Builds a fresh sink whose delivery reports go to ``on_delivery``."""
+
+    def __call__(self, on_delivery: DeliveryHandler) -> Sink: ...

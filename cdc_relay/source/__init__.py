@@ -1,0 +1,1 @@
+"""Sources: the replication-protocol stream (WAL mode) and the polling claimer."""
