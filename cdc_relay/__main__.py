@@ -1,0 +1,5 @@
+"""``python -m cdc_relay`` runs the CLI."""
+
+from cdc_relay.cli import main
+
+main()

@@ -1,0 +1,105 @@
+"""Composition root: builds the real parts from config and runs them.
+
+The only module that knows every concrete class: it picks the decoder for the plugin,
+the Kafka sink, the replication stream, installs signal handlers and starts the metrics
+endpoint. Components get frozen configs from here and never read the environment.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from dataclasses import dataclass, field
+from types import FrameType
+
+from cdc_relay.config import (
+    FlowConfig,
+    KafkaConfig,
+    MetricsConfig,
+    OutboxConfig,
+    ReplicationConfig,
+    RouterConfig,
+)
+from cdc_relay.decoding.pgoutput import PgOutputDecoder
+from cdc_relay.decoding.pgoutput import plugin_options as pgoutput_options
+from cdc_relay.decoding.wal2json import Wal2JsonDecoder
+from cdc_relay.decoding.wal2json import plugin_options as wal2json_options
+from cdc_relay.errors import ExitCode
+from cdc_relay.relay import Decoder, LoopTimings, ReplicationSource, WalRelay
+from cdc_relay.routing import Router
+from cdc_relay.sink.kafka import kafka_sink_factory
+from cdc_relay.source.replication import ReplicationStream
+
+log = logging.getLogger("cdc_relay")
+
+
+def install_signal_handlers(stop: threading.Event) -> None:
+    """First SIGTERM/SIGINT: stop gracefully (flush, confirm). Second: exit at once."""
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        if stop.is_set():
+            log.warning("%s again: exiting now without flushing", name)
+            os._exit(ExitCode.INTERRUPTED)
+        log.info("%s: stopping (flushing and confirming; send it again to exit at once)", name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def make_decoder(repl: ReplicationConfig, outbox: OutboxConfig) -> tuple[Decoder, list[tuple[str, str]]]:
+    """The decoder and START_REPLICATION options for the configured plugin."""
+    decoder: Decoder
+    if repl.plugin == "pgoutput":
+        return PgOutputDecoder(outbox.table, outbox.columns), pgoutput_options(repl.publication)
+    decoder = Wal2JsonDecoder(outbox.table, outbox.columns)
+    return decoder, wal2json_options(outbox.table)
+
+
+@dataclass(frozen=True, slots=True)
+class WalSettings:
+    """Everything ``cdc-relay run`` needs, already validated."""
+
+    replication: ReplicationConfig
+    outbox: OutboxConfig
+    router: RouterConfig
+    kafka: KafkaConfig
+    flow: FlowConfig = field(default_factory=FlowConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+
+
+def build_wal_relay(settings: WalSettings) -> WalRelay:
+    """Wire a WalRelay from settings (no I/O until ``run``)."""
+    repl = settings.replication
+    decoder, options = make_decoder(repl, settings.outbox)
+
+    def source_factory() -> ReplicationSource:
+        return ReplicationStream(repl, options)
+
+    return WalRelay(
+        source_factory=source_factory,
+        decoder=decoder,
+        router=Router(settings.router, settings.outbox.table),
+        sink_factory=kafka_sink_factory(settings.kafka, logger=logging.getLogger("cdc_relay.kafka")),
+        flow=settings.flow,
+        timings=LoopTimings(status_interval=repl.status_interval, reconnect_max=repl.reconnect_max),
+    )
+
+
+def run_wal(settings: WalSettings) -> int:
+    """``cdc-relay run``: ensure the slot, stream until a signal, exit 0 after a clean stop."""
+    from cdc_relay.schema import ensure_replication
+
+    repl = settings.replication
+    ensure_replication(repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
+                       publication=repl.publication)
+    relay = build_wal_relay(settings)
+    stop = threading.Event()
+    install_signal_handlers(stop)
+    log.info("WAL mode: slot %s, plugin %s, table %s", repl.slot, repl.plugin, settings.outbox.table,
+             extra={"slot": repl.slot, "plugin": repl.plugin})
+    relay.run(stop)
+    return ExitCode.OK

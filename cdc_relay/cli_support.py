@@ -1,0 +1,243 @@
+"""The CLI's plumbing: option types, shared options, config-file layering, error exit.
+
+Owns how a value reaches a command - flag > ``CDC_RELAY_*`` environment variable >
+``--config`` TOML file > default (click's own precedence: the file becomes the
+context's ``default_map``) - and how any failure becomes one line on stderr with a named
+exit code. It must not contain command logic; commands live in cli.py and call app.py.
+"""
+
+from __future__ import annotations
+
+import sys
+import tomllib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from cdc_relay.config import TableRef, parse_duration, validate_identifier
+from cdc_relay.errors import ConfigError, ExitCode, RelayError, mask_secrets
+
+F = TypeVar("F", bound=Callable[..., Any])
+ENV_PREFIX = "CDC_RELAY_"
+
+
+class DurationType(click.ParamType):  # type: ignore[type-arg]
+    """``500ms``, ``1s``, ``5m``, ``2h``, ``7d`` → seconds (float)."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, int | float):
+            return float(value)
+        try:
+            return parse_duration(value)
+        except ConfigError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class TableType(click.ParamType):  # type: ignore[type-arg]
+    """``table`` or ``schema.table`` → TableRef (validated identifiers)."""
+
+    name = "schema.table"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> TableRef:
+        if isinstance(value, TableRef):
+            return value
+        try:
+            return TableRef.parse(str(value))
+        except ConfigError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class IdentifierType(click.ParamType):  # type: ignore[type-arg]
+    """A bare SQL identifier (publication name, ...)."""
+
+    name = "identifier"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        try:
+            return validate_identifier(str(value), param.name if param and param.name else "name")
+        except ConfigError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+DURATION = DurationType()
+TABLE = TableType()
+IDENTIFIER = IdentifierType()
+
+
+def option(*decls: str, **attrs: Any) -> Callable[[F], F]:
+    """``click.option`` with ``CDC_RELAY_<NAME>`` as its environment variable."""
+    long_name = next(d for d in decls if d.startswith("--")).lstrip("-").split("/")[0]
+    attrs.setdefault("envvar", ENV_PREFIX + long_name.replace("-", "_").upper())
+    attrs.setdefault("show_envvar", True)
+    return click.option(*decls, **attrs)
+
+
+def dsn_option(f: F) -> F:
+    return option("--dsn", required=True, help="PostgreSQL connection string (libpq DSN or URL).")(f)
+
+
+def table_option(f: F) -> F:
+    return option("--table", type=TABLE, default="public.outbox_events", show_default=True,
+                  help="The outbox table.")(f)
+
+
+def columns_option(f: F) -> F:
+    return option("--columns", default=None,
+                  help="Column names: 'debezium', or FIELD=COLUMN,... "
+                       "(fields: id, aggregate_type, aggregate_id, event_type, payload, created_at).")(f)
+
+
+def brokers_option(f: F) -> F:
+    return option("--brokers", required=True, help="Kafka bootstrap servers, HOST:PORT[,...].")(f)
+
+
+def kafka_options(f: F) -> F:
+    f = option("--producer-config", multiple=True, metavar="KEY=VALUE",
+               help="Any librdkafka producer property (repeatable), e.g. compression.type=lz4.")(f)
+    f = option("--message-timeout", type=DURATION, default="30s", show_default=True,
+               help="Give up on an unacknowledged message after this long (then replay).")(f)
+    f = option("--dead-letter-topic", default="outbox.dead-letters", show_default=True,
+               help="Topic for events the broker rejects permanently.")(f)
+    f = option("--topic-pattern", default="outbox.event.{aggregate_type}", show_default=True,
+               help="Topic name pattern; placeholders {aggregate_type}, {event_type}, "
+                    "{schema}, {table}.")(f)
+    return brokers_option(f)
+
+
+def observability_options(f: F) -> F:
+    f = option("--log-format", type=click.Choice(["text", "json"]), default="text",
+               show_default=True, help="Log line format on stderr.")(f)
+    f = option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
+               default="info", show_default=True)(f)
+    f = option("--metrics-host", default="127.0.0.1", show_default=True,
+               help="Address the metrics/health endpoint binds to.")(f)
+    f = option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+               help="Serve Prometheus metrics, /healthz and /readyz on this port.")(f)
+    return f
+
+
+# -- config file -----------------------------------------------------------------------
+
+def _leaf_commands(group: click.Group, path: tuple[str, ...] = ()) -> Iterator[
+        tuple[tuple[str, ...], click.Command]]:
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            yield from _leaf_commands(command, (*path, name))
+        else:
+            yield (*path, name), command
+
+
+def _param_names(command: click.Command) -> set[str]:
+    return {p.name for p in command.params if isinstance(p, click.Option) and p.name}
+
+
+def _normalise(key: str) -> str:
+    return key.replace("-", "_")
+
+
+def _to_option_value(value: Any) -> Any:
+    # [producer_config] as a TOML table → ("key=value", ...) like the repeated flag.
+    if isinstance(value, dict):
+        return tuple(f"{k}={v}" for k, v in value.items())
+    return value
+
+
+def load_config_file(path: str, group: click.Group) -> dict[str, Any]:
+    """Read a TOML file into a click ``default_map`` for every (sub)command.
+
+    Top-level keys apply to each command that has that option; ``[run]``, ``[poll]``,
+    ``[dead-letters.list]``… sections to one command. Unknown keys are errors.
+    """
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+    leaves = dict(_leaf_commands(group))
+    by_name = {" ".join(p): c for p, c in leaves.items()} | {".".join(p): c for p, c in leaves.items()}
+    all_params = set().union(*(_param_names(c) for c in leaves.values()))
+    shared: dict[str, Any] = {}
+    sections: dict[tuple[str, ...], dict[str, Any]] = {}
+
+    def section(prefix: tuple[str, ...], table: dict[str, Any]) -> None:
+        for key, value in table.items():
+            name = _normalise(key)
+            path_ = (*prefix, key)
+            if isinstance(value, dict) and name != "producer_config":
+                section(path_, value)
+                continue
+            command_path = tuple(prefix)
+            if not command_path:
+                if name not in all_params:
+                    raise ConfigError(f"unknown key {key!r} in config file {path}")
+                shared[name] = _to_option_value(value)
+                continue
+            command = by_name.get(".".join(command_path))
+            if command is None:
+                raise ConfigError(f"unknown section [{'.'.join(command_path)}] in config file {path}")
+            if name not in _param_names(command):
+                raise ConfigError(
+                    f"unknown key {key!r} in section [{'.'.join(command_path)}] of {path}"
+                )
+            sections.setdefault(command_path, {})[name] = _to_option_value(value)
+
+    section((), data)
+    default_map: dict[str, Any] = {}
+    for command_path, command in leaves.items():
+        values = {k: v for k, v in shared.items() if k in _param_names(command)}
+        values.update(sections.get(command_path, {}))
+        node = default_map
+        for part in command_path[:-1]:
+            node = node.setdefault(part, {})
+        node[command_path[-1]] = values
+    return default_map
+
+
+# -- error exit ------------------------------------------------------------------------
+
+def _fail(message: str, code: int) -> int:
+    click.echo(f"cdc-relay: error: {mask_secrets(message)}", err=True)
+    return code
+
+
+def run_cli(group: click.Group, args: list[str] | None = None) -> int:
+    """Run the click group; map every failure to one stderr line and a named exit code."""
+    try:
+        result = group.main(args=args, prog_name="cdc-relay", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as exc:
+        click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
+        return ExitCode.USAGE
+    except click.UsageError as exc:
+        where = f"{exc.ctx.command_path}: " if exc.ctx else ""
+        hint = ""
+        if isinstance(exc, click.MissingParameter) and exc.param is not None:
+            envvar = getattr(exc.param, "envvar", None)
+            if isinstance(envvar, str):
+                hint = f" (or set {envvar})"
+        return _fail(where + exc.format_message().rstrip(".") + hint, ExitCode.USAGE)
+    except click.ClickException as exc:
+        return _fail(exc.format_message(), exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return ExitCode.FAILURE
+    except RelayError as exc:
+        return _fail(str(exc), exc.exit_code)
+    except KeyboardInterrupt:
+        return ExitCode.INTERRUPTED
+    except Exception as exc:  # the last line of defence: never a traceback for a user
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return _fail(f"unexpected {type(exc).__name__}: {message} "
+                     "(please report this; --log-level debug shows details)", ExitCode.FAILURE)
+    if isinstance(result, int):
+        return result
+    return ExitCode.OK
+
+
+def main_entry(group: click.Group) -> None:
+    """Console-script entry point."""
+    sys.exit(run_cli(group))

@@ -1,0 +1,96 @@
+"""Logging setup: text or JSON lines, secrets masked, event fields on event-level lines.
+
+Owns the root handler configuration and the record fields convention: event-level lines
+pass ``extra=event_fields(event)`` so that every such line carries ``event_id``,
+``event_type``, ``aggregate_id`` and ``attempt`` (SPEC §8); lifecycle lines pass slot,
+LSNs and counts the same way. It must not be imported for side effects: nothing is
+configured until ``setup_logging`` is called by the composition root.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import warnings
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any
+
+import orjson
+
+from cdc_relay.errors import mask_secrets
+from cdc_relay.model import OutboxEvent
+
+# Attributes every LogRecord has; anything else on a record came from ``extra=``.
+_STANDARD_ATTRS = frozenset(
+    vars(logging.LogRecord("x", logging.INFO, "x", 0, "x", None, None))
+) | {"message", "asctime", "taskName"}
+
+
+def event_fields(event: OutboxEvent) -> dict[str, Any]:
+    """The fields an event-level log line carries."""
+    return {
+        "event_id": event.id,
+        "event_type": event.event_type,
+        "aggregate_id": event.aggregate_id,
+        "attempt": event.attempt,
+    }
+
+
+def _extras(record: logging.LogRecord) -> dict[str, Any]:
+    return {k: v for k, v in vars(record).items() if k not in _STANDARD_ATTRS}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts, level, logger, msg, extras, exc (masked)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": mask_secrets(record.getMessage()),
+        }
+        for key, value in _extras(record).items():
+            entry[key] = mask_secrets(value) if isinstance(value, str) else value
+        if record.exc_info:
+            entry["exc"] = mask_secrets(self.formatException(record.exc_info))
+        return orjson.dumps(entry, default=str).decode()
+
+
+class TextFormatter(logging.Formatter):
+    """Human-readable lines; extras appended as key=value, secrets masked."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        extras = _extras(record)
+        if extras:
+            line += " " + " ".join(f"{k}={v}" for k, v in extras.items())
+        return mask_secrets(line)
+
+
+def setup_logging(level: str = "info", fmt: str = "text") -> None:
+    """Configure the root logger on stderr; route warnings and uncaught errors through it."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    logging.captureWarnings(True)
+    warnings.simplefilter("default")
+
+    def thread_hook(args: threading.ExceptHookArgs) -> None:
+        if args.exc_type is not SystemExit and args.exc_value is not None:
+            exc: tuple[type[BaseException], BaseException, TracebackType | None] = (
+                args.exc_type, args.exc_value, args.exc_traceback)
+            logging.getLogger("cdc_relay").error(
+                "uncaught error in thread %s", getattr(args.thread, "name", "?"), exc_info=exc
+            )
+
+    threading.excepthook = thread_hook

@@ -1,0 +1,69 @@
+"""Streaming-replication message framing (pure; no I/O).
+
+Inside the CopyBoth stream that START_REPLICATION opens, the server sends
+XLogData (``w``: wal_start, wal_end, send_time, payload) and Primary Keepalive
+(``k``: wal_end, send_time, reply-requested) messages; the client answers with Standby
+Status Updates (``r``: written, flushed, applied positions, client time, reply flag).
+See PostgreSQL's "Streaming Replication Protocol" documentation.
+
+``parse`` returns plain tuples because it runs once per replicated row on the hot path.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from cdc_relay.errors import DecodeError
+from cdc_relay.model import Lsn
+
+XLOG_DATA = 0x77  # 'w'
+KEEPALIVE = 0x6B  # 'k'
+
+# Microseconds between the Unix epoch and PostgreSQL's epoch (2000-01-01 UTC).
+_PG_EPOCH_OFFSET_US = 946_684_800_000_000
+_WAL_START = struct.Struct("!Q")
+_KEEPALIVE = struct.Struct("!QqB")
+_STATUS = struct.Struct("!cQQQqB")
+XLOG_HEADER_SIZE = 25  # 'w' + wal_start + wal_end + send_time
+
+# One parsed server message: (XLOG_DATA, wal_start, payload) or (KEEPALIVE, wal_end, reply).
+ServerMessage = tuple[int, int, "memoryview | bool"]
+
+
+def parse(buf: bytes | memoryview) -> ServerMessage:
+    """Split one CopyData message from the server into (kind, position, payload-or-reply)."""
+    if not buf:
+        raise DecodeError("empty CopyData message from the server")
+    kind = buf[0]
+    if kind == XLOG_DATA:
+        if len(buf) < XLOG_HEADER_SIZE:
+            raise DecodeError(f"truncated XLogData message ({len(buf)} bytes)")
+        return XLOG_DATA, _WAL_START.unpack_from(buf, 1)[0], memoryview(buf)[XLOG_HEADER_SIZE:]
+    if kind == KEEPALIVE:
+        if len(buf) < 1 + _KEEPALIVE.size:
+            raise DecodeError(f"truncated keepalive message ({len(buf)} bytes)")
+        wal_end, _send_time, reply = _KEEPALIVE.unpack_from(buf, 1)
+        return KEEPALIVE, wal_end, bool(reply)
+    raise DecodeError(f"unknown replication message type {chr(kind)!r}")
+
+
+def pg_time_us(unix_seconds: float) -> int:
+    """Unix time in seconds -> microseconds since 2000-01-01 (the protocol's clock)."""
+    return int(unix_seconds * 1_000_000) - _PG_EPOCH_OFFSET_US
+
+
+def status_update(flushed: Lsn, unix_seconds: float, *, reply: bool = False) -> bytes:
+    """A Standby Status Update reporting ``flushed`` as written, flushed and applied.
+
+    Reporting write = flush = apply = the confirmed position keeps the walsender's view
+    simple: everything before it is durable downstream, nothing after it is claimed.
+    """
+    return _STATUS.pack(b"r", flushed, flushed, flushed, pg_time_us(unix_seconds), int(reply))
+
+
+def parse_status_update(buf: bytes) -> tuple[Lsn, Lsn, Lsn, int, bool]:
+    """Inverse of status_update (for tests and diagnostics)."""
+    tag, written, flushed, applied, clock, reply = _STATUS.unpack(buf)
+    if tag != b"r":
+        raise DecodeError(f"not a status update: {tag!r}")
+    return Lsn(written), Lsn(flushed), Lsn(applied), clock, bool(reply)

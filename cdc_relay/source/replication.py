@@ -1,0 +1,181 @@
+"""The logical replication stream over psycopg 3's low-level connection (SPEC §5).
+
+psycopg 3 has no replication helper, so this module drives the protocol itself:
+``START_REPLICATION SLOT … LOGICAL 0/0 (options)`` on a ``replication=database``
+connection, then CopyData messages read with the **non-blocking** ``get_copy_data(1)``
+(the blocking form holds the GIL) and Standby Status Updates written back.
+
+It owns the connection and nothing else: it does not decode payloads, decide what is
+safe to confirm, or retry. Errors come out as ``SourceLost`` (reconnect and resume from
+the slot), ``SlotBusy`` (another relay is streaming; wait) or ``DatabaseError``
+(misconfiguration a retry will not fix).
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import time
+
+import psycopg
+from psycopg import pq
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from cdc_relay.config import ReplicationConfig
+from cdc_relay.errors import DatabaseError, ServiceUnavailable, SlotBusy, mask_secrets
+from cdc_relay.model import Lsn
+from cdc_relay.source.protocol import ServerMessage, parse, status_update
+
+log = logging.getLogger("cdc_relay.replication")
+
+# Session settings for the walsender: plugins print values with the session's output
+# functions, so pin what the decoders parse (timestamps in UTC, ISO style).
+_SESSION_OPTIONS = "-c TimeZone=UTC -c DateStyle=ISO,YMD -c extra_float_digits=3"
+# Detect a dead server or network instead of waiting forever on a silent socket.
+_TCP_DEFAULTS = {
+    "keepalives": "1",
+    "keepalives_idle": "10",
+    "keepalives_interval": "5",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "30000",
+}
+# SQLSTATE classes a retry will not fix: bad credentials, missing database, privileges.
+_PERMANENT_SQLSTATES = ("28", "3D", "42")
+
+
+class SourceLost(ServiceUnavailable):
+    """The replication connection failed or closed; resume from the slot after a backoff."""
+
+
+def replication_conninfo(dsn: str) -> str:
+    """The user's DSN plus replication mode, pinned session settings and TCP keepalives."""
+    params = conninfo_to_dict(dsn)
+    options = " ".join(str(p) for p in (params.get("options"), _SESSION_OPTIONS) if p)
+    extra = {k: v for k, v in _TCP_DEFAULTS.items() if k not in params}
+    params.setdefault("application_name", "cdc-relay")
+    return make_conninfo("", **{**params, **extra, "options": options, "replication": "database"})
+
+
+def quote_literal(value: str) -> str:
+    """Quote a plugin option value for START_REPLICATION (single quotes doubled)."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _wrap_connect_error(exc: psycopg.Error, what: str) -> ServiceUnavailable:
+    sqlstate = getattr(exc, "sqlstate", None) or ""
+    message = mask_secrets(str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc))
+    if sqlstate.startswith(_PERMANENT_SQLSTATES):
+        return DatabaseError(f"{what}: {message}")
+    return SourceLost(f"{what}: {message}")
+
+
+class ReplicationStream:
+    """One replication session: open, read messages, send status updates, close."""
+
+    def __init__(self, config: ReplicationConfig, options: list[tuple[str, str]]) -> None:
+        self._config = config
+        self._options = options
+        self._conn: psycopg.Connection[tuple[object, ...]] | None = None
+        self._pgconn: pq.abc.PGconn | None = None
+        self._socket = -1
+
+    def open(self) -> Lsn:
+        """Connect and START_REPLICATION; return the slot's confirmed flush LSN (the resume point)."""
+        slot = self._config.slot
+        try:
+            conn = psycopg.connect(replication_conninfo(self._config.dsn), autocommit=True)
+        except psycopg.Error as exc:
+            raise _wrap_connect_error(exc, "cannot open a replication connection") from exc
+        self._conn = conn
+        try:
+            row = conn.execute(
+                "SELECT plugin, confirmed_flush_lsn::text FROM pg_replication_slots"
+                " WHERE slot_name = %s AND database = current_database()",
+                (slot,),
+            ).fetchone()
+        except psycopg.Error as exc:
+            self.close()
+            raise _wrap_connect_error(exc, "cannot read the replication slot") from exc
+        if row is None:
+            self.close()
+            raise DatabaseError(
+                f"replication slot {slot!r} does not exist in this database: run "
+                f"'cdc-relay init --slot {slot} --plugin {self._config.plugin}'"
+            )
+        plugin, confirmed = row
+        if plugin != self._config.plugin:
+            self.close()
+            raise DatabaseError(
+                f"slot {slot!r} uses plugin {plugin!r}, not {self._config.plugin!r}: pass "
+                f"--plugin {plugin}, or drop it with 'cdc-relay slot drop --slot {slot}'"
+            )
+        options = ", ".join(f'"{name}" {quote_literal(value)}' for name, value in self._options)
+        command = f'START_REPLICATION SLOT "{slot}" LOGICAL 0/0'
+        if options:
+            command += f" ({options})"
+        pgconn = conn.pgconn
+        result = pgconn.exec_(command.encode())
+        if result.status != pq.ExecStatus.COPY_BOTH:
+            sqlstate = (result.error_field(pq.DiagnosticField.SQLSTATE) or b"").decode()
+            message = (result.error_message or b"").decode(errors="replace").strip()
+            self.close()
+            if sqlstate == "55006":
+                raise SlotBusy(f"replication slot {slot!r} is active for another process")
+            if sqlstate.startswith(_PERMANENT_SQLSTATES) or sqlstate.startswith("58"):
+                raise DatabaseError(f"START_REPLICATION failed: {mask_secrets(message)}")
+            raise SourceLost(f"START_REPLICATION failed: {mask_secrets(message)}")
+        pgconn.nonblocking = 1
+        self._pgconn = pgconn
+        self._socket = pgconn.socket
+        return Lsn.parse(confirmed) if confirmed else Lsn(0)
+
+    def read(self) -> ServerMessage | None:
+        """The next buffered message, or None when none is complete yet (never blocks)."""
+        pgconn = self._pgconn
+        assert pgconn is not None, "read() before open()"
+        nbytes, data = pgconn.get_copy_data(1)
+        if nbytes > 0:
+            return parse(data)
+        if nbytes == 0:
+            return None
+        raise SourceLost(self._ended_reason(pgconn))
+
+    def wait(self, timeout: float) -> None:
+        """Wait up to ``timeout`` s for the socket to become readable, then take in what came.
+
+        Not called while backpressured, so libpq never buffers an unread backlog.
+        """
+        pgconn = self._pgconn
+        assert pgconn is not None, "wait() before open()"
+        try:
+            readable, _, _ = select.select([self._socket], [], [], timeout)
+            if readable:
+                pgconn.consume_input()
+        except (OSError, psycopg.Error) as exc:
+            raise SourceLost(f"replication connection lost: {mask_secrets(str(exc))}") from exc
+
+    def send_status(self, flushed: Lsn, *, reply: bool = False) -> None:
+        """Report ``flushed`` as written/flushed/applied; also resets the walsender's timeout."""
+        pgconn = self._pgconn
+        assert pgconn is not None, "send_status() before open()"
+        try:
+            if pgconn.put_copy_data(status_update(flushed, time.time(), reply=reply)) != 1:
+                raise SourceLost(self._ended_reason(pgconn))
+            while pgconn.flush() == 1:
+                select.select([], [self._socket], [], 1.0)
+        except psycopg.Error as exc:
+            raise SourceLost(f"replication connection lost: {mask_secrets(str(exc))}") from exc
+
+    def close(self) -> None:
+        """Close the connection (the server then releases the slot)."""
+        conn, self._conn, self._pgconn = self._conn, None, None
+        if conn is not None:
+            try:
+                conn.close()
+            except psycopg.Error as exc:  # closing a broken connection: nothing to save
+                log.debug("error closing replication connection: %s", exc)
+
+    @staticmethod
+    def _ended_reason(pgconn: pq.abc.PGconn) -> str:
+        message = (pgconn.error_message or b"").decode(errors="replace").strip()
+        return "replication stream ended: " + (mask_secrets(message) or "server closed the stream")
