@@ -1,0 +1,32 @@
+# Developer and CI entry points. scripts/bootstrap.sh prepares .venv and the system
+# packages (PostgreSQL, wal2json) first; every target that runs code depends on it.
+VENV := .venv
+PY := $(VENV)/bin/python
+# benchmarks/ may not exist yet: lint only the directories that do.
+LINT_DIRS := $(wildcard cdc_relay tests benchmarks)
+
+.PHONY: bootstrap lint unit test demo bench clean
+
+bootstrap:
+	@bash scripts/bootstrap.sh
+
+lint: bootstrap
+	$(VENV)/bin/ruff check $(LINT_DIRS)
+	$(VENV)/bin/mypy --strict cdc_relay
+
+unit: bootstrap
+	$(VENV)/bin/pytest -q tests/unit
+
+test: lint
+	$(VENV)/bin/pytest -q
+
+demo: bootstrap
+	$(VENV)/bin/cdc-relay demo
+
+bench: bootstrap
+	$(PY) -m benchmarks run --out benchmarks/out
+
+# Keeps .venv (slow to rebuild); `rm -rf .venv` for a from-scratch bootstrap.
+clean:
+	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis benchmarks/out
+	find $(LINT_DIRS) -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,460 @@
+"""Throwaway local services for tests, the demo and benchmarks (SPEC §9).
+
+Owns: starting a private PostgreSQL cluster (``initdb`` into a temp dir,
+logical WAL, trust auth, a free 127.0.0.1 port, run as the ``postgres`` user when we are
+root) and a memory-only Kafka-protocol broker; the fault knobs both need (stop,
+restart, kill, pause/resume); and an ``atexit`` registry so that no server outlives the
+interpreter that started it.
+
+Must not: touch a server it did not start (the machine's own PostgreSQL on 5432), or
+import the relay's drivers. PostgreSQL is driven through its own ``psql``; the broker's
+readiness is probed with a raw Kafka ApiVersions request. Finding binaries and other
+service-free pieces live in cdc_relay.local_helpers. Linux only (reads ``/proc``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import pwd
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Protocol, Self
+
+from cdc_relay.errors import LocalServiceError
+from cdc_relay.local_helpers import (
+    HOST,
+    PG_ROOTS,
+    alive,
+    bin_dir_version,
+    children,
+    clean_env,
+    find_pg_bin_dir,
+    free_port,
+    kafka_api_versions_ok,
+    parse_pg_version,
+    render_settings,
+    signal_all,
+    tail,
+    tansu_binary,
+    wait_gone,
+)
+
+__all__ = ["PG_ROOTS", "Broker", "LocalServiceError", "PostgresCluster", "find_pg_bin_dir",
+           "free_port", "parse_pg_version", "tansu_binary"]
+
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+
+class _Service(Protocol):
+    def _emergency_stop(self) -> None: ...
+
+
+_LIVE: set[_Service] = set()
+
+
+@atexit.register
+def _stop_all() -> None:
+    """Kill every service still running when the interpreter exits."""
+    for service in list(_LIVE):
+        with contextlib.suppress(Exception):
+            service._emergency_stop()
+
+
+# ---------------------------------------------------------------- PostgreSQL
+
+class PostgresCluster:
+    """A private PostgreSQL cluster in a temp dir, with logical WAL and trust auth."""
+
+    def __init__(self, *, port: int | None = None, settings: dict[str, str] | None = None,
+                 version: str | None = None, bin_dir: str | Path | None = None) -> None:
+        self._port = port
+        self._settings = dict(settings or {})
+        self._wanted = version
+        self._bin: tuple[Path, int] | None = None
+        if bin_dir is not None:
+            self._bin = (Path(bin_dir), bin_dir_version(Path(bin_dir)))
+        self._tmp: Path | None = None
+        self._user: dict[str, Any] = {}
+        self._running = False
+        self._paused = False
+
+    # -- where things are
+    def _binaries(self) -> tuple[Path, int]:
+        if self._bin is None:
+            self._bin = find_pg_bin_dir(self._wanted)
+        return self._bin
+
+    @property
+    def bin_dir(self) -> Path:
+        """Where initdb, pg_ctl, postgres (and psql, pg_recvlogical) are."""
+        return self._binaries()[0]
+
+    @property
+    def version(self) -> int:
+        """Major version of the server binaries, e.g. 15."""
+        return self._binaries()[1]
+
+    @property
+    def lib_dir(self) -> Path:
+        """The server's extension library directory (``pg_config --pkglibdir``)."""
+        pg_config = self.bin_dir / "pg_config"
+        if os.access(pg_config, os.X_OK):
+            out = subprocess.run([str(pg_config), "--pkglibdir"], capture_output=True,
+                                 text=True, check=False, timeout=30)
+            if out.returncode == 0 and out.stdout.strip():
+                return Path(out.stdout.strip())
+        return self.bin_dir.parent / "lib"
+
+    @property
+    def host(self) -> str:
+        return HOST
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise LocalServiceError("the PostgreSQL cluster has no port yet: call start()")
+        return self._port
+
+    @property
+    def _root(self) -> Path:
+        if self._tmp is None:
+            raise LocalServiceError("the PostgreSQL cluster is not initialised: call start()")
+        return self._tmp
+
+    @property
+    def data_dir(self) -> Path:
+        return self._root / "data"
+
+    @property
+    def log_path(self) -> Path:
+        return self._root / "postgres.log"
+
+    def dsn(self, dbname: str = "postgres", user: str = "postgres") -> str:
+        """A key=value connection string for ``dbname`` over TCP."""
+        return f"host={self.host} port={self.port} dbname={dbname} user={user}"
+
+    # -- plugins
+    def has_plugin(self, name: str) -> bool:
+        """Whether the logical decoding output plugin ``name`` is installed."""
+        return name == "pgoutput" or (self.lib_dir / f"{name}.so").exists()
+
+    def require_plugin(self, name: str) -> None:
+        """Raise LocalServiceError, naming the package to install, unless ``name`` exists."""
+        if not self.has_plugin(name):
+            v = self.version
+            raise LocalServiceError(f"{name} is not installed for PostgreSQL {v}: "
+                                    f"apt-get install postgresql-{v}-{name}")
+
+    # -- lifecycle
+    def start(self) -> Self:
+        """Initialise (first time only) and start the server; wait until it accepts."""
+        if self._running:
+            return self
+        if self._tmp is None:
+            try:
+                self._initdb()
+            except BaseException:
+                self._emergency_stop()  # a half-made data dir must not be started later
+                raise
+        stale = self._postmaster_pid()
+        if stale is not None and not alive(stale):
+            # Left by kill(). PostgreSQL checks them with kill(pid, 0), which a zombie
+            # passes, and our PID 1 may never reap the orphaned postmaster.
+            for lock in [self.data_dir / "postmaster.pid", *self._root.glob(".s.PGSQL.*")]:
+                lock.unlink(missing_ok=True)
+        self._pg_ctl("start", "-l", str(self.log_path), "-t", "60")
+        self._running = True
+        return self
+
+    def _initdb(self) -> None:
+        if os.geteuid() == 0:
+            try:
+                account = pwd.getpwnam("postgres")
+            except KeyError as exc:
+                raise LocalServiceError(
+                    "running as root needs a 'postgres' system user, as PostgreSQL refuses "
+                    "to run as root: apt-get install postgresql-15 creates it") from exc
+            self._user = {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
+        self._tmp = Path(tempfile.mkdtemp(prefix="cdc-relay-pg-"))
+        _LIVE.add(self)
+        if self._user:
+            os.chown(self._tmp, self._user["user"], self._user["group"])
+        settings = {"port": str(self._port or free_port()), "listen_addresses": HOST,
+                    "unix_socket_directories": str(self._tmp), "wal_level": "logical",
+                    "max_replication_slots": "20", "max_wal_senders": "20",
+                    "fsync": "off", "full_page_writes": "off"}
+        self._server_cmd([str(self.bin_dir / "initdb"), "-D", str(self.data_dir), "-U",
+                          "postgres", "--auth=trust", "-E", "UTF8", "--no-locale", "--no-sync"])
+        conf_path = self.data_dir / "postgresql.conf"
+        if "output_plugin_libraries" in conf_path.read_text(encoding="utf-8"):
+            # 15.19+ (CVE-2026-6471) only trusts the plugins named here; older minors
+            # refuse to start with the unknown setting, hence the check.
+            settings["output_plugin_libraries"] = "pgoutput, test_decoding, wal2json"
+        settings.update(self._settings)
+        self._port = int(settings["port"])
+        with open(conf_path, "a", encoding="utf-8") as conf:
+            conf.write(render_settings(settings))
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server (``pg_ctl stop -m mode``); the data dir stays."""
+        if not self._running:
+            return
+        self.resume()
+        pid = self._postmaster_pid()
+        if pid is not None and alive(pid):
+            self._pg_ctl("stop", "-m", mode, "-t", "60")
+        self._running = False
+
+    def restart(self, mode: str = "fast") -> None:
+        """Stop (``fast`` or ``immediate``) and start again on the same port and data dir."""
+        self.stop(mode)
+        self.start()
+
+    def kill(self) -> None:
+        """SIGKILL the postmaster and its children, like a crash; start() recovers."""
+        pids = self._freeze()
+        signal_all(pids, signal.SIGKILL)
+        if not wait_gone(pids, 15):
+            raise LocalServiceError(f"PostgreSQL processes {pids} survived SIGKILL")
+        self._running = self._paused = False
+
+    def pause(self) -> None:
+        """SIGSTOP the postmaster and all its children (a frozen server, sockets open)."""
+        self._freeze()
+        self._paused = True
+
+    def resume(self) -> None:
+        """SIGCONT what pause() stopped."""
+        if self._paused:
+            signal_all(self._server_pids()[::-1], signal.SIGCONT)
+            self._paused = False
+
+    def cleanup(self) -> None:
+        """Stop the server at once and remove its temp dir."""
+        if self._tmp is None:
+            return
+        try:
+            if self._running:
+                try:
+                    self.stop("immediate")
+                except LocalServiceError:
+                    self.kill()
+        finally:
+            self._emergency_stop()
+
+    def _emergency_stop(self) -> None:
+        with contextlib.suppress(Exception):
+            self.kill()
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+        self._tmp = None
+        self._running = False
+        _LIVE.discard(self)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.cleanup()
+
+    # -- SQL through psql (see module docstring)
+    def execute(self, sql: str, *, dbname: str = "postgres", check: bool = True) -> str:
+        """Run ``sql`` with psql; return its unaligned, tuples-only output."""
+        psql = self.bin_dir / "psql"
+        if not os.access(psql, os.X_OK):
+            raise LocalServiceError(f"psql not found next to the server binaries in "
+                                    f"{self.bin_dir}: apt-get install postgresql-client-"
+                                    f"{self.version}")
+        out = subprocess.run([str(psql), "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1",
+                              "-d", self.dsn(dbname), "-c", sql], capture_output=True,
+                             text=True, timeout=120, check=False,
+                             env=clean_env(PGCONNECT_TIMEOUT="10"))
+        if check and out.returncode != 0:
+            raise LocalServiceError(f"psql failed on {sql!r}: {out.stderr.strip()}")
+        return out.stdout.strip()
+
+    def create_database(self, name: str) -> str:
+        """Create database ``name``; return its DSN."""
+        self.execute(f'CREATE DATABASE "{_check_name(name)}"')
+        return self.dsn(name)
+
+    def drop_database(self, name: str, timeout: float = 30.0) -> None:
+        """Drop ``name`` after terminating its backends and walsenders and its slots."""
+        name = _check_name(name)
+        step = (f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                f" WHERE datname = '{name}' AND pid <> pg_backend_pid();"
+                f" SELECT count(pg_drop_replication_slot(slot_name)) FROM pg_replication_slots"
+                f" WHERE database = '{name}' AND NOT active;"
+                f" SELECT count(*) FROM pg_replication_slots WHERE database = '{name}'")
+        deadline = time.monotonic() + timeout
+        # PostgreSQL 15's psql prints every statement's result: the count is the last line.
+        while self.execute(step, check=False).rsplit("\n", 1)[-1] != "0":
+            if time.monotonic() > deadline:
+                raise LocalServiceError(f"could not drop the replication slots of {name}")
+            time.sleep(0.05)
+        self.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    # -- processes
+    def _postmaster_pid(self) -> int | None:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            return int((self.data_dir / "postmaster.pid").read_text().split()[0])
+        return None
+
+    def _server_pids(self) -> list[int]:
+        pid = self._postmaster_pid() if self._tmp is not None else None
+        if pid is None or not alive(pid):
+            return []
+        return [pid, *children(pid)]
+
+    def _freeze(self) -> list[int]:
+        """SIGSTOP the postmaster, then its children (it cannot fork new ones meanwhile)."""
+        signal_all(self._server_pids()[:1], signal.SIGSTOP)
+        pids = self._server_pids()
+        signal_all(pids[1:], signal.SIGSTOP)
+        return pids
+
+    def _pg_ctl(self, *args: str) -> None:
+        self._server_cmd([str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-w", *args])
+
+    def _server_cmd(self, cmd: list[str]) -> None:
+        """Run a server command as the server's user, in a session of its own."""
+        out = subprocess.run(cmd, cwd=self._root, capture_output=True, text=True, check=False,
+                             timeout=180, start_new_session=True,
+                             env=clean_env(HOME=str(self._root), LC_ALL="C"), **self._user)
+        if out.returncode != 0:
+            raise LocalServiceError(
+                f"{Path(cmd[0]).name} {' '.join(cmd[1:3])} failed (exit {out.returncode}):\n"
+                f"{(out.stdout + out.stderr).strip()}\n--- {self.log_path}:\n"
+                f"{tail(self.log_path)}")
+
+
+def _check_name(name: str) -> str:
+    if not _NAME_RE.match(name):
+        raise ValueError(f"not a plain database name: {name!r}")
+    return name
+
+
+# ---------------------------------------------------------------- broker
+
+class Broker:
+    """A memory-only Tansu broker on 127.0.0.1: a restart loses every topic."""
+
+    def __init__(self, *, port: int | None = None) -> None:
+        self._port = port
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._tmp: Path | None = None
+        self._paused = False
+
+    @property
+    def host(self) -> str:
+        return HOST
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise LocalServiceError("the broker has no port yet: call start()")
+        return self._port
+
+    @property
+    def bootstrap(self) -> str:
+        """``bootstrap.servers`` for clients: ``127.0.0.1:<port>``."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        if self._tmp is None:
+            raise LocalServiceError("the broker was never started: call start()")
+        return self._tmp / "tansu.log"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def start(self, timeout: float = 30.0) -> Self:
+        """Start the broker and wait until it answers a Kafka ApiVersions request."""
+        if self._proc is not None:
+            return self
+        binary = tansu_binary()
+        if self._tmp is None:
+            self._tmp = Path(tempfile.mkdtemp(prefix="cdc-relay-broker-"))
+            _LIVE.add(self)
+        if self._port is None:
+            self._port = free_port()
+        url = f"tcp://{self.host}:{self._port}"
+        with open(self.log_path, "ab") as log:
+            self._proc = subprocess.Popen(
+                [str(binary), "broker", "--listener-url", url, "--advertised-listener-url",
+                 url, "--storage-engine", "memory://tansu/"], stdin=subprocess.DEVNULL,
+                stdout=log, stderr=subprocess.STDOUT, cwd=self._tmp, start_new_session=True,
+                env=clean_env(RUST_LOG="warn"))
+        deadline = time.monotonic() + timeout
+        while not kafka_api_versions_ok(self.host, self._port):
+            if self._proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise LocalServiceError(f"the Tansu broker did not start on {url}; "
+                                        f"{self.log_path}:\n{tail(self.log_path)}")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 2 s (it waits ~5 s while clients are connected)."""
+        if self._proc is None:
+            return
+        if not self._paused:
+            self._proc.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(2.0)
+        self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL the broker (nothing is on disk, so nothing is lost that stop() keeps)."""
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait(15)
+            self._proc = None
+        self._paused = False
+
+    def restart(self) -> None:
+        """Kill and start again on the same port: every topic and producer id is gone."""
+        self.kill()
+        self.start()
+
+    def pause(self) -> None:
+        """SIGSTOP the broker: connections stay open, nothing is answered."""
+        if self._proc is not None:
+            self._proc.send_signal(signal.SIGSTOP)
+            self._paused = True
+
+    def resume(self) -> None:
+        """SIGCONT what pause() stopped."""
+        if self._proc is not None and self._paused:
+            self._proc.send_signal(signal.SIGCONT)
+        self._paused = False
+
+    def cleanup(self) -> None:
+        """Kill the broker and remove its temp dir."""
+        self._emergency_stop()
+
+    def _emergency_stop(self) -> None:
+        with contextlib.suppress(Exception):
+            self.kill()
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+        self._tmp = None
+        _LIVE.discard(self)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.cleanup()

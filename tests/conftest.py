@@ -1,0 +1,89 @@
+"""Fixtures: a session PostgreSQL cluster and broker, a database and topic prefix per test.
+
+The services start only when a test asks for them (so ``pytest tests/unit`` starts
+nothing) and are torn down even when tests fail. Tests share them safely by using their
+own database (``db``) and their own topic prefix (``topic_prefix``). A test that kills,
+pauses or restarts a service takes a private one (``private_pg_cluster``,
+``private_broker``) so the others never see it.
+
+Everything under tests/integration/ is marked ``integration`` here.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cdc_relay.local import Broker, PostgresCluster
+
+_INTEGRATION_DIR = Path(__file__).parent / "integration"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if _INTEGRATION_DIR in item.path.parents:
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[PostgresCluster]:
+    """A PostgreSQL cluster for the whole session (wal_level=logical, trust auth)."""
+    cluster = PostgresCluster()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.cleanup()
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[Broker]:
+    """A memory-only Kafka-protocol broker for the whole session."""
+    service = Broker()
+    try:
+        service.start()
+        yield service
+    finally:
+        service.cleanup()
+
+
+@pytest.fixture
+def db(pg_cluster: PostgresCluster) -> Iterator[str]:
+    """DSN of a fresh database; dropped afterwards with its slots and walsenders."""
+    name = f"test_{uuid.uuid4().hex[:12]}"
+    dsn = pg_cluster.create_database(name)
+    try:
+        yield dsn
+    finally:
+        pg_cluster.drop_database(name)
+
+
+@pytest.fixture
+def topic_prefix() -> str:
+    """A prefix no other test uses, for ``--topic-pattern '{prefix}.{aggregate_type}'``."""
+    return f"t{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def private_pg_cluster() -> Iterator[PostgresCluster]:
+    """A cluster of this test's own, for fault injection (kill, pause, restart)."""
+    cluster = PostgresCluster()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.cleanup()
+
+
+@pytest.fixture
+def private_broker() -> Iterator[Broker]:
+    """A broker of this test's own, for fault injection (kill, pause, restart)."""
+    service = Broker()
+    try:
+        service.start()
+        yield service
+    finally:
+        service.cleanup()
