@@ -165,10 +165,18 @@ class WalRelay:
                 sink.close(self._timings.shutdown_timeout)
 
     def _new_sink(self) -> Sink:
-        sink = self._sink_factory(self._on_delivery)
+        """A fresh producer, warmed up; failing to build one is retried like a producer failure."""
+        try:
+            sink = self._sink_factory(self._on_delivery)
+        except RelayError as exc:
+            raise ProducerFailed(f"cannot create the producer: {exc}") from exc
         warm_up = getattr(sink, "warm_up", None)
         if callable(warm_up):
-            warm_up(self._timings.sink_warmup)
+            try:
+                warm_up(self._timings.sink_warmup)
+            except RelayError as exc:
+                sink.close(0)
+                raise ProducerFailed(f"broker not reachable: {exc}") from exc
         self.stats.producer_ok = True
         return sink
 

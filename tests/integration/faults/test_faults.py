@@ -1,0 +1,247 @@
+"""Fault injection: WAL mode survives every fault without losing an event (issue 7).
+
+Each test checks that every committed event is eventually in Kafka and that no
+rolled-back one is. Services that a test pauses, kills or restarts are its own.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from cdc_relay.local import Broker, PostgresCluster
+from cdc_relay.outbox import emit
+from tests.integration.wal_support import (
+    Expected,
+    assert_contract,
+    collect_ids,
+    confirmed_flush,
+    init_db,
+    start_relay,
+    write_workload,
+)
+from tests.support import KafkaCollector, wait_for
+
+pytestmark = pytest.mark.faults
+
+
+@pytest.fixture
+def short_timeout_cluster() -> Iterator[PostgresCluster]:
+    """A private cluster whose walsender gives up on a silent client after 5 s."""
+    cluster = PostgresCluster(settings={"wal_sender_timeout": "5s"})
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.cleanup()
+
+
+def _peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_broker_stall_longer_than_wal_sender_timeout_keeps_the_stream_alive(
+    short_timeout_cluster: PostgresCluster, private_broker: Broker, topic_prefix: str
+) -> None:
+    dsn = short_timeout_cluster.dsn()
+    init_db(dsn)
+    expected = write_workload(dsn, transactions=10, seed=11)
+    # Messages must outlive the stall here, so the relay waits instead of replaying.
+    with start_relay(dsn, private_broker.bootstrap, topic_prefix,
+                     extra=("--message-timeout", "60s")) as relay:
+        with KafkaCollector(private_broker.bootstrap, topic_prefix) as collector:
+            collect_ids(collector, topic_prefix, expected.ids)
+        private_broker.pause()
+        try:
+            write_workload(dsn, transactions=30, seed=12, expected=expected)
+            time.sleep(12)  # > 2 x wal_sender_timeout with the broker frozen
+        finally:
+            private_broker.resume()
+        with KafkaCollector(private_broker.bootstrap, topic_prefix) as collector:
+            messages = collect_ids(collector, topic_prefix, expected.ids)
+        assert relay.stop() == 0, relay.stderr
+    assert_contract(messages, expected, topic_prefix)
+    server_log = short_timeout_cluster.log_path.read_text(errors="replace")
+    assert "replication timeout" not in server_log
+
+
+def test_broker_restart_losing_producer_state_is_survived_without_a_manual_restart(
+    db: str, private_broker: Broker, topic_prefix: str
+) -> None:
+    init_db(db)
+    with start_relay(db, private_broker.bootstrap, topic_prefix,
+                     extra=("--message-timeout", "5s")) as relay:
+        before = write_workload(db, transactions=10, seed=21)
+        with KafkaCollector(private_broker.bootstrap, topic_prefix) as collector:
+            collect_ids(collector, topic_prefix, before.ids)
+        private_broker.restart()  # memory-only: topics and producer ids are gone
+        after = write_workload(db, transactions=20, seed=22)
+        with KafkaCollector(private_broker.bootstrap, topic_prefix) as collector:
+            messages = collect_ids(collector, topic_prefix, after.ids, timeout=120)
+        assert relay.running(), relay.stderr
+        assert relay.stop() == 0
+    assert_contract(messages, after, topic_prefix)
+
+
+@pytest.mark.parametrize("how", ["restart", "kill"])
+def test_postgres_restart_or_crash_is_survived_by_reconnecting(
+    private_pg_cluster: PostgresCluster, broker: Broker, topic_prefix: str, how: str
+) -> None:
+    dsn = private_pg_cluster.dsn()
+    init_db(dsn)
+    with start_relay(dsn, broker.bootstrap, topic_prefix) as relay, \
+            KafkaCollector(broker.bootstrap, topic_prefix) as collector:
+        expected = write_workload(dsn, transactions=15, seed=31)
+        collect_ids(collector, topic_prefix, expected.ids)
+        if how == "restart":
+            private_pg_cluster.restart("fast")
+        else:
+            private_pg_cluster.kill()
+            private_pg_cluster.start()
+        write_workload(dsn, transactions=15, seed=32, expected=expected)
+        messages = collect_ids(collector, topic_prefix, expected.ids, timeout=90)
+        assert relay.running(), relay.stderr
+        assert "reconnecting" in relay.stderr
+        assert relay.stop() == 0
+    assert_contract(messages, expected, topic_prefix)
+
+
+def test_standby_relay_waits_on_a_busy_slot_and_takes_over(
+    db: str, broker: Broker, topic_prefix: str
+) -> None:
+    init_db(db)
+    with KafkaCollector(broker.bootstrap, topic_prefix) as collector:
+        active = start_relay(db, broker.bootstrap, topic_prefix)
+        first = write_workload(db, transactions=5, seed=41)
+        collect_ids(collector, topic_prefix, first.ids)
+        with start_relay(db, broker.bootstrap, topic_prefix) as standby:
+            wait_for(lambda: "standing by" in standby.stderr, timeout=30,
+                     message="the standby reporting a busy slot")
+            assert standby.running()
+            active.kill()
+            expected = write_workload(db, transactions=10, seed=42)
+            messages = collect_ids(collector, topic_prefix, expected.ids, timeout=90)
+            assert standby.stop() == 0
+    assert_contract(messages, expected, topic_prefix)
+
+
+def test_one_transaction_of_100k_events_streams_with_bounded_memory(
+    db: str, broker: Broker, topic_prefix: str
+) -> None:
+    init_db(db)
+    with psycopg.connect(db) as conn:
+        conn.execute(
+            "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)"
+            " SELECT 'bulk', 'b-' || (i % 97), 'BulkLoaded',"
+            " jsonb_build_object('i', i, 'pad', repeat('x', 120))"
+            " FROM generate_series(1, 100000) AS i")
+        conn.commit()
+    with start_relay(db, broker.bootstrap, topic_prefix,
+                     extra=("--max-inflight", "20000")) as relay, \
+            KafkaCollector(broker.bootstrap, topic_prefix) as collector:
+        messages = collector.collect(until=lambda ms: len({m.headers["id"] for m in ms}) >= 100_000,
+                                     timeout=240)
+        wait_for(lambda: confirmed_flush(db) > 0 and relay.running(), timeout=10)
+        peak = _peak_rss_mb(relay.proc.pid)
+        assert relay.stop() == 0
+    assert len({m.headers["id"] for m in messages}) == 100_000
+    assert peak < 300, f"peak RSS {peak:.0f} MB"
+
+
+def test_oversized_event_goes_to_the_dead_letter_topic_and_the_stream_continues(
+    db: str, broker: Broker, topic_prefix: str
+) -> None:
+    init_db(db)
+    with psycopg.connect(db) as conn:
+        big = emit(conn, "order", "o-big", "Huge", {"blob": "x" * 2_000_000})
+        conn.commit()
+        small = emit(conn, "order", "o-small", "Small", {"ok": True})
+        conn.commit()
+    with start_relay(db, broker.bootstrap, topic_prefix) as relay, \
+            KafkaCollector(broker.bootstrap, topic_prefix) as collector:
+        messages = collector.collect(until=lambda ms: {m.headers.get("id") for m in ms} >= {
+            str(big).encode(), str(small).encode()}, timeout=60)
+        assert relay.stop() == 0
+    dead = [m for m in messages if m.topic == f"{topic_prefix}.dlq"]
+    assert [m.headers["id"] for m in dead] == [str(big).encode()]
+    assert int(dead[0].headers["payload_omitted_bytes"]) > 2_000_000
+    assert [m.headers["id"] for m in messages if m.topic == f"{topic_prefix}.order"] == [
+        str(small).encode()]
+
+
+def test_sigterm_flushes_and_exits_0_and_a_second_signal_exits_at_once(
+    db: str, private_broker: Broker, topic_prefix: str
+) -> None:
+    init_db(db)
+    with start_relay(db, private_broker.bootstrap, topic_prefix) as relay:
+        expected = write_workload(db, transactions=5, seed=51)
+        with KafkaCollector(private_broker.bootstrap, topic_prefix) as collector:
+            collect_ids(collector, topic_prefix, expected.ids)
+        assert relay.stop(signal.SIGTERM, timeout=30) == 0
+    # With the broker frozen the flush cannot finish: the second signal ends it at once.
+    with start_relay(db, private_broker.bootstrap, topic_prefix,
+                     extra=("--message-timeout", "120s")) as relay:
+        wait_for(lambda: "streaming from slot" in relay.stderr, timeout=30)
+        private_broker.pause()
+        try:
+            write_workload(db, transactions=3, seed=52, rollback_every=0)
+            time.sleep(1)
+            relay.proc.send_signal(signal.SIGTERM)
+            time.sleep(0.5)
+            assert relay.running()
+            assert relay.stop(signal.SIGTERM, timeout=10) == 130
+        finally:
+            private_broker.resume()
+
+
+def test_repeated_kill_9_during_continuous_writes_loses_nothing(
+    db: str, broker: Broker, topic_prefix: str
+) -> None:
+    init_db(db)
+    expected = Expected()
+    done = threading.Event()
+
+    def writer() -> None:
+        seed = 100
+        while not done.is_set():
+            write_workload(db, transactions=5, seed=seed, expected=expected, max_events=10)
+            seed += 1
+
+    rng = random.Random(7)
+    thread = threading.Thread(target=writer)
+    thread.start()
+    kills: list[int] = []
+    try:
+        with KafkaCollector(broker.bootstrap, topic_prefix) as collector:
+            for _ in range(10):
+                relay = start_relay(db, broker.bootstrap, topic_prefix)
+                wait_for(lambda r=relay: "streaming from slot" in r.stderr, timeout=30)  # type: ignore[misc]
+                time.sleep(rng.uniform(0.2, 1.5))
+                relay.kill()
+                kills.append(confirmed_flush(db))
+            done.set()
+            thread.join()
+            with start_relay(db, broker.bootstrap, topic_prefix) as last:
+                messages = collect_ids(collector, topic_prefix, expected.ids, timeout=120)
+                assert last.stop() == 0
+    finally:
+        done.set()
+        thread.join()
+    assert_contract(messages, expected, topic_prefix)
+    counts: dict[str, int] = {}
+    for m in messages:
+        counts[m.headers["id"].decode()] = counts.get(m.headers["id"].decode(), 0) + 1
+    # An event confirmed before the first kill was never replayed.
+    for event_id, lsn in expected.commit_lsn.items():
+        if lsn <= kills[0]:
+            assert counts[event_id] == 1, event_id
