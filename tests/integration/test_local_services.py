@@ -8,9 +8,9 @@ import uuid
 import psycopg
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
-from support import KafkaCollector, wait_for
 
 from cdc_relay.local import Broker, PostgresCluster
+from tests.support import KafkaCollector, wait_for
 
 
 def _scalar(dsn: str, sql: str) -> object:
