@@ -6,7 +6,9 @@ own database (``db``) and their own topic prefix (``topic_prefix``). A test that
 pauses or restarts a service takes a private one (``private_pg_cluster``,
 ``private_broker``) so the others never see it.
 
-Everything under tests/integration/ is marked ``integration`` here.
+Everything under tests/integration/ is marked ``integration`` here. Shared helpers
+(KafkaCollector, run_cli, CliProcess, wait_for) are in tests/support.py: import them as
+``from tests.support import ...`` (pyproject puts the repo root on pytest's path).
 """
 
 from __future__ import annotations
