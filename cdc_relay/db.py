@@ -1,0 +1,202 @@
+"""The PostgreSQL edge shared by every module that talks SQL: connect, errors, names.
+
+Owns three small things:
+
+* ``connect`` / ``connect_async``: open a psycopg connection and turn a failure into
+  ``ServiceUnavailable("cannot connect to PostgreSQL at host:port/db: <reason>")``,
+  never showing the password; a malformed DSN is a ``ConfigError``.
+* ``translate_error``: a psycopg error -> a RelayError whose message names the cause
+  and the fix (wal_level, privileges, slot limits, a busy slot, ...), secrets masked.
+* Identifier hygiene: validating TableRef / OutboxColumns values and deriving object
+  names (indexes, views) that stay within PostgreSQL's 63-byte limit.
+
+It must not hold state, run DDL or know the outbox's semantics: schema.py applies the
+migrations, the sources and helpers run their own statements. Every name that reaches
+SQL is validated here *and* quoted with ``psycopg.sql.Identifier`` at the use site.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from typing import Any
+
+import psycopg
+from psycopg import errors as pgerrors
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import TupleRow
+
+from cdc_relay.config import TableRef, validate_identifier
+from cdc_relay.errors import (
+    ConfigError,
+    DatabaseError,
+    RelayError,
+    ServiceUnavailable,
+    SlotBusy,
+    mask_secrets,
+)
+from cdc_relay.model import OutboxColumns
+
+# Only applied when neither the DSN, the caller nor PGCONNECT_TIMEOUT sets one: an
+# unreachable host should fail a command in seconds, not hang on the OS's TCP timeout.
+DEFAULT_CONNECT_TIMEOUT = 10
+
+MAX_IDENTIFIER = 63  # NAMEDATALEN - 1; longer names are silently truncated by PostgreSQL
+
+# Columns the relay itself owns in the outbox table (not configurable).
+BOOKKEEPING_COLUMNS = ("attempts", "processed_at", "retry_after", "last_error", "dead_lettered_at")
+
+
+def describe_dsn(dsn: str) -> str:
+    """``host:port/dbname`` of a DSN, for messages; never includes the password."""
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "<invalid DSN>"
+    host = str(params.get("host") or params.get("hostaddr") or "local socket")
+    port = str(params.get("port") or "5432")
+    dbname = str(params.get("dbname") or params.get("user") or "default database")
+    return f"{host}:{port}/{dbname}"
+
+
+def _connect_kwargs(dsn: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise ConfigError(f"invalid DSN: {_one_line(str(exc))}") from exc
+    # PGCONNECT_TIMEOUT is read only to respect libpq's own variable.
+    if not ({"connect_timeout"} & (params.keys() | kwargs.keys())) and (
+        "PGCONNECT_TIMEOUT" not in os.environ
+    ):
+        kwargs = {**kwargs, "connect_timeout": DEFAULT_CONNECT_TIMEOUT}
+    return kwargs
+
+
+def _connect_failed(dsn: str, exc: psycopg.Error) -> RelayError:
+    if isinstance(exc, psycopg.ProgrammingError):  # e.g. an unknown option in kwargs
+        return ConfigError(f"invalid connection settings: {_one_line(str(exc))}")
+    return ServiceUnavailable(
+        f"cannot connect to PostgreSQL at {describe_dsn(dsn)}: {_connect_reason(exc)}"
+    )
+
+
+def connect(dsn: str, **kwargs: Any) -> psycopg.Connection[TupleRow]:
+    """Open a psycopg connection; failures become ServiceUnavailable / ConfigError.
+
+    ``kwargs`` go to ``psycopg.Connection.connect`` (``autocommit=True``,
+    ``replication="database"``, ...).
+    """
+    kwargs = _connect_kwargs(dsn, kwargs)
+    try:
+        return psycopg.Connection.connect(dsn, **kwargs)
+    except psycopg.Error as exc:
+        raise _connect_failed(dsn, exc) from exc
+
+
+async def connect_async(dsn: str, **kwargs: Any) -> psycopg.AsyncConnection[TupleRow]:
+    """The asyncio twin of :func:`connect`."""
+    kwargs = _connect_kwargs(dsn, kwargs)
+    try:
+        return await psycopg.AsyncConnection.connect(dsn, **kwargs)
+    except psycopg.Error as exc:
+        raise _connect_failed(dsn, exc) from exc
+
+
+_SERVER_PREFIX = re.compile(
+    r'^(?:connection failed:\s*)?(?:connection to server (?:at|on) "[^"]*"'
+    r"(?:\s*\([^)]*\))?,\s*port \d+ failed:\s*)?",
+)
+
+
+def _one_line(text: str) -> str:
+    return mask_secrets(" ".join(text.split()))
+
+
+def _connect_reason(exc: BaseException) -> str:
+    text = _SERVER_PREFIX.sub("", str(exc).strip())
+    return _one_line(text.replace("FATAL:", "")) or type(exc).__name__
+
+
+def translate_error(exc: psycopg.Error, doing: str) -> RelayError:
+    """Turn a psycopg error raised while ``doing`` into a RelayError that says the fix.
+
+    ``doing`` completes "... while <doing>", e.g. ``"creating slot 'cdc_relay'"``.
+    Callers re-raise with ``raise translate_error(exc, ...) from exc``.
+    """
+    message = _one_line(exc.diag.message_primary or str(exc))
+    state = exc.sqlstate
+    if state is None or state.startswith("08"):
+        return ServiceUnavailable(f"lost the PostgreSQL connection while {doing}: {message}")
+    if state == "55006" or isinstance(exc, pgerrors.ObjectInUse):
+        return SlotBusy(f"{message} (while {doing}): another process is using it")
+    if "wal_level" in message:
+        return DatabaseError(
+            f"{message} (while {doing}). Fix: run ALTER SYSTEM SET wal_level = logical; "
+            "then restart PostgreSQL (a reload is not enough)"
+        )
+    if state == "53400" or "replication slots are in use" in message:
+        return DatabaseError(
+            f"{message} (while {doing}). Fix: drop unused slots (see pg_replication_slots) "
+            "or raise max_replication_slots and restart PostgreSQL"
+        )
+    if state == "55P03":
+        return DatabaseError(
+            f"{message} (while {doing}): a long-running transaction holds a lock on the "
+            "table; retry when it has finished"
+        )
+    if state == "42501":
+        if "replication" in message.lower():
+            return DatabaseError(
+                f"{message} (while {doing}). Fix: ALTER ROLE <user> REPLICATION "
+                "(or connect as a superuser)"
+            )
+        return DatabaseError(
+            f"permission denied while {doing}: {message}. The role needs CREATE on the "
+            "database and schema and must own the outbox table"
+        )
+    return DatabaseError(f"PostgreSQL error while {doing}: {message} (SQLSTATE {state})")
+
+
+def validated_table(table: str | TableRef) -> TableRef:
+    """A TableRef from ``"schema.table"`` text or a TableRef, both parts validated.
+
+    TableRef's constructor does not validate, so a TableRef is re-checked here.
+    """
+    if isinstance(table, str):
+        return TableRef.parse(table)
+    validate_identifier(table.schema, "schema name")
+    validate_identifier(table.name, "table name")
+    return table
+
+
+def validated_columns(columns: OutboxColumns | None) -> OutboxColumns:
+    """OutboxColumns with every name a safe identifier and no two roles on one column."""
+    columns = columns or OutboxColumns()
+    names: dict[str, str] = {}
+    for role in OutboxColumns.__dataclass_fields__:
+        name = validate_identifier(getattr(columns, role), f"column name for {role}")
+        if name in names:
+            raise ConfigError(
+                f"invalid column mapping: {role} and {names[name]} both map to {name!r}"
+            )
+        if name in BOOKKEEPING_COLUMNS:
+            raise ConfigError(
+                f"invalid column mapping: {role} maps to {name!r}, a column the relay "
+                "itself uses; choose another name"
+            )
+        names[name] = role
+    return columns
+
+
+def derived_name(base: str, suffix: str) -> str:
+    """``base + suffix``, shortened with a stable hash if it would exceed 63 bytes.
+
+    PostgreSQL truncates long identifiers silently, so ``<63-char table>_dead_letters``
+    would collide with the table itself; the hash keeps derived names distinct.
+    """
+    name = base + suffix
+    if len(name) <= MAX_IDENTIFIER:
+        return name
+    digest = hashlib.sha1(base.encode(), usedforsecurity=False).hexdigest()[:8]
+    return f"{base[: MAX_IDENTIFIER - len(suffix) - 9]}_{digest}{suffix}"

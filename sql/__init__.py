@@ -1,0 +1,1 @@
+"""SQL migrations applied by `cdc-relay init` (read with importlib.resources)."""
