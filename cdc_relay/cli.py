@@ -26,6 +26,7 @@ from cdc_relay.config import (
     FlowConfig,
     KafkaConfig,
     OutboxConfig,
+    PollConfig,
     ReplicationConfig,
     RouterConfig,
     TableRef,
@@ -120,6 +121,111 @@ def run(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, mess
     )
     setup_logging(log_level, log_format)
     return run_wal(settings)
+
+
+# ---------------------------------------------------------------- polling mode (issue 4)
+
+@cli.command()
+@dsn_option
+@kafka_options
+@table_option
+@columns_option
+@option("--batch-size", type=click.IntRange(1), default=100, show_default=True,
+        help="Rows claimed (and published) per transaction.")
+@option("--interval", type=DURATION, default="1s", show_default=True,
+        help="Fallback poll interval when no NOTIFY arrives (retries, missed notifications).")
+@option("--max-attempts", type=click.IntRange(1), default=5, show_default=True,
+        help="Failed attempts after which an event becomes a dead letter.")
+@option("--backoff-base", type=DURATION, default="1s", show_default=True,
+        help="Wait after a first failure; doubles with every further failure.")
+@option("--backoff-max", type=DURATION, default="5m", show_default=True,
+        help="Longest wait between two attempts of one event.")
+@option("--workers", type=click.IntRange(1), default=1, show_default=True,
+        help="Polling threads, each with its own connection and producer.")
+@option("--no-notify", is_flag=True, default=False,
+        help="Do not LISTEN for the insert trigger; poll every --interval only.")
+@option("--strict-order", is_flag=True, default=False,
+        help="Never publish an aggregate's event before its earlier ones (slower; "
+             "use it on every poller of the table).")
+@option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
+        show_default=True)
+@option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def poll(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, message_timeout: float,
+         producer_config: tuple[str, ...], table: TableRef, columns: str | None, batch_size: int,
+         interval: float, max_attempts: int, backoff_base: float, backoff_max: float, workers: int,
+         no_notify: bool, strict_order: bool, log_level: str, log_format: str) -> int:
+    """Polling mode: claim outbox rows (SKIP LOCKED), publish them, mark them processed."""
+    from cdc_relay.app_poll import PollSettings, run_poll
+
+    settings = PollSettings(
+        poll=PollConfig(dsn=dsn, batch_size=batch_size, interval=interval,
+                        max_attempts=max_attempts, backoff_base=backoff_base,
+                        backoff_max=backoff_max, workers=workers, notify=not no_notify,
+                        strict_order=strict_order),
+        outbox=outbox_config(table, columns),
+        router=RouterConfig(topic_pattern=topic_pattern, dead_letter_topic=dead_letter_topic),
+        kafka=KafkaConfig(brokers=brokers, producer_config=parse_producer_config(producer_config),
+                          message_timeout_ms=int(message_timeout * 1000)),
+    )
+    setup_logging(log_level, log_format)
+    return run_poll(settings)
+
+
+@cli.group("dead-letters")
+def dead_letters() -> None:
+    """Inspect and requeue events polling mode gave up on."""
+
+
+@dead_letters.command("list")
+@dsn_option
+@table_option
+@columns_option
+@option("--limit", type=click.IntRange(1), default=100, show_default=True,
+        help="Show at most this many (oldest first).")
+@option("--format", "output_format", type=click.Choice(["table", "json"]), default="table",
+        show_default=True)
+def dead_letters_list(dsn: str, table: TableRef, columns: str | None, limit: int,
+                      output_format: str) -> None:
+    """List dead letters: id, aggregate, event type, attempts, last error, times."""
+    from cdc_relay.app_poll import dead_letters_json, dead_letters_table, list_dead_letters
+
+    rows = list_dead_letters(dsn, outbox_config(table, columns), limit)
+    click.echo(dead_letters_json(rows) if output_format == "json" else dead_letters_table(rows))
+
+
+@dead_letters.command("retry")
+@dsn_option
+@table_option
+@columns_option
+@click.option("--id", "ids", type=click.UUID, multiple=True, metavar="UUID",
+              help="A dead letter to requeue (repeatable).")
+@click.option("--all", "retry_all", is_flag=True, default=False, help="Requeue every dead letter.")
+def dead_letters_retry(dsn: str, table: TableRef, columns: str | None, ids: tuple[Any, ...],
+                       retry_all: bool) -> None:
+    """Requeue dead letters: attempts reset, published by the next poll."""
+    from cdc_relay.app_poll import retry_dead_letters
+
+    if bool(ids) == retry_all:
+        raise click.UsageError("give either --id UUID (repeatable) or --all")
+    report = retry_dead_letters(dsn, outbox_config(table, columns),
+                                None if retry_all else [str(i) for i in ids])
+    click.echo(str(report))
+
+
+@cli.command()
+@dsn_option
+@table_option
+@columns_option
+@option("--older-than", type=DURATION, required=True,
+        help="Delete rows processed longer ago than this, e.g. 7d.")
+@option("--batch", type=click.IntRange(1), default=10_000, show_default=True,
+        help="Rows deleted per transaction (keeps locks short).")
+def cleanup(dsn: str, table: TableRef, columns: str | None, older_than: float, batch: int) -> None:
+    """Delete processed outbox rows older than a duration (pending and dead letters stay)."""
+    from cdc_relay.app_poll import cleanup as cleanup_rows
+
+    deleted = cleanup_rows(dsn, outbox_config(table, columns), older_than, batch)
+    click.echo(f"deleted {deleted} processed row(s)")
 
 
 def main() -> None:

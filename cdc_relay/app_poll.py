@@ -1,0 +1,200 @@
+"""Composition root of polling mode and its admin commands (poll, dead-letters, cleanup).
+
+Builds the real parts from frozen configs - one PollingSource and one Kafka sink per
+worker, one OutboxMonitor per process, the router - checks the outbox before starting,
+installs the signal handlers and runs the threads. The admin commands are thin wrappers
+over source/polling.py plus their output formatting. Must not contain loop logic (that
+is poller.py) or SQL (source/polling.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import orjson
+
+from cdc_relay.app import install_signal_handlers
+from cdc_relay.config import KafkaConfig, MetricsConfig, OutboxConfig, PollConfig, RouterConfig
+from cdc_relay.errors import ExitCode
+from cdc_relay.poller import (
+    PollerSettings,
+    PollStats,
+    PollWorker,
+    Waker,
+    monitor_loop,
+    run_threads,
+)
+from cdc_relay.routing import Router
+from cdc_relay.sink.kafka import kafka_sink_factory
+from cdc_relay.source import polling
+from cdc_relay.source.polling import BackoffPolicy, DeadLetter, OutboxMonitor, PollingSource
+
+log = logging.getLogger("cdc_relay")
+
+# Added to the producer's message timeout: librdkafka reports a timed-out message itself;
+# the poller's own deadline is only a backstop.
+_DELIVERY_MARGIN = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class PollSettings:
+    """Everything ``cdc-relay poll`` needs, already validated."""
+
+    poll: PollConfig
+    outbox: OutboxConfig
+    router: RouterConfig
+    kafka: KafkaConfig
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+
+
+def poller_settings(settings: PollSettings) -> PollerSettings:
+    """The worker settings: PollConfig plus the producer's effective message timeout."""
+    poll, kafka = settings.poll, settings.kafka
+    timeout_ms = kafka.producer_config.get("message.timeout.ms", str(kafka.message_timeout_ms))
+    try:
+        message_timeout = int(timeout_ms) / 1000
+    except ValueError:
+        message_timeout = kafka.message_timeout_ms / 1000  # librdkafka will refuse it anyway
+    return PollerSettings(
+        batch_size=poll.batch_size,
+        interval=poll.interval,
+        max_attempts=poll.max_attempts,
+        backoff=BackoffPolicy(base=poll.backoff_base, maximum=poll.backoff_max),
+        strict_order=poll.strict_order,
+        delivery_timeout=message_timeout + _DELIVERY_MARGIN,
+    )
+
+
+def build_pollers(settings: PollSettings, stats: PollStats, waker: Waker) -> list[PollWorker]:
+    """One worker per ``--workers``, each with its own connection and sink (no I/O yet)."""
+    router = Router(settings.router, settings.outbox.table)
+    sink_factory = kafka_sink_factory(settings.kafka, logger=logging.getLogger("cdc_relay.kafka"))
+    worker_settings = poller_settings(settings)
+    return [
+        PollWorker(
+            source=PollingSource(settings.poll.dsn, settings.outbox,
+                                 application_name=f"cdc-relay poll {n}"),
+            router=router, sink_factory=sink_factory, settings=worker_settings,
+            waker=waker, stats=stats,
+        )
+        for n in range(settings.poll.workers)
+    ]
+
+
+def run_poll(settings: PollSettings, stats: PollStats | None = None,
+             stop: threading.Event | None = None) -> int:
+    """``cdc-relay poll``: check the outbox, poll until a signal, exit 0 after a clean stop."""
+    poll = settings.poll
+    stats = stats or PollStats()
+    monitor = OutboxMonitor(poll.dsn, settings.outbox, listen=poll.notify)
+    monitor.check()  # a missing table or column is a one-line error now, not a retry loop
+    waker = Waker()
+    workers = build_pollers(settings, stats, waker)
+    if stop is None:
+        stop = threading.Event()
+        install_signal_handlers(stop)
+    log.info("polling mode: table %s, %d worker(s), batch %d, interval %.3gs, max attempts %d%s%s",
+             settings.outbox.table, poll.workers, poll.batch_size, poll.interval,
+             poll.max_attempts, "" if poll.notify else ", no NOTIFY",
+             ", strict order" if poll.strict_order else "")
+
+    def watch(stop_: threading.Event) -> None:
+        monitor_loop(monitor, waker, stats, stop_, listen=poll.notify)
+
+    targets: list[tuple[str, Callable[[threading.Event], None]]] = [("poll-monitor", watch)]
+    targets += [(f"poller-{n}", worker.run) for n, worker in enumerate(workers)]
+    run_threads(targets, stop, waker)
+    log.info("stopped; %d events published, %d dead-lettered", stats.published, stats.dead_lettered)
+    return ExitCode.OK
+
+
+# ---------------------------------------------------------------- admin commands
+
+def list_dead_letters(dsn: str, outbox: OutboxConfig, limit: int) -> list[DeadLetter]:
+    """The dead letters of the outbox, oldest first."""
+    return polling.list_dead_letters(dsn, outbox, limit)
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment is not None else None
+
+
+def dead_letters_json(rows: Sequence[DeadLetter]) -> str:
+    """A JSON array, one object per dead letter, timestamps in ISO 8601."""
+    return orjson.dumps([
+        {
+            "id": row.id,
+            "aggregate_type": row.aggregate_type,
+            "aggregate_id": row.aggregate_id,
+            "event_type": row.event_type,
+            "attempts": row.attempts,
+            "last_error": row.last_error,
+            "created_at": _iso(row.created_at),
+            "dead_lettered_at": _iso(row.dead_lettered_at),
+        }
+        for row in rows
+    ], option=orjson.OPT_INDENT_2).decode()
+
+
+_TABLE_COLUMNS = ("id", "aggregate", "event_type", "attempts", "dead_lettered_at", "last_error")
+_ERROR_WIDTH = 80
+
+
+def dead_letters_table(rows: Sequence[DeadLetter]) -> str:
+    """A plain-text table for people; ``last_error`` is cut to one short line."""
+    if not rows:
+        return "no dead letters"
+    lines = [
+        (
+            row.id,
+            f"{row.aggregate_type}/{row.aggregate_id}",
+            row.event_type,
+            str(row.attempts),
+            row.dead_lettered_at.strftime("%Y-%m-%d %H:%M:%S%z"),
+            _shorten(row.last_error or "", _ERROR_WIDTH),
+        )
+        for row in rows
+    ]
+    widths = [max(len(header), *(len(line[i]) for line in lines))
+              for i, header in enumerate(_TABLE_COLUMNS)]
+    out = ["  ".join(h.ljust(w) for h, w in zip(_TABLE_COLUMNS, widths, strict=True)).rstrip()]
+    out += ["  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip()
+            for line in lines]
+    return "\n".join(out)
+
+
+def _shorten(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+@dataclass(frozen=True, slots=True)
+class RetryReport:
+    """What ``dead-letters retry`` did."""
+
+    requeued: list[str]
+    not_found: list[str]
+
+    def __str__(self) -> str:
+        text = f"requeued {len(self.requeued)} dead letter(s)"
+        if self.not_found:
+            text += "; not dead letters (unknown, pending or already requeued): " + ", ".join(
+                self.not_found)
+        return text
+
+
+def retry_dead_letters(dsn: str, outbox: OutboxConfig, ids: Sequence[str] | None) -> RetryReport:
+    """Requeue the given dead letters (all with ``ids=None``) and wake the pollers."""
+    requeued = polling.retry_dead_letters(dsn, outbox, ids)
+    wanted = [i.lower() for i in ids or ()]
+    done = set(requeued)
+    return RetryReport(requeued, [i for i in wanted if i not in done])
+
+
+def cleanup(dsn: str, outbox: OutboxConfig, older_than: float, batch: int) -> int:
+    """Delete processed rows older than ``older_than`` seconds; return how many."""
+    return polling.cleanup(dsn, outbox, older_than, batch)

@@ -1,0 +1,465 @@
+"""Polling mode's loop: claim a batch, route, produce, await every report, settle (SPEC §6).
+
+One ``PollWorker`` per worker thread, each with its own database connection (a
+``BatchSource``, see source/polling.py) and its own sink. A batch is one transaction:
+
+1. claim up to ``batch_size`` ready rows (``FOR UPDATE SKIP LOCKED``: concurrent
+   workers and processes never hold the same row);
+2. route and produce all of them, then wait until every produced message has a
+   delivery report (bounded by the producer's message timeout);
+3. ``settle`` (pure) sorts the outcome, then one UPDATE marks successes processed,
+   one records failures (attempts + 1, last_error, retry_after; dead_lettered_at at the
+   maximum), and the transaction commits.
+
+Whose fault is a failure? Only the event's own: a routing error, a rejected or
+permanently refused message, or a retriable failure while other events of the batch
+got through. Broker-wide trouble - no event of the batch acknowledged while deliveries
+failed retriably, fatally or not at all - is not: those rows are released without an
+attempt, the worker stops claiming and waits, with backoff, until a broker answers
+again (FIELD-NOTES 13). A fatal producer error discards the sink; its undelivered
+events are released, never counted. One bad event never aborts its batch.
+
+Strict order (``--strict-order``): the source claims whole aggregate prefixes under
+advisory locks; here, once an event of an aggregate fails, its later events in the
+batch are not produced (or, if already acked, are kept as published) and are released
+without an attempt, so the failed event stays the aggregate's head until it succeeds
+or is dead-lettered.
+
+Wake-ups: a ``Waker`` shared by the workers is poked by the monitor thread on every
+NOTIFY; ``interval`` is the fallback tick; while batches come back non-empty the
+worker claims again at once. Must not: run SQL itself, know Kafka types, or sleep
+while holding a claimed batch except to wait for delivery reports.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from cdc_relay.errors import BrokerError, ServiceUnavailable
+from cdc_relay.logs import event_fields
+from cdc_relay.model import OutboxEvent
+from cdc_relay.routing import Router, RoutingError
+from cdc_relay.sink.base import (
+    Delivery,
+    DeliveryError,
+    ErrorKind,
+    ProduceRejected,
+    QueueFull,
+    Sink,
+    SinkFactory,
+)
+from cdc_relay.source.polling import AttemptFailure, BackoffPolicy, Completion, backoff_delay
+
+log = logging.getLogger("cdc_relay.poller")
+
+
+class Unsettled(enum.Enum):
+    """Why a claimed event has no delivery outcome."""
+
+    HELD = "held back behind an earlier failure of its aggregate"
+    UNREPORTED = "no delivery report (the producer was discarded or timed out)"
+
+
+# Per claimed event: None = acknowledged, a DeliveryError, or Unsettled.
+Result = DeliveryError | Unsettled | None
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """What to write for one batch."""
+
+    processed: list[OutboxEvent]
+    failures: list[tuple[OutboxEvent, str]]
+    released: list[OutboxEvent]
+    broker_down: bool
+    discard_sink: bool
+
+
+def settle(events: Sequence[OutboxEvent], results: Sequence[Result], *, strict: bool) -> Settlement:
+    """Sort a batch's outcomes into processed / failed (an attempt) / released (none).
+
+    See the module docstring for whose fault a failure is. With ``strict``, only the
+    first failure of each aggregate counts; its later events are released.
+    """
+    acked = any(result is None for result in results)
+    broker_down = not acked and any(
+        result is Unsettled.UNREPORTED
+        or (isinstance(result, DeliveryError) and result.kind is not ErrorKind.PERMANENT)
+        for result in results
+    )
+    discard = any(
+        result is Unsettled.UNREPORTED
+        or (isinstance(result, DeliveryError) and result.kind is ErrorKind.FATAL)
+        for result in results
+    )
+    processed: list[OutboxEvent] = []
+    failures: list[tuple[OutboxEvent, str]] = []
+    released: list[OutboxEvent] = []
+    blocked: set[tuple[str, str]] = set()
+    for event, result in zip(events, results, strict=True):
+        aggregate = (event.aggregate_type, event.aggregate_id)
+        if result is None:
+            processed.append(event)
+        elif not isinstance(result, DeliveryError) or aggregate in blocked:
+            released.append(event)
+        elif result.kind is ErrorKind.PERMANENT or (
+            result.kind is ErrorKind.RETRIABLE and not broker_down
+        ):
+            failures.append((event, result.reason))
+            if strict:
+                blocked.add(aggregate)
+        else:
+            released.append(event)
+            if strict:
+                blocked.add(aggregate)
+    return Settlement(processed, failures, released, broker_down, discard)
+
+
+class BatchSource(Protocol):
+    """What a worker needs from its database connection (source/polling.py)."""
+
+    @property
+    def connected(self) -> bool: ...
+    def open(self) -> None: ...
+    def close(self) -> None: ...
+    def claim(self, limit: int, max_attempts: int, *, strict_order: bool = False) -> list[OutboxEvent]: ...
+    def complete(self, processed: Sequence[OutboxEvent], failures: Sequence[AttemptFailure],
+                 max_attempts: int) -> Completion: ...
+    def release(self) -> None: ...
+
+
+@dataclass
+class PollStats:
+    """Plain counters shared by the workers; metrics and health read them.
+
+    Workers update them under ``lock``; readers may read attributes without it.
+    """
+
+    published: int = 0
+    failed_by_type: dict[str, int] = field(default_factory=dict)
+    dead_lettered: int = 0  # events this process gave up on
+    dead_letters: int = 0  # rows in the dead-letter state (refreshed by the monitor)
+    pending: int = 0  # rows waiting to be published (refreshed by the monitor)
+    batches: int = 0
+    last_batch_duration: float = 0.0
+    last_tick: float = 0.0  # monotonic time of the last loop turn of any worker
+    connected: bool = False  # every worker has a database connection
+    broker_ok: bool = True  # False while workers wait for the broker
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def record(self, settlement: Settlement, completion: Completion, duration: float) -> None:
+        """Count one settled batch."""
+        with self.lock:
+            self.published += completion.processed
+            for event, _ in settlement.failures:
+                self.failed_by_type[event.event_type] = self.failed_by_type.get(event.event_type, 0) + 1
+            self.dead_lettered += len(completion.dead_lettered)
+            self.batches += 1
+            self.last_batch_duration = duration
+
+
+class Waker:
+    """Wakes idle workers: a generation counter, so a wake-up is never lost in between."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._generation = 0
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    def wake(self) -> None:
+        with self._cond:
+            self._generation += 1
+            self._cond.notify_all()
+
+    def wait(self, since: int, timeout: float) -> bool:
+        """Wait until woken after generation ``since``, or ``timeout``; True if woken."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._generation != since, timeout)
+
+
+@dataclass(frozen=True, slots=True)
+class PollerSettings:
+    """How one worker behaves (from PollConfig plus the producer's timeout)."""
+
+    batch_size: int = 100
+    interval: float = 1.0
+    max_attempts: int = 5
+    backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
+    strict_order: bool = False
+    delivery_timeout: float = 40.0  # > message.timeout.ms: librdkafka reports first
+    broker_wait_min: float = 0.5
+    broker_wait_max: float = 30.0
+    warmup_timeout: float = 5.0
+    reconnect_max: float = 30.0
+
+
+class PollWorker:
+    """One polling loop: its own connection (``source``) and its own sink."""
+
+    def __init__(self, *, source: BatchSource, router: Router, sink_factory: SinkFactory,
+                 settings: PollerSettings, waker: Waker, stats: PollStats,
+                 clock: Callable[[], float] = time.monotonic,
+                 rand: Callable[[], float] = random.random) -> None:
+        self._source = source
+        self._router = router
+        self._sink_factory = sink_factory
+        self._settings = settings
+        self._waker = waker
+        self.stats = stats
+        self._clock = clock
+        self._rand = rand
+        self._sink: Sink | None = None
+        self._broker_suspect = True  # warm the producer up before the first claim
+        self._broker_delay = settings.broker_wait_min
+        self._broker_problem = "no broker answers"
+        self._results: list[Result] = []
+        self._tokens: dict[int, int] = {}  # token -> index in the current batch
+        self._next_token = 0
+
+    def run(self, stop: threading.Event) -> None:
+        """Poll until ``stop`` is set; the batch in hand is always finished first."""
+        db_delay = self._settings.broker_wait_min
+        try:
+            while not stop.is_set():
+                self.stats.last_tick = self._clock()
+                since = self._waker.generation
+                try:
+                    if not self._broker_ready():
+                        self._wait_for_broker(stop)
+                        continue
+                    claimed = self.poll_once()
+                    db_delay = self._settings.broker_wait_min
+                    self.stats.connected = True
+                except ServiceUnavailable as exc:
+                    self.stats.connected = False
+                    log.warning("%s; retrying in %.1fs", exc, db_delay)
+                    self._source.close()
+                    stop.wait(db_delay)
+                    db_delay = min(db_delay * 2, self._settings.reconnect_max)
+                    continue
+                if not claimed:
+                    self._waker.wait(since, self._settings.interval)
+        finally:
+            self._source.close()
+            if self._sink is not None:
+                self._sink.close(5.0)
+                self._sink = None
+
+    def poll_once(self) -> int:
+        """Claim, publish and settle one batch; return how many rows were claimed."""
+        settings = self._settings
+        events = self._source.claim(settings.batch_size, settings.max_attempts,
+                                    strict_order=settings.strict_order)
+        if not events:
+            return 0
+        started = self._clock()
+        try:
+            results = self._publish(events)
+            settlement = settle(events, results, strict=settings.strict_order)
+            failures = [
+                AttemptFailure(event, reason,
+                               backoff_delay(event.attempt - 1, settings.backoff, self._rand()))
+                for event, reason in settlement.failures
+            ]
+            completion = self._source.complete(settlement.processed, failures, settings.max_attempts)
+        except BaseException:
+            self._source.release()
+            raise
+        self.stats.record(settlement, completion, self._clock() - started)
+        self._report(settlement, failures, completion)
+        if settlement.discard_sink:
+            self._discard_sink()
+        if settlement.broker_down:
+            self._broker_suspect = True
+            self.stats.broker_ok = False
+        return len(events)
+
+    # -- the broker ---------------------------------------------------------------
+    def _broker_ready(self) -> bool:
+        if self._sink is None:
+            self._sink = self._sink_factory(self._on_delivery)
+            self._broker_suspect = True
+        if not self._broker_suspect:
+            return True
+        warm_up = getattr(self._sink, "warm_up", None)
+        if callable(warm_up):
+            try:
+                ready = warm_up(self._settings.warmup_timeout)
+            except BrokerError as exc:
+                self._broker_problem = str(exc)
+                return False
+            if ready is False:
+                return False
+        self._broker_suspect = False
+        self._broker_delay = self._settings.broker_wait_min
+        self.stats.broker_ok = True
+        return True
+
+    def _wait_for_broker(self, stop: threading.Event) -> None:
+        self.stats.broker_ok = False
+        log.warning("%s; not claiming events, checking again in %.1fs",
+                    self._broker_problem, self._broker_delay)
+        stop.wait(self._broker_delay)
+        self._broker_delay = min(self._broker_delay * 2, self._settings.broker_wait_max)
+
+    def _discard_sink(self) -> None:
+        if self._sink is not None:
+            self._sink.close(0)
+        self._sink = None
+        self._broker_suspect = True
+
+    # -- one batch ----------------------------------------------------------------
+    def _on_delivery(self, delivery: Delivery) -> None:
+        index = self._tokens.pop(delivery.token, None)
+        if index is not None:  # reports of an earlier batch or producer are stale
+            self._results[index] = delivery.error
+
+    def _publish(self, events: Sequence[OutboxEvent]) -> list[Result]:
+        assert self._sink is not None
+        sink = self._sink
+        self._results = [Unsettled.UNREPORTED] * len(events)
+        self._tokens = {}
+        held: set[tuple[str, str]] = set()
+        for index, event in enumerate(events):
+            aggregate = (event.aggregate_type, event.aggregate_id)
+            if aggregate in held:
+                self._results[index] = Unsettled.HELD
+                continue
+            error = self._produce(sink, index, event)
+            if error is not None:
+                self._results[index] = error
+                if self._settings.strict_order:
+                    held.add(aggregate)
+        self._await_reports(sink)
+        self._tokens = {}
+        return self._results
+
+    def _produce(self, sink: Sink, index: int, event: OutboxEvent) -> DeliveryError | None:
+        try:
+            message = self._router.route(event)
+        except RoutingError as exc:
+            return DeliveryError(ErrorKind.PERMANENT, f"cannot route: {exc.reason}")
+        token = self._next_token
+        self._next_token += 1
+        self._tokens[token] = index
+        while True:
+            try:
+                sink.produce(message, token)
+                return None
+            except QueueFull:
+                sink.poll(0.05)
+            except ProduceRejected as exc:
+                self._tokens.pop(token, None)
+                return exc.error
+
+    def _await_reports(self, sink: Sink) -> None:
+        deadline = self._clock() + self._settings.delivery_timeout
+        while self._tokens:
+            remaining = deadline - self._clock()
+            if remaining <= 0:
+                log.warning("%d delivery reports missing after %.0fs; discarding the producer",
+                            len(self._tokens), self._settings.delivery_timeout)
+                return
+            if getattr(sink, "fatal_error", None) is not None:
+                sink.poll(0)  # reports already queued still count; the rest never come
+                return
+            sink.poll(min(0.1, remaining))
+
+    def _report(self, settlement: Settlement, failures: Sequence[AttemptFailure],
+                completion: Completion) -> None:
+        dead = set(completion.dead_lettered)
+        for failure in failures:
+            event = failure.event
+            if event.id in dead:
+                log.error("giving up after %d attempts, now a dead letter: %s", event.attempt,
+                          failure.reason, extra=event_fields(event))
+            else:
+                log.warning("attempt %d failed, retrying in %.1fs: %s", event.attempt,
+                            failure.delay, failure.reason, extra=event_fields(event))
+        if settlement.broker_down:
+            log.warning("broker-wide failure: %d events released without counting an attempt",
+                        len(settlement.released))
+
+
+class Monitor(Protocol):
+    """The per-process LISTEN/count connection (source/polling.py OutboxMonitor)."""
+
+    def open(self) -> None: ...
+    def wait(self, timeout: float) -> bool: ...
+    def counts(self) -> tuple[int, int]: ...
+    def close(self) -> None: ...
+
+
+def monitor_loop(monitor: Monitor, waker: Waker, stats: PollStats, stop: threading.Event, *,
+                 listen: bool, refresh_every: float = 5.0, reconnect_max: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+    """Wake the workers on NOTIFY and refresh the pending / dead-letter gauges."""
+    next_count = 0.0
+    delay = 0.5
+    opened = False
+    try:
+        while not stop.is_set():
+            try:
+                if not opened:
+                    monitor.open()
+                    opened = True
+                    waker.wake()  # notifications may have been missed while disconnected
+                if clock() >= next_count:
+                    pending, dead = monitor.counts()
+                    with stats.lock:
+                        stats.pending, stats.dead_letters = pending, dead
+                    next_count = clock() + refresh_every
+                timeout = max(0.0, min(1.0, next_count - clock()))
+                if not listen:
+                    stop.wait(timeout)
+                elif monitor.wait(timeout):
+                    waker.wake()
+                delay = 0.5
+            except ServiceUnavailable as exc:
+                log.warning("monitor connection: %s; reconnecting in %.1fs", exc, delay)
+                monitor.close()
+                opened = False
+                stop.wait(delay)
+                delay = min(delay * 2, reconnect_max)
+    finally:
+        monitor.close()
+
+
+def run_threads(targets: Sequence[tuple[str, Callable[[threading.Event], None]]],
+                stop: threading.Event, waker: Waker) -> None:
+    """Run each target in a thread until ``stop``; an error in one stops all, then re-raises.
+
+    The calling (main) thread only waits, so signal handlers run promptly.
+    """
+    errors: list[BaseException] = []
+
+    def guard(target: Callable[[threading.Event], None]) -> Callable[[], None]:
+        def body() -> None:
+            try:
+                target(stop)
+            except BaseException as exc:
+                errors.append(exc)
+                stop.set()
+        return body
+
+    threads = [threading.Thread(target=guard(target), name=name, daemon=True)
+               for name, target in targets]
+    for thread in threads:
+        thread.start()
+    while not stop.wait(0.5):
+        pass
+    waker.wake()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]

@@ -1,0 +1,566 @@
+"""Polling mode's SQL side: claim a batch, mark it processed, record failures (SPEC §6).
+
+Owns every statement polling mode runs against the outbox table and the transaction
+of one batch: ``PollingSource.claim`` opens it (the claimed rows stay locked), and
+``complete`` (mark successes processed, record failures, commit) or ``release``
+(roll back: nothing counted) ends it. Statements are built once per table from
+``psycopg.sql.Identifier`` names, so configurable column names (``OutboxColumns``)
+are respected and never interpolated raw.
+
+The retry policy's arithmetic is the pure ``backoff_delay``; strict per-aggregate order
+is ``claim`` with ``strict_order=True``, whose pure part is ``ready_prefix``:
+
+* candidates are pending rows in ``created_at`` order whose aggregate has no earlier
+  pending row that is waiting for a retry (a failed event blocks its aggregate);
+* each candidate aggregate is locked with a transaction-level advisory lock
+  (``pg_try_advisory_xact_lock(hashtext(table), hashtext(aggregate))``); an aggregate
+  another poller holds is skipped, so two pollers never interleave one aggregate;
+* under the lock, the aggregate's pending rows are read again (fresh snapshot) and only
+  the prefix of rows ready to send is claimed, so nothing overtakes a row in backoff.
+
+Order is ``created_at`` (the inserting transaction's start time), then ``ctid``: the
+schema has no insertion sequence, so the events of one transaction are ordered by heap
+position - insertion order for freshly appended rows, not a guarantee once free space
+is reused. A row that failed sorts first among its transaction's rows.
+
+Rows become OutboxEvents exactly as WAL mode makes them: the payload is the column's
+text output (``payload::text``: jsonb's normal form, the bytes WAL mode sends),
+``created_at`` is floor epoch milliseconds, ``attempt`` is ``attempts + 1``.
+
+Must not: talk to the broker, route, decide which failures count (the poller does),
+or sleep. psycopg errors leave this module as RelayErrors (``translate_error``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import TupleRow
+
+from cdc_relay.config import OutboxConfig
+from cdc_relay.db import connect, translate_error, validated_columns, validated_table
+from cdc_relay.errors import ConfigError, RelayError
+from cdc_relay.model import OutboxEvent
+
+MAX_ERROR_LENGTH = 2000  # last_error is for people; a broker's essay is cut here
+
+
+# ---------------------------------------------------------------- pure parts
+
+@dataclass(frozen=True, slots=True)
+class BackoffPolicy:
+    """``retry_after = now() + min(base * 2**failures, maximum) * (1 ± jitter)``."""
+
+    base: float = 1.0
+    maximum: float = 300.0
+    jitter: float = 0.1
+
+
+def backoff_delay(failures_before: int, policy: BackoffPolicy, rand: float) -> float:
+    """Seconds until a failed event may be tried again.
+
+    ``failures_before`` is how many attempts had failed before this one (the row's
+    ``attempts`` when it was claimed), so the first failure waits ``base``.
+    ``rand`` in [0, 1) picks the jitter; the result stays within [0, maximum].
+    """
+    exponent = max(0, failures_before)
+    # 2.0**1100 overflows a float: past ~60 doublings every base is above any maximum.
+    delay = policy.maximum if exponent > 60 else min(policy.base * 2.0**exponent, policy.maximum)
+    jittered = delay * (1.0 + policy.jitter * (2.0 * rand - 1.0))
+    return min(max(jittered, 0.0), policy.maximum)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A pending row read under its aggregate's lock (strict order)."""
+
+    key: int
+    ready: bool
+    row: tuple[Any, ...]
+
+
+def ready_prefix(candidates: Iterable[Candidate], limit: int) -> list[tuple[Any, ...]]:
+    """The rows to claim: per aggregate, the rows before its first not-ready row.
+
+    ``candidates`` come in claim order (created_at, ...); the result keeps it and
+    holds at most ``limit`` rows. A row that waits for its retry blocks every later
+    row of its aggregate, so an aggregate's events are never published out of order.
+    """
+    blocked: set[int] = set()
+    taken: list[tuple[Any, ...]] = []
+    for candidate in candidates:
+        if len(taken) >= limit:
+            break
+        if candidate.key in blocked:
+            continue
+        if not candidate.ready:
+            blocked.add(candidate.key)
+            continue
+        taken.append(candidate.row)
+    return taken
+
+
+def truncate_error(reason: str) -> str:
+    """``last_error`` text: one line, at most MAX_ERROR_LENGTH characters."""
+    text = " ".join(reason.split())
+    return text if len(text) <= MAX_ERROR_LENGTH else text[: MAX_ERROR_LENGTH - 1] + "…"
+
+
+def event_from_row(row: Sequence[Any]) -> OutboxEvent:
+    """A claim row (id_text, aggregate_type, aggregate_id, event_type, payload, ms, attempts)."""
+    return OutboxEvent(
+        id=row[0],
+        aggregate_type=row[1],
+        aggregate_id=row[2],
+        event_type=row[3],
+        payload=row[4].encode(),
+        created_at_ms=row[5],
+        attempt=row[6] + 1,
+    )
+
+
+# ---------------------------------------------------------------- statements
+
+@dataclass(frozen=True, slots=True)
+class AttemptFailure:
+    """A failed attempt to record: the event, why, and the backoff chosen for it."""
+
+    event: OutboxEvent
+    reason: str
+    delay: float
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """One row of the dead-letter state (``dead-letters list``)."""
+
+    id: str
+    aggregate_type: str
+    aggregate_id: str
+    event_type: str
+    attempts: int
+    last_error: str | None
+    created_at: datetime | None
+    dead_lettered_at: datetime
+
+
+class OutboxQueries:
+    """Every polling-mode statement for one outbox table, built from quoted names only."""
+
+    def __init__(self, outbox: OutboxConfig) -> None:
+        table = validated_table(outbox.table)
+        cols = validated_columns(outbox.columns)
+        c = {role: sql.Identifier(getattr(cols, role)) for role in cols.__dataclass_fields__}
+        self.table_name = str(table)
+        t = sql.Identifier(table.schema, table.name)
+        names: dict[str, sql.Composable] = {"t": t, **{f"c_{k}": v for k, v in c.items()}}
+
+        def q(text: str, **extra: sql.Composable) -> sql.Composed:
+            return sql.SQL(text).format(**names, **extra)
+
+        self.pending_where = q("processed_at IS NULL AND dead_lettered_at IS NULL")
+        self._ready = "attempts < %(max)s AND (retry_after IS NULL OR retry_after <= now())"
+        self.event_columns = q(
+            # Aliased: ORDER BY would otherwise see two output columns named like the id.
+            "{c_id}::text AS cdc_event_id, {c_aggregate_type}::text AS cdc_aggregate_type,"
+            " {c_aggregate_id}::text AS cdc_aggregate_id, {c_event_type}::text AS cdc_event_type,"
+            " {c_payload}::text AS cdc_payload,"
+            " CASE WHEN isfinite({c_created_at})"
+            " THEN floor(extract(epoch FROM {c_created_at}) * 1000)::bigint END AS cdc_created_ms,"
+            " attempts AS cdc_attempts, {c_id} AS cdc_raw_id"
+        )
+        self.aggregate_key = q(
+            "hashtext(length({c_aggregate_type}::text)::text || ':' || {c_aggregate_type}::text"
+            " || '|' || {c_aggregate_id}::text)"
+        )
+        # created_at is the transaction's start time, so the events of one transaction tie:
+        # ctid (heap order: insertion order for fresh rows) breaks the tie, and a row that
+        # already failed sorts first within its tie (its UPDATE moved it to a later ctid).
+        self.order = q("{c_created_at}, attempts DESC, ctid")
+        self.names = names
+        self.q = q
+
+    def claim(self) -> sql.Composed:
+        """Oldest ready rows, locked; rows another poller holds are skipped."""
+        return self.q(
+            "SELECT {cols} FROM {t} WHERE {pending} AND " + self._ready
+            + " ORDER BY {order} LIMIT %(limit)s FOR UPDATE SKIP LOCKED",
+            cols=self.event_columns, pending=self.pending_where, order=self.order)
+
+    def strict_candidates(self) -> sql.Composed:
+        """Aggregate keys of the oldest ready rows whose aggregate is not blocked."""
+        blocked = self.q(
+            "SELECT 1 FROM {t} b WHERE b.processed_at IS NULL AND b.dead_lettered_at IS NULL"
+            " AND (b.retry_after > now() OR b.attempts >= %(max)s)"
+            " AND b.{c_aggregate_type} = r.{c_aggregate_type}"
+            " AND b.{c_aggregate_id} = r.{c_aggregate_id}"
+            # <= : a waiting row blocks the rest of its own transaction's events too.
+            " AND b.{c_created_at} <= r.{c_created_at} AND b.{c_id} <> r.{c_id}"
+        )
+        return self.q(
+            "SELECT {key} FROM {t} r WHERE {pending} AND " + self._ready
+            + " AND NOT EXISTS ({blocked}) ORDER BY {order} LIMIT %(limit)s",
+            key=self.aggregate_key, pending=self.pending_where, blocked=blocked, order=self.order)
+
+    def lock_aggregates(self) -> sql.Composed:
+        """Try each aggregate's transaction-level advisory lock; return the ones we got."""
+        return self.q(
+            "SELECT k FROM unnest(%(keys)s::int4[]) AS u(k)"
+            " WHERE pg_try_advisory_xact_lock(hashtext(%(ns)s), k)")
+
+    def strict_rows(self) -> sql.Composed:
+        """All pending rows of the locked aggregates, with key and readiness, locked."""
+        return self.q(
+            "SELECT {key}, " + self._ready + ", {cols} FROM {t} WHERE {pending}"
+            " AND {key} = ANY(%(keys)s::int4[]) ORDER BY {order} FOR UPDATE",
+            key=self.aggregate_key, cols=self.event_columns, pending=self.pending_where,
+            order=self.order)
+
+    def mark_processed(self) -> sql.Composed:
+        return self.q("UPDATE {t} SET processed_at = now() WHERE {c_id} = ANY(%(ids)s)")
+
+    def record_failures(self) -> sql.Composed:
+        return self.q(
+            "UPDATE {t} AS t SET attempts = t.attempts + 1, last_error = f.err,"
+            " retry_after = now() + f.delay * interval '1 second',"
+            " dead_lettered_at = CASE WHEN t.attempts + 1 >= %(max)s THEN now() END"
+            " FROM unnest(%(ids)s, %(errs)s::text[], %(delays)s::float8[]) AS f(id, err, delay)"
+            " WHERE t.{c_id} = f.id RETURNING t.{c_id}::text, t.dead_lettered_at IS NOT NULL"
+        )
+
+    def count_pending(self) -> sql.Composed:
+        return self.q("SELECT count(*) FROM {t} WHERE {pending}", pending=self.pending_where)
+
+    def count_dead_letters(self) -> sql.Composed:
+        return self.q("SELECT count(*) FROM {t} WHERE dead_lettered_at IS NOT NULL")
+
+    def list_dead_letters(self) -> sql.Composed:
+        return self.q(
+            "SELECT {c_id}::text, {c_aggregate_type}::text, {c_aggregate_id}::text,"
+            " {c_event_type}::text, attempts, last_error, {c_created_at}, dead_lettered_at"
+            " FROM {t} WHERE dead_lettered_at IS NOT NULL"
+            " ORDER BY dead_lettered_at, {c_id} LIMIT %(limit)s"
+        )
+
+    def retry_dead_letters(self, *, all_rows: bool) -> sql.Composed:
+        which = "" if all_rows else " AND {c_id}::text = ANY(%(ids)s::text[])"
+        return self.q(
+            "UPDATE {t} SET dead_lettered_at = NULL, attempts = 0, retry_after = NULL"
+            " WHERE dead_lettered_at IS NOT NULL" + which + " RETURNING {c_id}::text"
+        )
+
+    def cleanup_batch(self) -> sql.Composed:
+        return self.q(
+            "DELETE FROM {t} WHERE {c_id} IN (SELECT {c_id} FROM {t}"
+            " WHERE processed_at IS NOT NULL"
+            " AND processed_at < now() - %(older)s * interval '1 second'"
+            " LIMIT %(batch)s FOR UPDATE SKIP LOCKED)"
+        )
+
+
+# ---------------------------------------------------------------- connections
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """What ``complete`` wrote: ids marked processed, ids that became dead letters."""
+
+    processed: int
+    failed: int
+    dead_lettered: tuple[str, ...]
+
+
+class PollingSource:
+    """One poller's connection: claims a batch in a transaction and ends it.
+
+    Between ``claim`` and ``complete``/``release`` the claimed rows (and in strict mode
+    their aggregates) are locked; no other poller can publish them. A lost connection
+    raises ServiceUnavailable: the server rolls the batch back, so nothing is marked
+    and the rows are claimed again (at least once).
+    """
+
+    def __init__(self, dsn: str, outbox: OutboxConfig, *, application_name: str = "cdc-relay poll"):
+        self._dsn = dsn
+        self._queries = OutboxQueries(outbox)
+        self._application_name = application_name
+        self._conn: psycopg.Connection[TupleRow] | None = None
+        self._raw_ids: dict[str, Any] = {}
+
+    @property
+    def connected(self) -> bool:
+        """True while a connection is open and not known to be broken."""
+        return self._conn is not None and not self._conn.closed
+
+    def open(self) -> None:
+        """Connect (not in autocommit: each batch is one explicit transaction)."""
+        if not self.connected:
+            self._conn = connect(self._dsn, application_name=self._application_name)
+
+    def close(self) -> None:
+        """Close the connection; an open batch is rolled back by the server."""
+        if self._conn is not None:
+            self._conn.close()
+        self._conn = None
+        self._raw_ids = {}
+
+    def _require(self) -> psycopg.Connection[TupleRow]:
+        if self._conn is None or self._conn.closed:
+            self._conn = None
+            self.open()
+        assert self._conn is not None
+        return self._conn
+
+    def _fail(self, exc: psycopg.Error, doing: str) -> RelayError:
+        """Translate, and drop a connection that cannot be trusted any more."""
+        error = translate_error(exc, doing)
+        if self._conn is not None and (self._conn.broken or self._conn.closed):
+            self.close()
+        else:
+            self._rollback_quietly()
+        return error
+
+    def _rollback_quietly(self) -> None:
+        conn = self._conn
+        if conn is None:
+            return
+        try:
+            conn.rollback()
+        except psycopg.Error:
+            self.close()
+
+    def claim(self, limit: int, max_attempts: int, *, strict_order: bool = False) -> list[OutboxEvent]:
+        """Open the batch's transaction and lock up to ``limit`` ready rows, oldest first.
+
+        An empty result ends the transaction at once. Otherwise the caller must call
+        ``complete`` or ``release``.
+        """
+        conn = self._require()
+        params = {"limit": limit, "max": max_attempts, "ns": self._queries.table_name}
+        try:
+            rows = (self._claim_strict(conn, params) if strict_order
+                    else conn.execute(self._queries.claim(), params).fetchall())
+            if not rows:
+                conn.rollback()
+        except psycopg.Error as exc:
+            raise self._fail(exc, f"claiming a batch from {self._queries.table_name}") from exc
+        self._raw_ids = {row[0]: row[7] for row in rows}
+        return [event_from_row(row) for row in rows]
+
+    def _claim_strict(self, conn: psycopg.Connection[TupleRow],
+                      params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        keys = [row[0] for row in conn.execute(self._queries.strict_candidates(), params)]
+        if not keys:
+            return []
+        unique = list(dict.fromkeys(keys))
+        locked = [row[0] for row in conn.execute(self._queries.lock_aggregates(),
+                                                   {**params, "keys": unique})]
+        if not locked:
+            return []
+        rows = conn.execute(self._queries.strict_rows(), {**params, "keys": locked}).fetchall()
+        return ready_prefix((Candidate(row[0], row[1], tuple(row[2:])) for row in rows),
+                            params["limit"])
+
+    def complete(self, processed: Sequence[OutboxEvent], failures: Sequence[AttemptFailure],
+                 max_attempts: int) -> Completion:
+        """Mark ``processed`` (one UPDATE), record ``failures`` (one UPDATE), commit.
+
+        Claimed events in neither list are released untouched (no attempt counted).
+        """
+        conn = self._require()
+        raw = self._raw_ids
+        dead: tuple[str, ...] = ()
+        try:
+            if processed:
+                conn.execute(self._queries.mark_processed(),
+                             {"ids": [raw[event.id] for event in processed]})
+            if failures:
+                rows = conn.execute(self._queries.record_failures(), {
+                    "ids": [raw[f.event.id] for f in failures],
+                    "errs": [truncate_error(f.reason) for f in failures],
+                    "delays": [f.delay for f in failures],
+                    "max": max_attempts,
+                }).fetchall()
+                dead = tuple(row[0] for row in rows if row[1])
+            conn.commit()
+        except psycopg.Error as exc:
+            raise self._fail(exc, f"completing a batch of {self._queries.table_name}") from exc
+        finally:
+            self._raw_ids = {}
+        return Completion(len(processed), len(failures), dead)
+
+    def release(self) -> None:
+        """Roll the batch back: every claimed row is pending again, no attempt counted."""
+        self._raw_ids = {}
+        self._rollback_quietly()
+
+
+def _autocommit(dsn: str) -> psycopg.Connection[TupleRow]:
+    return connect(dsn, autocommit=True, application_name="cdc-relay")
+
+
+def count_pending(conn: psycopg.Connection[TupleRow], outbox: OutboxConfig) -> tuple[int, int]:
+    """(pending rows, dead letters) of the outbox, on an autocommit connection."""
+    queries = OutboxQueries(outbox)
+    try:
+        pending = conn.execute(queries.count_pending()).fetchone()
+        dead = conn.execute(queries.count_dead_letters()).fetchone()
+    except psycopg.Error as exc:
+        raise translate_error(exc, f"counting pending rows of {outbox.table}") from exc
+    return (pending[0] if pending else 0), (dead[0] if dead else 0)
+
+
+def list_dead_letters(dsn: str, outbox: OutboxConfig, limit: int) -> list[DeadLetter]:
+    """Dead letters, oldest first, at most ``limit``."""
+    queries = OutboxQueries(outbox)
+    with _autocommit(dsn) as conn:
+        try:
+            rows = conn.execute(queries.list_dead_letters(), {"limit": limit}).fetchall()
+        except psycopg.Error as exc:
+            raise translate_error(exc, f"listing dead letters of {outbox.table}") from exc
+    return [DeadLetter(*row) for row in rows]
+
+
+def retry_dead_letters(dsn: str, outbox: OutboxConfig, ids: Sequence[str] | None) -> list[str]:
+    """Requeue dead letters (``ids``, or all with None); return the ids requeued.
+
+    Clears ``dead_lettered_at``, resets ``attempts`` and ``retry_after`` (``last_error``
+    stays as history) and sends the table's NOTIFY in the same transaction: requeued
+    rows get no trigger notification, so pollers would otherwise wait for their tick.
+    """
+    queries = OutboxQueries(outbox)
+    with _autocommit(dsn) as conn:
+        try:
+            with conn.transaction():
+                rows = conn.execute(queries.retry_dead_letters(all_rows=ids is None),
+                                    {"ids": [str(i).lower() for i in ids or ()]}).fetchall()
+                if rows:
+                    conn.execute("SELECT pg_notify(%s, '')", (outbox.notify_channel,))
+        except psycopg.Error as exc:
+            raise translate_error(exc, f"requeueing dead letters of {outbox.table}") from exc
+    return [row[0] for row in rows]
+
+
+def cleanup(dsn: str, outbox: OutboxConfig, older_than: float, batch: int) -> int:
+    """Delete processed rows older than ``older_than`` seconds, ``batch`` rows per transaction.
+
+    Each batch commits on its own, so no lock is held long and vacuum can follow.
+    Pending and dead-lettered rows are never deleted. Returns the rows deleted.
+    """
+    queries = OutboxQueries(outbox)
+    statement = queries.cleanup_batch()
+    total = 0
+    with _autocommit(dsn) as conn:
+        try:
+            while True:
+                deleted = conn.execute(statement, {"older": older_than, "batch": batch}).rowcount
+                total += max(deleted, 0)
+                if deleted < batch:
+                    return total
+        except psycopg.Error as exc:
+            raise translate_error(exc, f"cleaning up {outbox.table}") from exc
+
+
+class OutboxMonitor:
+    """An autocommit connection that LISTENs for the insert trigger and counts the backlog.
+
+    One per process: its notifications wake every worker (they sort out who gets which
+    rows with SKIP LOCKED). Without ``listen`` it only counts.
+    """
+
+    def __init__(self, dsn: str, outbox: OutboxConfig, *, listen: bool) -> None:
+        self._dsn = dsn
+        self._outbox = outbox
+        self._listen = listen
+        self._conn: psycopg.Connection[TupleRow] | None = None
+
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None and not self._conn.closed
+
+    def open(self) -> None:
+        """Connect and LISTEN on the table's channel (quoted: channel names are identifiers)."""
+        self.close()
+        conn = connect(self._dsn, autocommit=True, application_name="cdc-relay poll monitor")
+        try:
+            if self._listen:
+                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._outbox.notify_channel)))
+        except psycopg.Error as exc:
+            conn.close()
+            raise translate_error(exc, f"listening on {self._outbox.notify_channel}") from exc
+        self._conn = conn
+
+    def check(self) -> None:
+        """Raise ConfigError unless the outbox table and every column polling uses exist."""
+        with _autocommit(self._dsn) as conn:
+            try:
+                missing = _missing_columns(conn, self._outbox)
+            except psycopg.Error as exc:
+                raise translate_error(exc, f"checking {self._outbox.table}") from exc
+        if missing is None:
+            raise ConfigError(
+                f"table {self._outbox.table} does not exist: create it with "
+                f"`cdc-relay init --dsn ... --table {self._outbox.table} --no-slot`"
+            )
+        if missing:
+            raise ConfigError(
+                f"table {self._outbox.table} has no column(s) {', '.join(missing)}: run "
+                "`cdc-relay init --no-slot` (it adds the bookkeeping columns), or map the "
+                "event columns with --columns"
+            )
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for a notification; True if any came (all are consumed)."""
+        conn = self._conn
+        if conn is None or not self._listen:
+            return False
+        try:
+            woke = any(True for _ in conn.notifies(timeout=timeout, stop_after=1))
+            if woke:
+                for _ in conn.notifies(timeout=0):
+                    pass
+        except psycopg.Error as exc:
+            self.close()
+            raise translate_error(exc, f"waiting for notifications on {self._outbox.notify_channel}") from exc
+        return woke
+
+    def counts(self) -> tuple[int, int]:
+        """(pending rows, dead letters) now."""
+        if self._conn is None:
+            self.open()
+        assert self._conn is not None
+        try:
+            return count_pending(self._conn, self._outbox)
+        except RelayError:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+        self._conn = None
+
+
+_BOOKKEEPING = ("attempts", "processed_at", "retry_after", "last_error", "dead_lettered_at")
+
+
+def _missing_columns(conn: psycopg.Connection[TupleRow], outbox: OutboxConfig) -> list[str] | None:
+    """Columns polling needs that the table lacks; None if there is no such table."""
+    table = validated_table(outbox.table)
+    columns = validated_columns(outbox.columns)
+    found = conn.execute(
+        "SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')",
+        (table.schema, table.name),
+    ).fetchone()
+    if found is None:
+        return None
+    present = {row[0] for row in conn.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped",
+        (found[0],),
+    )}
+    wanted = [getattr(columns, role) for role in columns.__dataclass_fields__] + list(_BOOKKEEPING)
+    return [name for name in wanted if name not in present]
