@@ -1,0 +1,340 @@
+"""Decode wal2json format-version 2 messages into Changes.
+
+Owns: the wal2json option list the replication source passes (``plugin_options``),
+turning one v2 message (one JSON object per B / I / C / ...) into a ``Begin``, an
+``OutboxEvent`` or a ``Commit``, and the text-to-value conversions both decoders share
+(``text_value``, ``TimestampParser``), so that wal2json and pgoutput yield identical
+events for the same row.
+
+Must not: do I/O, import a driver, or skip anything it cannot read. Every malformed
+message raises ``DecodeError`` naming the LSN: the relay then stops without confirming
+past it (SPEC §5). Messages that are well formed but not outbox inserts (other tables,
+U, D, T, M) decode to None.
+
+Row positions: an ``I`` message's ``lsn`` is the start of the row's WAL record, and the
+XLogData ``wal_start`` of the same message is that same value (wal2json and the
+walsender both print ``change->lsn``; pgoutput reports it too). ``OutboxEvent.lsn`` is
+therefore taken from ``wal_start`` and the field is not parsed again (the fixture tests
+check they agree). A ``C`` message's ``nextlsn`` is the commit record's end (= its
+``wal_start``): the position to confirm. Its ``lsn`` is the commit record's start and is
+never confirmed. A ``B`` message's ``wal_start`` is the transaction's first record.
+
+Column values: wal2json writes every value with the column type's output function, as a
+JSON string, except numbers (bare), booleans and NULL. ``jsonb`` therefore arrives as a
+string in jsonb's normal form (the same text pgoutput sends); the payload is that string
+re-encoded as UTF-8. Integer ids (``bigint``) arrive as JSON numbers and are turned back
+into their decimal text. The database encoding must be UTF8.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+
+from cdc_relay.config import TableRef
+from cdc_relay.errors import DecodeError
+from cdc_relay.model import Begin, Change, Commit, Lsn, OutboxColumns, OutboxEvent
+
+__all__ = [
+    "MESSAGE_PREFIX",
+    "TimestampParser",
+    "Wal2JsonDecoder",
+    "plugin_options",
+    "text_value",
+]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_MS = timedelta(milliseconds=1)
+# wal2json's v2 actions. Only I (on the outbox table), B and C become Changes.
+_IGNORED_ACTIONS = frozenset(("U", "D", "T", "M"))
+# Characters wal2json's add-tables parser treats specially (list and schema separators,
+# the escape itself, the "*" wildcard, and whitespace, which ends a name).
+_ADD_TABLES_SPECIAL = frozenset(",.\\* \t\n\r\f\v")
+# The prefix wal2json lets through for logical decoding messages (see plugin_options).
+MESSAGE_PREFIX = "cdc_relay"
+
+
+def _escape_add_tables(name: str) -> str:
+    return "".join("\\" + ch if ch in _ADD_TABLES_SPECIAL else ch for ch in name)
+
+
+def plugin_options(table: TableRef) -> list[tuple[str, str]]:
+    """The wal2json options to pass to ``START_REPLICATION`` for the outbox ``table``.
+
+    Chosen so the walsender, which is the throughput bound (~100k rows/s for wal2json),
+    does as little work per row as possible, and so nothing the relay needs is left to a
+    default that a wal2json upgrade could change:
+
+    * ``format-version 2``: one message per row (bounded memory; v1 builds one string per
+      transaction, up to the server's 1 GB limit).
+    * ``include-transaction 1``: the B/C pairs carry the commit positions to confirm;
+      a transaction without outbox rows still yields an empty pair, which lets an idle
+      slot advance.
+    * ``include-xids 1``, ``include-lsn 1``: xids, and ``nextlsn`` on C (the commit end
+      to confirm; without it the C message's stream position is used, which is equal);
+      the row and commit ``lsn`` fields help when reading a dump.
+    * ``include-schemas 1``: the decoder checks schema and table of every row.
+    * ``include-types 0``: drops a catalog lookup and a ``format_type`` call per column
+      per row on the server, and ~20 bytes per column on the wire; the decoder only
+      needs names and values. (The payload column must be json, jsonb or text.)
+    * ``include-timestamp 0``, ``include-type-oids 0``: not needed (these are the
+      defaults; stated so they stay off).
+    * ``actions insert``: UPDATE, DELETE and TRUNCATE of outbox rows are ignored by
+      contract (SPEC §5), so wal2json does not even format them. Safe: B/C still come
+      for every transaction.
+    * ``add-tables <schema.table>``: only the outbox table's rows are formatted; other
+      tables' rows cost the walsender a name comparison, not a JSON document.
+    * ``add-msg-prefixes cdc_relay``: logical decoding messages
+      (``pg_logical_emit_message``) from other tools are dropped by wal2json;
+      ``filter-msg-prefixes`` cannot express "all", and only this prefix - reserved for
+      the relay - passes. The decoder ignores M messages anyway.
+    """
+    return [
+        ("format-version", "2"),
+        ("include-transaction", "1"),
+        ("include-xids", "1"),
+        ("include-lsn", "1"),
+        ("include-schemas", "1"),
+        ("include-types", "0"),
+        ("include-timestamp", "0"),
+        ("include-type-oids", "0"),
+        ("actions", "insert"),
+        ("add-tables", f"{_escape_add_tables(table.schema)}.{_escape_add_tables(table.name)}"),
+        ("add-msg-prefixes", MESSAGE_PREFIX),
+    ]
+
+
+def text_value(value: object) -> str | None:
+    """A column value as PostgreSQL's text output, or None when it is not text-like.
+
+    ``str`` is returned as is; an ``int`` (a bigint id arriving as a JSON number) becomes
+    its decimal text, which is what PostgreSQL prints. Anything else (bool, float, NULL,
+    an object) returns None, for the caller to report.
+    """
+    if type(value) is str:
+        return value
+    if type(value) is int:
+        return str(value)
+    return None
+
+
+class TimestampParser:
+    """``timestamptz`` text (ISO DateStyle) -> epoch milliseconds, floor-rounded.
+
+    Accepts any ISO offset PostgreSQL prints (``+00``, ``+05:30``, ``+05:53:28``), 0-6
+    fractional digits, and a value without offset (a ``timestamp`` column), which is
+    taken as UTC. ``infinity`` / ``-infinity`` give None (the message then gets the
+    broker's time). Remembers the last text: all rows of one transaction usually share
+    ``now()``, so most calls are one string comparison.
+    """
+
+    __slots__ = ("_last_ms", "_last_text")
+
+    def __init__(self) -> None:
+        self._last_text: str | None = None
+        self._last_ms: int | None = None
+
+    def parse(self, text: str) -> int | None:
+        """Return epoch ms; raise ValueError (with a hint) for anything unparseable."""
+        if text == self._last_text:
+            return self._last_ms
+        if text in ("infinity", "-infinity"):
+            ms = None
+        else:
+            try:
+                moment = datetime.fromisoformat(text)
+            except ValueError:
+                raise ValueError(
+                    f"unparseable timestamp {text!r} (the replication session must use "
+                    "DateStyle=ISO; BC dates and years past 9999 are not supported)"
+                ) from None
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=UTC)
+            ms = (moment - _EPOCH) // _ONE_MS
+        self._last_text = text
+        self._last_ms = ms
+        return ms
+
+
+def _lsn(text: object) -> Lsn:
+    if type(text) is not str:
+        raise ValueError(f"not an LSN: {text!r}")
+    return Lsn.parse(text)
+
+
+class Wal2JsonDecoder:
+    """Decodes wal2json v2 messages for one outbox table (see the module docstring)."""
+
+    __slots__ = ("_created_at", "_names", "_plan", "_schema", "_table", "_timestamps")
+
+    def __init__(self, table: TableRef, columns: OutboxColumns) -> None:
+        self._schema = table.schema
+        self._table = table.name
+        # An empty created_at name means "the table has no creation time column".
+        self._created_at = columns.created_at or None
+        # The six looked-up columns, in OutboxEvent field order. Without a created_at
+        # column the sixth slot repeats the id column and its value is not used.
+        self._names = (
+            columns.id,
+            columns.aggregate_type,
+            columns.aggregate_id,
+            columns.event_type,
+            columns.payload,
+            columns.created_at or columns.id,
+        )
+        # Positions of those columns in the last row seen. wal2json lists the columns in
+        # table order, which changes only with DDL: checking six names at known positions
+        # is cheaper than indexing every column of every row by name.
+        self._plan = (0, 1, 2, 3, 4, 5)
+        self._timestamps = TimestampParser()
+
+    def decode(self, payload: bytes | memoryview, wal_start: Lsn) -> Change | None:
+        """Decode one message; None for messages that are not outbox Changes."""
+        try:
+            msg = orjson.loads(payload)
+        except orjson.JSONDecodeError as exc:
+            raise _error(wal_start, f"not JSON ({exc})") from exc
+        if type(msg) is not dict:
+            raise _error(wal_start, f"expected a JSON object, got {type(msg).__name__}")
+        action = msg.get("action")
+        if action == "I":
+            schema = msg.get("schema")
+            table = msg.get("table")
+            if type(schema) is not str or type(table) is not str:
+                raise _error(wal_start, "insert without 'schema' and 'table' (include-schemas=1?)")
+            if table != self._table or schema != self._schema:
+                return None
+            return self._insert(msg.get("columns"), wal_start)
+        if action == "B":
+            return Begin(_xid(msg, wal_start))
+        if action == "C":
+            nextlsn = msg.get("nextlsn")
+            if nextlsn is None:
+                end_lsn = wal_start
+            else:
+                try:
+                    end_lsn = _lsn(nextlsn)
+                except ValueError as exc:
+                    raise _error(wal_start, f"bad 'nextlsn' in commit: {exc}") from exc
+            return Commit(end_lsn, _xid(msg, wal_start))
+        if action in _IGNORED_ACTIONS:
+            return None
+        if action is None:
+            raise _error(wal_start, "message without 'action'")
+        raise _error(wal_start, f"unknown action {action!r}")
+
+    def _insert(self, columns: Any, wal_start: Lsn) -> OutboxEvent:
+        # The row's LSN is wal_start: wal2json writes the same change->lsn into both the
+        # XLogData header and the "lsn" field, so the field is not parsed again.
+        values = self._pick(columns)
+        if values is None:
+            values = self._replan(columns, wal_start)
+        id_, aggregate_type, aggregate_id, event_type, payload, created_at = values
+        if not (
+            type(id_) is str
+            and type(aggregate_type) is str
+            and type(aggregate_id) is str
+            and type(event_type) is str
+            and type(payload) is str
+        ):
+            id_, aggregate_type, aggregate_id, event_type, payload = self._texts(values, wal_start)
+        created_at_ms = None
+        if created_at is not None and self._created_at is not None:
+            if type(created_at) is not str:
+                raise _error(wal_start, self._problem(self._created_at, created_at))
+            try:
+                created_at_ms = self._timestamps.parse(created_at)
+            except ValueError as exc:
+                raise _error(wal_start, f"column {self._created_at!r}: {exc}") from exc
+        return OutboxEvent(
+            id_, aggregate_type, aggregate_id, event_type, payload.encode(), created_at_ms,
+            wal_start,
+        )
+
+    def _pick(self, columns: Any) -> tuple[Any, ...] | None:
+        """The six values if the columns sit where they sat last time, else None."""
+        i0, i1, i2, i3, i4, i5 = self._plan
+        n0, n1, n2, n3, n4, n5 = self._names
+        try:
+            c0 = columns[i0]
+            c1 = columns[i1]
+            c2 = columns[i2]
+            c3 = columns[i3]
+            c4 = columns[i4]
+            c5 = columns[i5]
+            if (
+                c0["name"] == n0
+                and c1["name"] == n1
+                and c2["name"] == n2
+                and c3["name"] == n3
+                and c4["name"] == n4
+                and c5["name"] == n5
+            ):
+                return (
+                    c0["value"], c1["value"], c2["value"], c3["value"], c4["value"], c5["value"]
+                )
+        except (IndexError, KeyError, TypeError):
+            pass
+        return None
+
+    def _replan(self, columns: Any, wal_start: Lsn) -> tuple[Any, ...]:
+        """Find the columns by name (first row, or after DDL) and remember where they are."""
+        malformed = "insert without a well-formed 'columns' list of names and values"
+        try:
+            index = {column["name"]: i for i, column in enumerate(columns)}
+        except (KeyError, TypeError) as exc:
+            raise _error(wal_start, malformed) from exc
+        for name in self._names:
+            if name not in index:
+                raise _error(wal_start, self._problem(name, _MISSING))
+        i0, i1, i2, i3, i4, i5 = (index[name] for name in self._names)
+        self._plan = (i0, i1, i2, i3, i4, i5)
+        values = self._pick(columns)
+        if values is None:  # a mapped column without a "value"
+            raise _error(wal_start, malformed)
+        return values
+
+    def _texts(self, values: tuple[Any, ...], wal_start: Lsn) -> tuple[str, str, str, str, str]:
+        """The five required values as text; DecodeError for NULL or non-text values."""
+        texts = []
+        for name, raw in zip(self._names[:5], values, strict=False):
+            text = text_value(raw)
+            if text is None:
+                raise _error(wal_start, self._problem(name, raw))
+            texts.append(text)
+        return texts[0], texts[1], texts[2], texts[3], texts[4]
+
+    def _problem(self, name: str, raw: object) -> str:
+        where = f"column {name!r} of {self._schema}.{self._table}"
+        if raw is _MISSING:
+            return (
+                f"{where} is missing from the row: check the column mapping (--columns) "
+                "against the table"
+            )
+        if raw is None:
+            return (
+                f"{where} is NULL: outbox rows need id, aggregate type and id, event type "
+                "and payload"
+            )
+        return f"{where} has a value of JSON type {type(raw).__name__}; expected text"
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+_MISSING: Any = _Missing()
+
+
+def _xid(msg: dict[str, Any], wal_start: Lsn) -> int | None:
+    xid = msg.get("xid")
+    if xid is None or type(xid) is int:
+        return xid
+    raise _error(wal_start, f"bad 'xid' {xid!r}")
+
+
+def _error(wal_start: Lsn, what: str) -> DecodeError:
+    return DecodeError(f"cannot decode the wal2json message at LSN {wal_start}: {what}")
