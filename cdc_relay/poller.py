@@ -234,7 +234,7 @@ class PollWorker:
                 self.stats.last_tick = self._clock()
                 since = self._waker.generation
                 try:
-                    if not self._broker_ready():
+                    if not self.ensure_broker():
                         self._wait_for_broker(stop)
                         continue
                     claimed = self.poll_once()
@@ -285,7 +285,8 @@ class PollWorker:
         return len(events)
 
     # -- the broker ---------------------------------------------------------------
-    def _broker_ready(self) -> bool:
+    def ensure_broker(self) -> bool:
+        """Build the sink if needed; after any broker trouble, True only once a broker answers."""
         if self._sink is None:
             self._sink = self._sink_factory(self._on_delivery)
             self._broker_suspect = True
