@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-import warnings
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
@@ -83,7 +82,6 @@ def setup_logging(level: str = "info", fmt: str = "text") -> None:
     root.addHandler(handler)
     root.setLevel(level.upper())
     logging.captureWarnings(True)
-    warnings.simplefilter("default")
 
     def thread_hook(args: threading.ExceptHookArgs) -> None:
         if args.exc_type is not SystemExit and args.exc_value is not None:

