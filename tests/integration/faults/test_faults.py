@@ -129,7 +129,7 @@ def test_standby_relay_waits_on_a_busy_slot_and_takes_over(
                      message="the standby reporting a busy slot")
             assert standby.running()
             active.kill()
-            expected = write_workload(db, transactions=10, seed=42)
+            expected = write_workload(db, transactions=10, seed=42, expected=first)
             messages = collect_ids(collector, topic_prefix, expected.ids, timeout=90)
             assert standby.stop() == 0
     assert_contract(messages, expected, topic_prefix)
