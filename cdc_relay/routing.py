@@ -1,0 +1,189 @@
+"""Routing: turn an OutboxEvent into the Message both relay modes publish (SPEC §4).
+
+This module owns the message contract, so WAL mode and polling mode emit identical
+messages: the topic from ``--topic-pattern``, the key (``aggregate_id`` as UTF-8, so one
+aggregate stays on one partition, in order), the value (the payload bytes, untouched),
+the headers ``id`` / ``event_type`` / ``aggregate_type`` and the timestamp
+(``created_at`` in epoch ms). It also builds the dead-letter form of a message.
+
+It is pure and on the hot path: one dict lookup per event finds the formatted, validated
+topic and the encoded header values of its ``(aggregate_type, event_type)`` pair; only
+the key, the id header and the Message itself are built per event.
+
+It must not do I/O or decide what happens to a bad event. An event whose topic is not a
+legal Kafka topic name raises RoutingError; the loops turn that into a dead letter and
+go on, never into a crash (SPEC §4). Configuration that can only ever produce illegal
+topics (a bad dead-letter topic, a pattern with illegal literal characters) is a
+ConfigError at construction instead, so it fails at start-up, not per event.
+"""
+
+from __future__ import annotations
+
+import re
+
+from cdc_relay.config import RouterConfig, TableRef
+from cdc_relay.errors import ConfigError
+from cdc_relay.model import Message, OutboxEvent
+
+MAX_TOPIC_LENGTH = 249  # Kafka's limit (the broker keeps 255 for partition directories)
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
+_ILLEGAL_CHAR = re.compile(r"[^a-zA-Z0-9._-]")
+
+# Distinct (aggregate_type, event_type) pairs are few in practice; the bound only guards
+# against a producer of unbounded event types. When full, the cache starts over.
+_CACHE_LIMIT = 4096
+# Keep dead-letter headers readable when a reason quotes something huge.
+_MAX_REASON_CHARS = 1000
+
+
+class RoutingError(Exception):
+    """The event cannot be routed (e.g. its topic name is illegal): dead-letter it.
+
+    ``reason`` says why, ``topic`` is the offending topic name when one was computed.
+    """
+
+    def __init__(self, reason: str, topic: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.topic = topic
+
+
+def topic_problem(name: str) -> str | None:
+    """Return why ``name`` is not a legal Kafka topic name, or None if it is one.
+
+    Kafka's rules: 1 to 249 characters from ``[a-zA-Z0-9._-]``, and not ``.`` or ``..``.
+    """
+    if not name:
+        return "the topic name is empty"
+    if len(name) > MAX_TOPIC_LENGTH:
+        return (
+            f"topic name {_shorten(name)!r} is {len(name)} characters long "
+            f"(Kafka allows at most {MAX_TOPIC_LENGTH})"
+        )
+    if name in (".", ".."):
+        return f"topic name {name!r} is reserved"
+    if not _LEGAL_TOPIC.fullmatch(name):
+        illegal = "".join(sorted(set(_ILLEGAL_CHAR.findall(name))))
+        return (
+            f"topic name {name!r} contains {illegal!r}: Kafka allows only letters, digits, "
+            "'.', '_' and '-'"
+        )
+    return None
+
+
+def _shorten(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+# One cache entry: topic, problem (None if legal), aggregate_type and event_type as bytes.
+_Route = tuple[str, str | None, bytes, bytes]
+
+
+class Router:
+    """Route outbox events to Kafka messages; build dead letters (see the module docstring).
+
+    ``table`` fills the ``{schema}`` and ``{table}`` placeholders of the pattern
+    (default ``public.outbox_events``). Raises ConfigError if the dead-letter topic is
+    illegal or the pattern can never produce a legal topic.
+    """
+
+    def __init__(self, config: RouterConfig, table: TableRef | None = None) -> None:
+        table = table if table is not None else TableRef()
+        self._config = config
+        self._pattern = config.topic_pattern
+        self._schema = table.schema
+        self._table = table.name
+        self._dead_letter_topic = config.dead_letter_topic
+        self._cache: dict[tuple[str, str], _Route] = {}
+
+        problem = topic_problem(config.dead_letter_topic)
+        if problem is not None:
+            raise ConfigError(f"invalid dead-letter topic: {problem}")
+        # With every placeholder replaced by "x", an illegal result means the pattern's
+        # literal text (or the table name) makes every topic illegal.
+        problem = topic_problem(self._format("x", "x"))
+        if problem is not None:
+            raise ConfigError(
+                f"invalid topic pattern {config.topic_pattern!r}: {problem} "
+                "(e.g. use outbox.event.{aggregate_type})"
+            )
+
+    @property
+    def config(self) -> RouterConfig:
+        """The configuration this router was built from."""
+        return self._config
+
+    def route(self, event: OutboxEvent) -> Message:
+        """Return the message for ``event``; raise RoutingError if it has no legal topic."""
+        pair = (event.aggregate_type, event.event_type)
+        entry = self._cache.get(pair)
+        if entry is None:
+            entry = self._resolve(pair)
+        topic, problem, aggregate_type, event_type = entry
+        if problem is not None:
+            raise RoutingError(problem, topic)
+        try:
+            key = event.aggregate_id.encode()
+            event_id = event.id.encode()
+        except UnicodeEncodeError as exc:  # lone surrogates: not representable in UTF-8
+            raise RoutingError(f"event {event.id!r} is not valid UTF-8: {exc}", topic) from exc
+        return Message(
+            topic,
+            key,
+            event.payload,
+            [("id", event_id), ("event_type", event_type), ("aggregate_type", aggregate_type)],
+            event.created_at_ms,
+        )
+
+    def dead_letter(self, item: Message | OutboxEvent, reason: str) -> Message:
+        """Return the dead-letter message for a message (or an event that could not be routed).
+
+        Key, value and timestamp are unchanged; the headers are the original ones plus
+        ``error`` (the reason) and ``original_topic``. Never raises: undecodable text is
+        replaced rather than failing the dead letter too.
+        """
+        if isinstance(item, OutboxEvent):
+            original_topic: str = self._format(item.aggregate_type, item.event_type)
+            key = _encode(item.aggregate_id)
+            value = item.payload
+            headers = [
+                ("id", _encode(item.id)),
+                ("event_type", _encode(item.event_type)),
+                ("aggregate_type", _encode(item.aggregate_type)),
+            ]
+            timestamp_ms = item.created_at_ms
+        else:
+            original_topic = item.topic
+            key, value, headers = item.key, item.value, list(item.headers)
+            timestamp_ms = item.timestamp_ms
+        if len(reason) > _MAX_REASON_CHARS:
+            reason = reason[:_MAX_REASON_CHARS] + "..."
+        headers.append(("error", _encode(reason)))
+        headers.append(("original_topic", _encode(original_topic)))
+        return Message(self._dead_letter_topic, key, value, headers, timestamp_ms)
+
+    def _format(self, aggregate_type: str, event_type: str) -> str:
+        return self._pattern.format(
+            aggregate_type=aggregate_type,
+            event_type=event_type,
+            schema=self._schema,
+            table=self._table,
+        )
+
+    def _resolve(self, pair: tuple[str, str]) -> _Route:
+        aggregate_type, event_type = pair
+        topic = self._format(aggregate_type, event_type)
+        entry: _Route = (
+            topic,
+            topic_problem(topic),
+            _encode(aggregate_type),
+            _encode(event_type),
+        )
+        if len(self._cache) >= _CACHE_LIMIT:
+            self._cache.clear()
+        self._cache[pair] = entry
+        return entry
+
+
+def _encode(text: str) -> bytes:
+    return text.encode("utf-8", "replace")

@@ -1,0 +1,230 @@
+"""KafkaSink against the real (local) broker: the message contract, errors, generations."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+
+import pytest
+from confluent_kafka import KafkaError
+
+from cdc_relay.config import KafkaConfig
+from cdc_relay.errors import BrokerError
+from cdc_relay.local import Broker
+from cdc_relay.model import Message
+from cdc_relay.sink.base import Delivery, ErrorKind, ProduceRejected
+from cdc_relay.sink.kafka import (
+    KafkaSink,
+    check_brokers,
+    classify,
+    describe_settings,
+    kafka_sink_factory,
+    producer_settings,
+)
+from tests.support import KafkaCollector
+
+
+def serve_until(sink: KafkaSink, done: Callable[[], object], timeout: float = 30.0) -> None:
+    """Poll the sink until ``done()`` is true; a bound against hanging, not a timing check."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the sink did not get there in time")
+        sink.poll(0.05)
+
+
+def test_messages_arrive_with_exact_key_value_headers_and_timestamp(
+        broker: Broker, topic_prefix: str) -> None:
+    got: list[Delivery] = []
+    sink = kafka_sink_factory(KafkaConfig(broker.bootstrap))(got.append)
+    sent = {
+        10: Message(f"{topic_prefix}.orders", "aggregate-ä-🚀".encode(), b'{"n": 1}',
+                    [("id", b"e-1"), ("event_type", b"Created"), ("aggregate_type", b"Order")],
+                    1_700_000_000_123),
+        11: Message(f"{topic_prefix}.orders", b"o-2", b'{"n": 2}', [("id", b"e-2")],
+                    1_700_000_000_456),
+        12: Message(f"{topic_prefix}.users", b"u-1", b"", [], 1_700_000_000_789),
+    }
+    try:
+        sink.warm_up(10.0)
+        for token, message in sent.items():
+            sink.produce(message, token)
+        serve_until(sink, lambda: len(got) == len(sent))
+    finally:
+        sink.close(5.0)
+
+    assert sorted(got, key=lambda d: d.token) == [Delivery(10), Delivery(11), Delivery(12)]
+    with KafkaCollector(broker.bootstrap, topic_prefix) as collector:
+        received = {m.key: m for m in collector.collect(count=len(sent))}
+    for message in sent.values():
+        arrived = received[message.key]
+        assert arrived.topic == message.topic
+        assert arrived.value == message.value
+        assert arrived.headers == dict(message.headers)
+        assert arrived.timestamp == message.timestamp_ms
+
+
+def test_message_without_timestamp_gets_the_produce_time(broker: Broker,
+                                                         topic_prefix: str) -> None:
+    got: list[Delivery] = []
+    sink = kafka_sink_factory(KafkaConfig(broker.bootstrap))(got.append)
+    before_ms = int(time.time() * 1000)
+    try:
+        sink.produce(Message(f"{topic_prefix}.t", b"k", b"v"), 1)
+        assert sink.flush(30.0) == 0
+    finally:
+        sink.close(5.0)
+    with KafkaCollector(broker.bootstrap, topic_prefix) as collector:
+        [arrived] = collector.collect(count=1)
+    assert arrived.timestamp >= before_ms
+    assert got == [Delivery(1)]
+
+
+def test_oversized_message_is_permanent(broker: Broker, topic_prefix: str) -> None:
+    got: list[Delivery] = []
+    sink = kafka_sink_factory(KafkaConfig(broker.bootstrap))(got.append)
+    huge = Message(f"{topic_prefix}.big", b"k", b"x" * 2_000_000)  # > message.max.bytes (1 MB)
+    try:
+        try:
+            sink.produce(huge, 1)
+        except ProduceRejected as exc:
+            error = exc.error
+        else:
+            serve_until(sink, lambda: got)
+            [delivery] = got
+            assert delivery.error is not None
+            error = delivery.error
+        assert error.kind is ErrorKind.PERMANENT
+        assert "TOO_LARGE" in error.reason
+        assert sink.fatal_error is None
+        sink.produce(Message(f"{topic_prefix}.big", b"k", b"small"), 2)  # the sink still works
+        serve_until(sink, lambda: Delivery(2) in got)
+    finally:
+        sink.close(5.0)
+
+
+def test_illegal_topic_fails_permanently_at_delivery(broker: Broker) -> None:
+    got: list[Delivery] = []
+    sink = kafka_sink_factory(KafkaConfig(broker.bootstrap))(got.append)
+    try:
+        sink.produce(Message("not a topic/name", b"k", b"v"), 7)
+        serve_until(sink, lambda: got)
+    finally:
+        sink.close(5.0)
+    [delivery] = got
+    assert delivery.token == 7
+    assert delivery.error is not None and delivery.error.kind is ErrorKind.PERMANENT
+
+
+def test_broker_restart_fails_fatally_and_a_fresh_sink_works(private_broker: Broker,
+                                                             topic_prefix: str) -> None:
+    config = KafkaConfig(private_broker.bootstrap, message_timeout_ms=5000)
+    factory = kafka_sink_factory(config)
+    got: list[Delivery] = []
+    first = factory(got.append)
+    topic = f"{topic_prefix}.r"
+    try:
+        first.produce(Message(topic, b"k", b"before"), 1)
+        serve_until(first, lambda: got)
+        assert got == [Delivery(1)]
+
+        private_broker.restart()  # memory lost: topics and producer ids are gone
+        for token in range(2, 6):
+            first.produce(Message(topic, b"k", b"after"), token)
+        serve_until(first, lambda: len(got) == 5 or first.fatal_error is not None)
+    finally:
+        first.close(0)
+
+    failures = [d.error for d in got[1:]]
+    assert all(e is not None and e.kind is ErrorKind.FATAL for e in failures)
+    assert failures or first.fatal_error is not None
+
+    second_got: list[Delivery] = []
+    second = factory(second_got.append)
+    try:
+        assert isinstance(second, KafkaSink) and second.generation == 2
+        second.produce(Message(topic, b"k", b"again"), 9)
+        serve_until(second, lambda: second_got)
+    finally:
+        second.close(5.0)
+    assert second_got == [Delivery(9)]
+    assert len(got) <= 5  # nothing of the first generation arrived after its close
+
+
+def test_close_drops_undelivered_messages_without_reporting_them(private_broker: Broker,
+                                                                 topic_prefix: str) -> None:
+    got: list[Delivery] = []
+    sink = kafka_sink_factory(KafkaConfig(private_broker.bootstrap))(got.append)
+    try:
+        sink.produce(Message(f"{topic_prefix}.c", b"k", b"v"), 1)
+        serve_until(sink, lambda: got)
+        private_broker.pause()
+        for token in range(2, 12):
+            sink.produce(Message(f"{topic_prefix}.c", b"k", b"v"), token)
+        sink.close(0.5)
+    finally:
+        private_broker.resume()
+    assert got == [Delivery(1)]
+    assert sink.pending() == 0 and sink.poll(0) == 0
+    with pytest.raises(ProduceRejected) as caught:
+        sink.produce(Message(f"{topic_prefix}.c", b"k", b"v"), 99)
+    assert caught.value.error.kind is ErrorKind.FATAL
+
+
+def test_check_brokers_passes_against_a_running_broker(broker: Broker) -> None:
+    check_brokers(KafkaConfig(broker.bootstrap), timeout=10.0)
+
+
+def test_check_brokers_on_a_closed_port_raises_a_one_line_broker_error() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(BrokerError) as caught:
+        check_brokers(KafkaConfig(f"127.0.0.1:{port}"), timeout=1.0)
+    message = str(caught.value)
+    assert f"127.0.0.1:{port}" in message and "--brokers" in message
+    assert "\n" not in message
+
+
+def test_warm_up_raises_a_broker_error_when_no_broker_answers() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    sink = kafka_sink_factory(KafkaConfig(f"127.0.0.1:{port}"))(lambda d: None)
+    try:
+        with pytest.raises(BrokerError, match=f"127.0.0.1:{port}"):
+            sink.warm_up(0.5)
+    finally:
+        sink.close(0)
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        (KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), ErrorKind.PERMANENT),
+        (KafkaError(KafkaError.TOPIC_EXCEPTION), ErrorKind.PERMANENT),
+        (KafkaError(KafkaError._UNKNOWN_TOPIC), ErrorKind.PERMANENT),
+        (KafkaError(KafkaError.INVALID_RECORD), ErrorKind.PERMANENT),
+        (KafkaError(KafkaError.UNKNOWN_PRODUCER_ID), ErrorKind.FATAL),
+        (KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER), ErrorKind.FATAL),
+        (KafkaError(KafkaError._MSG_TIMED_OUT, retriable=True), ErrorKind.FATAL),
+        (KafkaError(KafkaError._PURGE_INFLIGHT), ErrorKind.FATAL),
+        (KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, fatal=True), ErrorKind.FATAL),
+        (KafkaError(KafkaError.NOT_ENOUGH_REPLICAS, retriable=True), ErrorKind.RETRIABLE),
+        (KafkaError(KafkaError.UNKNOWN), ErrorKind.FATAL),
+    ],
+)
+def test_errors_are_classified_by_the_documented_table(error: KafkaError,
+                                                       kind: ErrorKind) -> None:
+    assert classify(error).kind is kind
+    assert classify(error).reason.startswith(error.name())
+
+
+def test_user_settings_override_the_defaults_and_secrets_are_masked_in_logs() -> None:
+    settings = producer_settings(KafkaConfig("b:9092", {"linger.ms": "0",
+                                                        "sasl.password": "hunter2"}, 5000))
+    assert settings["acks"] == "all" and settings["enable.idempotence"] == "true"
+    assert settings["linger.ms"] == "0" and settings["message.timeout.ms"] == "5000"
+    described = describe_settings(settings)
+    assert "hunter2" not in described and "sasl.password=***" in described
