@@ -93,12 +93,12 @@ def run_wal(settings: WalSettings) -> int:
     """``cdc-relay run``: ensure the slot, stream until a signal, exit 0 after a clean stop."""
     from cdc_relay.schema import ensure_replication
 
+    stop = threading.Event()
+    install_signal_handlers(stop)  # first: a SIGTERM during start-up is a clean stop too
     repl = settings.replication
     ensure_replication(repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
                        publication=repl.publication)
     relay = build_wal_relay(settings)
-    stop = threading.Event()
-    install_signal_handlers(stop)
     log.info("WAL mode: slot %s, plugin %s, table %s", repl.slot, repl.plugin, settings.outbox.table,
              extra={"slot": repl.slot, "plugin": repl.plugin})
     relay.run(stop)

@@ -110,9 +110,12 @@ class Commit:
 Change = Begin | OutboxEvent | Commit
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Message:
-    """A broker-neutral message: what the router makes of an OutboxEvent."""
+    """A broker-neutral message: what the router makes of an OutboxEvent.
+
+    Treat it as immutable (not ``frozen`` for the same per-event cost as OutboxEvent).
+    """
 
     topic: str
     key: bytes

@@ -29,7 +29,7 @@ from typing import Protocol
 
 from cdc_relay.acks import AckTracker
 from cdc_relay.config import FlowConfig
-from cdc_relay.errors import RelayError, SlotBusy
+from cdc_relay.errors import ConfigError, RelayError, SlotBusy
 from cdc_relay.logs import event_fields
 from cdc_relay.model import Begin, Change, Commit, Lsn, Message, OutboxEvent
 from cdc_relay.routing import Router, RoutingError
@@ -168,15 +168,15 @@ class WalRelay:
         """A fresh producer, warmed up; failing to build one is retried like a producer failure."""
         try:
             sink = self._sink_factory(self._on_delivery)
+        except ConfigError:
+            raise  # a bad --producer-config: retrying cannot fix it
         except RelayError as exc:
             raise ProducerFailed(f"cannot create the producer: {exc}") from exc
-        warm_up = getattr(sink, "warm_up", None)
-        if callable(warm_up):
-            try:
-                warm_up(self._timings.sink_warmup)
-            except RelayError as exc:
-                sink.close(0)
-                raise ProducerFailed(f"broker not reachable: {exc}") from exc
+        try:
+            sink.warm_up(self._timings.sink_warmup)
+        except RelayError as exc:
+            sink.close(0)
+            raise ProducerFailed(f"broker not reachable: {exc}") from exc
         self.stats.producer_ok = True
         return sink
 
@@ -185,7 +185,7 @@ class WalRelay:
         if sink is None:
             return None
         sink.flush(5.0)
-        if sink.pending() == 0 and not getattr(sink, "fatal_error", None):
+        if sink.pending() == 0 and sink.fatal_error is None:
             return sink
         sink.close(0)
         return None
@@ -281,7 +281,7 @@ class _Session:
     def _check(self) -> None:
         if self.failure is not None:
             raise ProducerFailed(self.failure)
-        fatal = getattr(self.sink, "fatal_error", None)
+        fatal = self.sink.fatal_error
         if fatal is not None:
             raise ProducerFailed(f"producer failed: {fatal.reason}")
 

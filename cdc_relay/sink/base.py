@@ -37,9 +37,12 @@ class DeliveryError:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Delivery:
-    """The outcome for one produced message: ``error`` is None when the broker acked it."""
+    """The outcome for one produced message: ``error`` is None when the broker acked it.
+
+    Not ``frozen``: one is built per message, and frozen construction costs more.
+    """
 
     token: int
     error: DeliveryError | None = None
@@ -76,7 +79,14 @@ class Sink(Protocol):
         """Messages queued or in flight."""
 
     def close(self, timeout: float) -> None:
-        """Flush for up to ``timeout`` s, then drop whatever is left (reported as FATAL)."""
+        """Flush for up to ``timeout`` s, then drop whatever is left (never reported)."""
+
+    @property
+    def fatal_error(self) -> DeliveryError | None:
+        """Set when the producer as a whole is unusable (even with nothing in flight)."""
+
+    def warm_up(self, timeout: float) -> None:
+        """Get ready to deliver (connections, producer id); raise BrokerError if unreachable."""
 
 
 class SinkFactory(Protocol):

@@ -11,7 +11,7 @@ import orjson
 import psycopg
 
 from cdc_relay.outbox import emit
-from tests.support import CliProcess, KafkaCollector, Msg, run_cli
+from tests.support import CliProcess, KafkaCollector, Msg, run_cli, wait_for
 
 AGGREGATE_TYPES = ("order", "customer", "invoice")
 
@@ -36,12 +36,23 @@ def init_db(dsn: str, slot: str = "cdc_relay", plugin: str = "wal2json") -> None
 
 
 def start_relay(dsn: str, bootstrap: str, prefix: str, *, slot: str = "cdc_relay",
-                plugin: str = "wal2json", extra: tuple[str, ...] = ()) -> CliProcess:
-    return CliProcess([
+                plugin: str = "wal2json", extra: tuple[str, ...] = (),
+                wait: bool = True) -> CliProcess:
+    """Start ``cdc-relay run``; with ``wait``, return once it is streaming."""
+    relay = CliProcess([
         "run", "--dsn", dsn, "--brokers", bootstrap, "--slot", slot, "--plugin", plugin,
         "--topic-pattern", prefix + ".{aggregate_type}", "--dead-letter-topic", prefix + ".dlq",
         "--status-interval", "200ms", "--message-timeout", "10s", *extra,
     ])
+    if wait:
+        try:
+            wait_for(lambda: "streaming from slot" in relay.stderr or not relay.running(),
+                     timeout=60, message="the relay streaming")
+        except BaseException:
+            relay.kill()
+            raise
+        assert relay.running(), relay.stderr
+    return relay
 
 
 def lsn_int(text: str) -> int:
