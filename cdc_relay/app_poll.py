@@ -3,8 +3,8 @@
 Builds the real parts from frozen configs - one PollingSource and one Kafka sink per
 worker, one OutboxMonitor per process, the router - checks the outbox before starting,
 installs the signal handlers and runs the threads. The admin commands are thin wrappers
-over source/polling.py plus their output formatting. Must not contain loop logic (that
-is poller.py) or SQL (source/polling.py).
+over source/polling_admin.py plus their output formatting. Must not contain loop logic (that
+is poller.py) or SQL (source/).
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ from cdc_relay.poller import (
 )
 from cdc_relay.routing import Router
 from cdc_relay.sink.kafka import kafka_sink_factory
-from cdc_relay.source import polling
-from cdc_relay.source.polling import BackoffPolicy, DeadLetter, OutboxMonitor, PollingSource
+from cdc_relay.source import polling_admin
+from cdc_relay.source.polling import BackoffPolicy, PollingSource
+from cdc_relay.source.polling_admin import DeadLetter, OutboxMonitor
 
 log = logging.getLogger("cdc_relay")
 
@@ -116,7 +117,7 @@ def run_poll(settings: PollSettings, stats: PollStats | None = None,
 
 def list_dead_letters(dsn: str, outbox: OutboxConfig, limit: int) -> list[DeadLetter]:
     """The dead letters of the outbox, oldest first."""
-    return polling.list_dead_letters(dsn, outbox, limit)
+    return polling_admin.list_dead_letters(dsn, outbox, limit)
 
 
 def _iso(moment: datetime | None) -> str | None:
@@ -189,7 +190,7 @@ class RetryReport:
 
 def retry_dead_letters(dsn: str, outbox: OutboxConfig, ids: Sequence[str] | None) -> RetryReport:
     """Requeue the given dead letters (all with ``ids=None``) and wake the pollers."""
-    requeued = polling.retry_dead_letters(dsn, outbox, ids)
+    requeued = polling_admin.retry_dead_letters(dsn, outbox, ids)
     wanted = [i.lower() for i in ids or ()]
     done = set(requeued)
     return RetryReport(requeued, [i for i in wanted if i not in done])
@@ -197,4 +198,4 @@ def retry_dead_letters(dsn: str, outbox: OutboxConfig, ids: Sequence[str] | None
 
 def cleanup(dsn: str, outbox: OutboxConfig, older_than: float, batch: int) -> int:
     """Delete processed rows older than ``older_than`` seconds; return how many."""
-    return polling.cleanup(dsn, outbox, older_than, batch)
+    return polling_admin.cleanup(dsn, outbox, older_than, batch)
