@@ -33,6 +33,7 @@ while holding a claimed batch except to wait for delivery reports.
 
 from __future__ import annotations
 
+import bisect
 import enum
 import logging
 import random
@@ -122,6 +123,10 @@ def settle(events: Sequence[OutboxEvent], results: Sequence[Result], *, strict: 
     return Settlement(processed, failures, released, broker_down, discard)
 
 
+# Upper bounds (seconds) of the batch duration histogram (metrics.py exports it).
+BATCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
 class BatchSource(Protocol):
     """What a worker needs from its database connection (source/polling.py)."""
 
@@ -149,6 +154,9 @@ class PollStats:
     pending: int = 0  # rows waiting to be published (refreshed by the monitor)
     batches: int = 0
     last_batch_duration: float = 0.0
+    # Batches per BATCH_BUCKETS bucket (last: slower than every bound) and their total time.
+    batch_duration_counts: list[int] = field(default_factory=lambda: [0] * (len(BATCH_BUCKETS) + 1))
+    batch_duration_sum: float = 0.0
     last_tick: float = 0.0  # monotonic time of the last loop turn of any worker
     connected: bool = False  # every worker has a database connection
     broker_ok: bool = True  # False while workers wait for the broker
@@ -163,6 +171,8 @@ class PollStats:
             self.dead_lettered += len(completion.dead_lettered)
             self.batches += 1
             self.last_batch_duration = duration
+            self.batch_duration_counts[bisect.bisect_left(BATCH_BUCKETS, duration)] += 1
+            self.batch_duration_sum += duration
 
 
 class Waker:
