@@ -27,6 +27,8 @@ from cdc_relay.decoding.pgoutput import plugin_options as pgoutput_options
 from cdc_relay.decoding.wal2json import Wal2JsonDecoder
 from cdc_relay.decoding.wal2json import plugin_options as wal2json_options
 from cdc_relay.errors import ExitCode
+from cdc_relay.metrics import serve_wal
+from cdc_relay.model import Lsn
 from cdc_relay.relay import Decoder, LoopTimings, ReplicationSource, WalRelay
 from cdc_relay.routing import Router
 from cdc_relay.sink.kafka import kafka_sink_factory
@@ -100,6 +102,13 @@ def run_wal(settings: WalSettings) -> int:
                        publication=repl.publication)
     relay = build_wal_relay(settings)
     log.info("WAL mode: slot %s, plugin %s, table %s", repl.slot, repl.plugin, settings.outbox.table,
-             extra={"slot": repl.slot, "plugin": repl.plugin})
-    relay.run(stop)
+             extra={"slot": repl.slot, "plugin": repl.plugin, "table": str(settings.outbox.table)})
+    with serve_wal(settings.metrics, relay.stats, dsn=repl.dsn, slot=repl.slot):
+        relay.run(stop)
+    stats = relay.stats
+    log.info("stopped: %d events published, %d dead-lettered", stats.published,
+             stats.dead_lettered, extra={
+                 "slot": repl.slot, "confirmed_lsn": str(Lsn(stats.confirmed_lsn)),
+                 "published": stats.published, "dead_lettered": stats.dead_lettered,
+                 "restarts": stats.restarts})
     return ExitCode.OK

@@ -20,6 +20,7 @@ import orjson
 from cdc_relay.app import install_signal_handlers
 from cdc_relay.config import KafkaConfig, MetricsConfig, OutboxConfig, PollConfig, RouterConfig
 from cdc_relay.errors import ExitCode
+from cdc_relay.metrics import serve_poll
 from cdc_relay.poller import (
     PollerSettings,
     PollStats,
@@ -108,8 +109,10 @@ def run_poll(settings: PollSettings, stats: PollStats | None = None,
 
     targets: list[tuple[str, Callable[[threading.Event], None]]] = [("poll-monitor", watch)]
     targets += [(f"poller-{n}", worker.run) for n, worker in enumerate(workers)]
-    run_threads(targets, stop, waker)
-    log.info("stopped; %d events published, %d dead-lettered", stats.published, stats.dead_lettered)
+    with serve_poll(settings.metrics, stats, interval=poll.interval):
+        run_threads(targets, stop, waker)
+    log.info("stopped; %d events published, %d dead-lettered", stats.published, stats.dead_lettered,
+             extra={"published": stats.published, "dead_lettered": stats.dead_lettered})
     return ExitCode.OK
 
 

@@ -19,12 +19,14 @@ from cdc_relay.cli_support import (
     kafka_options,
     load_config_file,
     main_entry,
+    observability_options,
     option,
     table_option,
 )
 from cdc_relay.config import (
     FlowConfig,
     KafkaConfig,
+    MetricsConfig,
     OutboxConfig,
     PollConfig,
     ReplicationConfig,
@@ -100,16 +102,15 @@ def init(dsn: str, table: TableRef, columns: str | None, slot: str, plugin: str,
         help="How often the confirmed LSN is reported to PostgreSQL.")
 @option("--max-inflight", type=click.IntRange(1), default=50_000, show_default=True,
         help="Stop reading WAL while this many events await broker acks.")
-@option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
-        show_default=True)
-@option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@observability_options
 def run(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, message_timeout: float,
         producer_config: tuple[str, ...], table: TableRef, columns: str | None, slot: str,
         plugin: str, publication: str, status_interval: float, max_inflight: int,
-        log_level: str, log_format: str) -> int:
+        metrics_port: int | None, metrics_host: str, log_level: str, log_format: str) -> int:
     """WAL mode: stream outbox inserts from a logical replication slot to Kafka."""
     from cdc_relay.app import WalSettings, run_wal
 
+    setup_logging(log_level, log_format)  # first: a config error is then a log line too
     settings = WalSettings(
         replication=ReplicationConfig(dsn=dsn, slot=slot, plugin=plugin, publication=publication,
                                       status_interval=status_interval),
@@ -118,8 +119,8 @@ def run(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, mess
         kafka=KafkaConfig(brokers=brokers, producer_config=parse_producer_config(producer_config),
                           message_timeout_ms=int(message_timeout * 1000)),
         flow=FlowConfig(max_inflight_events=max_inflight),
+        metrics=MetricsConfig(port=metrics_port, host=metrics_host),
     )
-    setup_logging(log_level, log_format)
     return run_wal(settings)
 
 
@@ -147,16 +148,16 @@ def run(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, mess
 @option("--strict-order", is_flag=True, default=False,
         help="Never publish an aggregate's event before its earlier ones (slower; "
              "use it on every poller of the table).")
-@option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
-        show_default=True)
-@option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@observability_options
 def poll(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, message_timeout: float,
          producer_config: tuple[str, ...], table: TableRef, columns: str | None, batch_size: int,
          interval: float, max_attempts: int, backoff_base: float, backoff_max: float, workers: int,
-         no_notify: bool, strict_order: bool, log_level: str, log_format: str) -> int:
+         no_notify: bool, strict_order: bool, metrics_port: int | None, metrics_host: str,
+         log_level: str, log_format: str) -> int:
     """Polling mode: claim outbox rows (SKIP LOCKED), publish them, mark them processed."""
     from cdc_relay.app_poll import PollSettings, run_poll
 
+    setup_logging(log_level, log_format)  # first: a config error is then a log line too
     settings = PollSettings(
         poll=PollConfig(dsn=dsn, batch_size=batch_size, interval=interval,
                         max_attempts=max_attempts, backoff_base=backoff_base,
@@ -166,8 +167,8 @@ def poll(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, mes
         router=RouterConfig(topic_pattern=topic_pattern, dead_letter_topic=dead_letter_topic),
         kafka=KafkaConfig(brokers=brokers, producer_config=parse_producer_config(producer_config),
                           message_timeout_ms=int(message_timeout * 1000)),
+        metrics=MetricsConfig(port=metrics_port, host=metrics_host),
     )
-    setup_logging(log_level, log_format)
     return run_poll(settings)
 
 
@@ -231,3 +232,12 @@ def cleanup(dsn: str, table: TableRef, columns: str | None, older_than: float, b
 def main() -> None:
     """Console-script entry point (``cdc-relay``)."""
     main_entry(cli)
+
+
+# ---------------------------------------------------------------- operations (issue 5)
+
+from cdc_relay.cli_ops import doctor, slot, status  # noqa: E402 - registered after the group
+
+cli.add_command(status)
+cli.add_command(doctor)
+cli.add_command(slot)

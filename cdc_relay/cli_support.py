@@ -8,6 +8,7 @@ exit code. It must not contain command logic; commands live in cli.py and call a
 
 from __future__ import annotations
 
+import logging
 import sys
 import tomllib
 from collections.abc import Callable, Iterator
@@ -18,6 +19,7 @@ import click
 
 from cdc_relay.config import TableRef, parse_duration, validate_identifier
 from cdc_relay.errors import ConfigError, ExitCode, RelayError, mask_secrets
+from cdc_relay.logs import JsonFormatter
 
 F = TypeVar("F", bound=Callable[..., Any])
 ENV_PREFIX = "CDC_RELAY_"
@@ -201,7 +203,12 @@ def load_config_file(path: str, group: click.Group) -> dict[str, Any]:
 # -- error exit ------------------------------------------------------------------------
 
 def _fail(message: str, code: int) -> int:
-    click.echo(f"cdc-relay: error: {mask_secrets(message)}", err=True)
+    message = mask_secrets(message)
+    if any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers):
+        # --log-format json: stderr carries JSON lines only, the final error included.
+        logging.getLogger("cdc_relay").error(message, extra={"exit_code": int(code)})
+    else:
+        click.echo(f"cdc-relay: error: {message}", err=True)
     return code
 
 

@@ -1,0 +1,393 @@
+"""Prometheus metrics, ``/healthz`` and ``/readyz`` (SPEC §8), served from a daemon thread.
+
+The relay loops never touch a Prometheus object: they bump plain counters (``RelayStats``
+in relay.py, ``PollStats`` in poller.py) and the collectors here turn those into metric
+families at scrape time. What the loops cannot know - how far the slot lags behind the
+server's WAL - comes from ``SlotLagProbe``: a timer thread with its own ordinary
+connection that reads ``pg_replication_slots`` / ``pg_current_wal_lsn()`` /
+``pg_stat_replication`` every few seconds (ops.SlotReader). It never runs on the hot path
+and survives database outages: while it cannot read, the lag gauges are absent and
+``cdc_relay_slot_probe_success`` is 0.
+
+Health: ``/healthz`` answers 503 when the loop is stuck - it is streaming (or polling)
+but has not ticked for a while; while it is connecting, standing by for a busy slot or
+backing off it is alive, so 200. ``/readyz`` answers 200 only while the replication
+stream (or every poller) is connected and the producer is usable.
+
+The HTTP server is ``http.server`` with access logging switched off: a request must not
+put a plain-text line on stderr (FIELD-NOTES 16). Must not: mutate the stats, block the
+loops, or open a connection per scrape.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlsplit
+
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import choose_encoder
+
+from cdc_relay.config import MetricsConfig
+from cdc_relay.errors import ConfigError, RelayError
+from cdc_relay.ops import SlotReader, SlotStatus
+from cdc_relay.poller import BATCH_BUCKETS, PollStats
+from cdc_relay.relay import RelayStats
+
+log = logging.getLogger("cdc_relay.metrics")
+
+LAG_INTERVAL = 5.0  # seconds between two slot lag probes
+WAL_STALE_AFTER = 30.0  # a streaming loop that has not ticked for this long is stuck
+POLL_STALE_AFTER = 90.0  # plus --interval: workers sleep up to the interval, wait for acks
+
+HealthCheck = Callable[[], tuple[bool, str]]
+
+
+# ---------------------------------------------------------------- the slot lag probe
+
+class SlotLagProbe:
+    """Reads the slot's status every ``interval`` seconds on a daemon thread."""
+
+    def __init__(self, reader: SlotReader, *, interval: float = LAG_INTERVAL,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._reader = reader
+        self._interval = interval
+        self._clock = clock
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="slot-lag-probe", daemon=True)
+        self.latest: SlotStatus | None = None  # None: no such slot (or not read yet)
+        self.ok = False  # the last attempt succeeded
+        self.read_at = 0.0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def sample(self) -> None:
+        """One probe: refresh ``latest`` or, on failure, mark the figures unknown."""
+        try:
+            self.latest = self._reader.read()
+        except RelayError as exc:
+            if self.ok or not self.read_at:
+                log.warning("slot lag probe: %s; retrying every %.0fs", exc, self._interval)
+            self.ok = False
+            self.read_at = self._clock()
+            return
+        if not self.ok and self.read_at:
+            log.info("slot lag probe: reading again")
+        self.ok = True
+        self.read_at = self._clock()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self.sample()
+                self._stop.wait(self._interval)
+        finally:
+            self._reader.close()
+
+
+# ---------------------------------------------------------------- collectors
+
+def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, value=value)
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+def _failed(by_type: dict[str, int]) -> CounterMetricFamily:
+    family = CounterMetricFamily(
+        "outbox_events_failed", "Failed deliveries (and routing errors), by event type.",
+        labels=["event_type"])
+    for event_type, count in sorted(by_type.items()):
+        family.add_metric([event_type], count)
+    return family
+
+
+def slot_metrics(probe: SlotLagProbe) -> Iterator[Metric]:
+    """The probe's figures; absent while it cannot read or the slot does not exist."""
+    yield _gauge("cdc_relay_slot_probe_success",
+                 "1 if the last read of pg_replication_slots succeeded.", 1 if probe.ok else 0)
+    status = probe.latest
+    if not probe.ok or status is None:
+        return
+    yield _gauge("cdc_relay_slot_active", "1 while a client streams from the slot.",
+                 1 if status.active else 0)
+    if status.lag_bytes is not None:
+        yield _gauge("cdc_relay_slot_lag_bytes",
+                     "WAL bytes between the server's position and the slot's confirmed LSN.",
+                     status.lag_bytes)
+    if status.retained_bytes is not None:
+        yield _gauge("cdc_relay_wal_retained_bytes",
+                     "WAL the slot keeps on the server (restart LSN to current position).",
+                     status.retained_bytes)
+    if status.safe_wal_size is not None:
+        yield _gauge("cdc_relay_slot_safe_wal_size_bytes",
+                     "WAL that can still be written before the slot is invalidated.",
+                     status.safe_wal_size)
+    if status.lag_seconds is not None:
+        yield _gauge("cdc_relay_replication_lag_seconds",
+                     "pg_stat_replication.flush_lag of the slot's walsender (0 when caught up).",
+                     status.lag_seconds)
+
+
+class WalCollector:
+    """WAL mode's metrics, read from RelayStats (and the lag probe) at scrape time."""
+
+    def __init__(self, stats: RelayStats, probe: SlotLagProbe | None) -> None:
+        self._stats = stats
+        self._probe = probe
+
+    def collect(self) -> Iterable[Metric]:
+        stats = self._stats
+        yield _counter("outbox_events_published", "Events the broker acknowledged.",
+                       stats.published)
+        yield _failed(dict(stats.failed_by_type))  # dict(): a C-level copy, safe vs. the loop
+        yield _counter("outbox_events_dead_lettered",
+                       "Events sent to the dead-letter topic by this process.", stats.dead_lettered)
+        yield _gauge("outbox_dead_letters",
+                     "Dead letters: in WAL mode, events this process sent to the dead-letter "
+                     "topic.", stats.dead_lettered)
+        yield _gauge("cdc_relay_inflight_events", "Events produced and not yet acknowledged.",
+                     stats.inflight)
+        yield _gauge("cdc_relay_confirmed_lsn", "The LSN last confirmed to PostgreSQL.",
+                     stats.confirmed_lsn)
+        yield _gauge("cdc_relay_streaming", "1 while the replication stream is open.",
+                     1 if stats.streaming else 0)
+        yield _counter("cdc_relay_restarts",
+                       "Stream or producer restarts (reconnects, new producers).", stats.restarts)
+        if self._probe is not None:
+            yield from slot_metrics(self._probe)
+
+
+def batch_histogram(counts: list[int], total: float) -> HistogramMetricFamily:
+    """``outbox_batch_duration_seconds`` from per-bucket counts (last = above every bound)."""
+    buckets: list[tuple[str, float]] = []
+    cumulative = 0
+    for bound, count in zip((*map(str, BATCH_BUCKETS), "+Inf"), counts, strict=True):
+        cumulative += count
+        buckets.append((bound, cumulative))
+    return HistogramMetricFamily("outbox_batch_duration_seconds",
+                                 "Claim-to-commit time of polling batches.",
+                                 buckets=buckets, sum_value=total)
+
+
+class PollCollector:
+    """Polling mode's metrics, read from PollStats at scrape time."""
+
+    def __init__(self, stats: PollStats) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterable[Metric]:
+        stats = self._stats
+        with stats.lock:
+            published, failed = stats.published, dict(stats.failed_by_type)
+            dead_lettered, dead, pending = stats.dead_lettered, stats.dead_letters, stats.pending
+            counts, total = list(stats.batch_duration_counts), stats.batch_duration_sum
+        yield _counter("outbox_events_published", "Events the broker acknowledged.", published)
+        yield _failed(failed)
+        yield _counter("outbox_events_dead_lettered",
+                       "Events this process gave up on (now dead letters).", dead_lettered)
+        yield _gauge("outbox_dead_letters", "Rows in the dead-letter state.", dead)
+        yield _gauge("outbox_events_pending", "Rows waiting to be published.", pending)
+        yield batch_histogram(counts, total)
+        yield _gauge("cdc_relay_poller_connected", "1 while every worker has its connection.",
+                     1 if stats.connected else 0)
+        yield _gauge("cdc_relay_broker_ok", "0 while workers wait for the broker.",
+                     1 if stats.broker_ok else 0)
+
+
+def make_registry(*collectors: Any) -> CollectorRegistry:
+    """A private registry: our collectors plus process, platform and GC metrics."""
+    registry = CollectorRegistry(auto_describe=False)
+    for collector in collectors:
+        registry.register(collector)
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    return registry
+
+
+# ---------------------------------------------------------------- health
+
+def wal_health(stats: RelayStats, now: float, stale_after: float = WAL_STALE_AFTER) -> tuple[bool, str]:
+    """Alive unless the stream is open and the loop has stopped turning."""
+    if not stats.streaming:
+        return True, "alive: not streaming (connecting, standing by or backing off)"
+    age = now - stats.last_tick
+    if age > stale_after:
+        return False, f"stuck: the replication loop has not turned for {age:.0f}s"
+    return True, "alive: streaming"
+
+
+def wal_ready(stats: RelayStats) -> tuple[bool, str]:
+    """Ready while the replication stream is open and the producer is usable."""
+    if not stats.streaming:
+        return False, "not ready: the replication stream is not open"
+    if not stats.producer_ok:
+        return False, "not ready: the producer has failed or no broker answers"
+    return True, "ready: streaming"
+
+
+def poll_health(stats: PollStats, now: float, started: float,
+                stale_after: float) -> tuple[bool, str]:
+    """Alive while some worker has turned its loop recently (or since start-up)."""
+    age = now - (stats.last_tick or started)
+    if age > stale_after:
+        return False, f"stuck: no poller has turned its loop for {age:.0f}s"
+    return True, "alive: polling"
+
+
+def poll_ready(stats: PollStats) -> tuple[bool, str]:
+    """Ready while every worker has its connection and a broker answers."""
+    if not stats.connected:
+        return False, "not ready: the pollers are not connected to PostgreSQL"
+    if not stats.broker_ok:
+        return False, "not ready: waiting for the broker"
+    return True, "ready: polling"
+
+
+# ---------------------------------------------------------------- the HTTP endpoint
+
+@dataclass(frozen=True, slots=True)
+class Endpoints:
+    """What the HTTP server answers with."""
+
+    registry: CollectorRegistry
+    health: HealthCheck
+    ready: HealthCheck
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    endpoints: Endpoints
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # socketserver prints a traceback on stderr; a client that hung up is no news.
+        log.debug("metrics request from %s failed", client_address, exc_info=True)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.0"
+
+    def do_GET(self) -> None:
+        endpoints = self.server.endpoints
+        path = urlsplit(self.path).path
+        if path == "/metrics":
+            encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+            self._reply(200, encoder(endpoints.registry), content_type)
+        elif path in ("/healthz", "/readyz"):
+            ok, reason = (endpoints.health if path == "/healthz" else endpoints.ready)()
+            self._reply(200 if ok else 503, (reason + "\n").encode())
+        elif path == "/":
+            self._reply(200, b"cdc-relay: /metrics /healthz /readyz\n")
+        else:
+            self._reply(404, b"not found: try /metrics, /healthz or /readyz\n")
+
+    def _reply(self, code: int, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """No access lines on stderr (they would break JSON logs)."""
+
+
+class MetricsServer:
+    """``/metrics``, ``/healthz`` and ``/readyz`` on a daemon thread."""
+
+    def __init__(self, config: MetricsConfig, endpoints: Endpoints) -> None:
+        assert config.port is not None
+        server_class = type("_Server6", (_Server,), {"address_family": socket.AF_INET6}) \
+            if ":" in config.host else _Server
+        try:
+            self._server = server_class((config.host, config.port), _Handler)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot serve metrics on {config.host}:{config.port}: "
+                f"{exc.strerror or exc}; choose another --metrics-port or --metrics-host"
+            ) from exc
+        self._server.endpoints = endpoints
+        self._thread = threading.Thread(target=self._server.serve_forever, name="metrics-http",
+                                        kwargs={"poll_interval": 0.5}, daemon=True)
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful with ``--metrics-port 0``)."""
+        return int(self._server.server_address[1])
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def _serving(server: MetricsServer, host: str) -> None:
+    log.info("metrics on http://%s:%d/metrics (also /healthz, /readyz)", host, server.port,
+             extra={"metrics_port": server.port})
+
+
+@contextmanager
+def serve_wal(config: MetricsConfig, stats: RelayStats, *, dsn: str,
+              slot: str) -> Iterator[MetricsServer | None]:
+    """Serve WAL mode's metrics (with the slot lag probe) while the block runs."""
+    if config.port is None:
+        yield None
+        return
+    probe = SlotLagProbe(SlotReader(dsn, slot))
+    endpoints = Endpoints(make_registry(WalCollector(stats, probe)),
+                          health=lambda: wal_health(stats, time.monotonic()),
+                          ready=lambda: wal_ready(stats))
+    server = MetricsServer(config, endpoints)
+    server.start()
+    probe.start()
+    _serving(server, config.host)
+    try:
+        yield server
+    finally:
+        probe.stop()
+        server.close()
+
+
+@contextmanager
+def serve_poll(config: MetricsConfig, stats: PollStats, *,
+               interval: float) -> Iterator[MetricsServer | None]:
+    """Serve polling mode's metrics while the block runs."""
+    if config.port is None:
+        yield None
+        return
+    started = time.monotonic()
+    stale_after = POLL_STALE_AFTER + interval
+    endpoints = Endpoints(make_registry(PollCollector(stats)),
+                          health=lambda: poll_health(stats, time.monotonic(), started, stale_after),
+                          ready=lambda: poll_ready(stats))
+    server = MetricsServer(config, endpoints)
+    server.start()
+    _serving(server, config.host)
+    try:
+        yield server
+    finally:
+        server.close()

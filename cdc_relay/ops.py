@@ -1,0 +1,230 @@
+"""What ``cdc-relay status`` and ``slot drop`` know (issue 5); doctor.py is the third.
+
+Owns the read-only queries an operator runs against a live deployment - the slot's
+position and lag (``pg_replication_slots``, ``pg_current_wal_lsn()``, the walsender's
+``flush_lag`` in ``pg_stat_replication``) and the outbox backlog - and the report
+``status`` prints (table or JSON). The metrics lag probe reuses ``SlotReader``; doctor.py reuses
+``read_slot_status``.
+
+Must not write anything except ``drop_replication_slot``, which the user confirmed, or
+hold a connection beyond one command (``SlotReader`` is the probe's own). cli_ops.py only
+prints what this returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import orjson
+import psycopg
+
+from cdc_relay.config import OutboxConfig, TableRef, validate_slot_name
+from cdc_relay.db import connect, describe_dsn, translate_error, validated_table
+from cdc_relay.errors import ConfigError, RelayError
+from cdc_relay.model import Lsn
+from cdc_relay.schema import drop_slot
+from cdc_relay.source.polling_admin import count_pending
+
+# One row always: the server's position, then the slot's columns (NULL without a slot).
+# flush_lag is NULL once the walsender has caught up and gone idle: that reads as 0.
+_SLOT_STATUS_SQL = """
+SELECT w.lsn::text, s.slot_name, s.plugin, s.slot_type, s.database, s.active, s.active_pid,
+       s.confirmed_flush_lsn::text, s.restart_lsn::text,
+       greatest(pg_wal_lsn_diff(w.lsn, s.confirmed_flush_lsn), 0)::bigint,
+       greatest(pg_wal_lsn_diff(w.lsn, s.restart_lsn), 0)::bigint,
+       s.wal_status, s.safe_wal_size,
+       CASE WHEN r.pid IS NULL THEN NULL
+            ELSE coalesce(extract(epoch FROM r.flush_lag), 0)::float8 END
+FROM (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
+                  ELSE pg_current_wal_lsn() END AS lsn) AS w
+LEFT JOIN pg_replication_slots AS s ON s.slot_name = %s
+LEFT JOIN pg_stat_replication AS r ON r.pid = s.active_pid
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class SlotStatus:
+    """A slot's row of ``pg_replication_slots`` plus its lag against the server."""
+
+    name: str
+    plugin: str | None
+    slot_type: str
+    database: str | None
+    active: bool
+    active_pid: int | None
+    confirmed_flush_lsn: Lsn | None
+    restart_lsn: Lsn | None
+    lag_bytes: int | None  # current WAL position - confirmed flush LSN
+    lag_seconds: float | None  # walsender flush_lag; None while no walsender streams it
+    retained_bytes: int | None  # current WAL position - restart LSN: WAL kept for the slot
+    wal_status: str | None  # reserved / extended / unreserved / lost
+    safe_wal_size: int | None  # bytes writable before invalidation; None = unlimited
+
+
+def _lsn(text: str | None) -> Lsn | None:
+    return Lsn.parse(text) if text else None
+
+
+def read_slot_status(conn: psycopg.Connection[Any], slot: str) -> tuple[Lsn, SlotStatus | None]:
+    """(the server's WAL position, the slot's status or None when there is no such slot)."""
+    try:
+        row = conn.execute(_SLOT_STATUS_SQL, (slot,)).fetchone()
+    except psycopg.Error as exc:
+        raise translate_error(exc, f"reading replication slot {slot!r}") from exc
+    assert row is not None
+    current = Lsn.parse(row[0]) if row[0] else Lsn(0)
+    if row[1] is None:
+        return current, None
+    return current, SlotStatus(
+        name=row[1], plugin=row[2], slot_type=row[3], database=row[4], active=bool(row[5]),
+        active_pid=row[6], confirmed_flush_lsn=_lsn(row[7]), restart_lsn=_lsn(row[8]),
+        lag_bytes=row[9], lag_seconds=row[13], retained_bytes=row[10], wal_status=row[11],
+        safe_wal_size=row[12],
+    )
+
+
+class SlotReader:
+    """A reconnecting ordinary connection that reads one slot's status (the metrics probe).
+
+    Failures (server down, timeout) raise RelayError and close the connection; the next
+    ``read`` reconnects.
+    """
+
+    def __init__(self, dsn: str, slot: str, *, application_name: str = "cdc-relay metrics") -> None:
+        self._dsn = dsn
+        self._slot = validate_slot_name(slot)
+        self._application_name = application_name
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def read(self) -> SlotStatus | None:
+        if self._conn is None or self._conn.closed:
+            self._conn = connect(self._dsn, autocommit=True,
+                                 application_name=self._application_name, connect_timeout=5)
+        try:
+            self._conn.execute("SET statement_timeout = '5s'")
+            return read_slot_status(self._conn, self._slot)[1]
+        except (psycopg.Error, RelayError) as exc:
+            self.close()
+            if isinstance(exc, RelayError):
+                raise
+            raise translate_error(exc, "reading the slot's lag") from exc
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+        self._conn = None
+
+
+# ---------------------------------------------------------------- status
+
+@dataclass(frozen=True, slots=True)
+class StatusReport:
+    """What ``cdc-relay status`` shows."""
+
+    slot_name: str
+    current_lsn: Lsn
+    slot: SlotStatus | None
+    table: TableRef
+    pending: int | None  # None: the table has no polling bookkeeping columns
+    dead_letters: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values (LSNs as text) for JSON."""
+        slot: dict[str, Any] | None = None
+        if self.slot is not None:
+            slot = asdict(self.slot)
+            for key in ("confirmed_flush_lsn", "restart_lsn"):
+                slot[key] = str(slot[key]) if slot[key] is not None else None
+        return {
+            "slot_name": self.slot_name,
+            "slot_exists": self.slot is not None,
+            "slot": slot,
+            "current_wal_lsn": str(self.current_lsn),
+            "outbox": {"table": str(self.table), "pending": self.pending,
+                       "dead_letters": self.dead_letters},
+        }
+
+    def to_json(self) -> str:
+        return orjson.dumps(self.to_dict(), option=orjson.OPT_INDENT_2).decode()
+
+    def lines(self) -> list[str]:
+        """Aligned ``key  value`` lines for people."""
+        rows = [("slot", self.slot_name)]
+        rows += _slot_rows(self.slot) if self.slot else [("  state", "does not exist")]
+        rows += [
+            ("server WAL position", str(self.current_lsn)),
+            ("outbox", str(self.table)),
+            ("  pending rows", _count(self.pending) + " (polling mode's backlog)"),
+            ("  dead letters", _count(self.dead_letters)),
+        ]
+        width = max(len(key) for key, _ in rows)
+        return [f"{key.ljust(width)}  {value}" for key, value in rows]
+
+
+def _count(value: int | None) -> str:
+    return "n/a (no polling columns)" if value is None else str(value)
+
+
+def human_bytes(value: float) -> str:
+    """``1536`` -> ``1.5 KiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def _slot_rows(slot: SlotStatus) -> list[tuple[str, str]]:
+    state = f"active (pid {slot.active_pid})" if slot.active else "inactive (no client streams it)"
+    lag = "unknown" if slot.lag_bytes is None else human_bytes(slot.lag_bytes)
+    if slot.lag_seconds is not None:
+        lag += f", {slot.lag_seconds:.1f} s"
+    retained = "unknown" if slot.retained_bytes is None else human_bytes(slot.retained_bytes)
+    safe = "unlimited" if slot.safe_wal_size is None else human_bytes(slot.safe_wal_size)
+    return [
+        ("  plugin", f"{slot.plugin} ({slot.slot_type}, database {slot.database})"),
+        ("  state", state),
+        ("  confirmed LSN", str(slot.confirmed_flush_lsn)),
+        ("  lag", lag),
+        ("  WAL retained", f"{retained} since restart LSN {slot.restart_lsn}"),
+        ("  wal_status", f"{slot.wal_status} (safe_wal_size {safe})"),
+    ]
+
+
+def outbox_counts(conn: psycopg.Connection[Any], dsn: str,
+                  outbox: OutboxConfig) -> tuple[int | None, int | None]:
+    """(pending rows, dead letters); ConfigError when the table does not exist."""
+    table = validated_table(outbox.table)
+    try:
+        row = conn.execute(
+            "SELECT c.oid, (SELECT count(*) FROM pg_attribute a WHERE a.attrelid = c.oid"
+            " AND a.attname IN ('processed_at', 'dead_lettered_at') AND NOT a.attisdropped)"
+            " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = %s AND c.relname = %s", (table.schema, table.name)).fetchone()
+    except psycopg.Error as exc:
+        raise translate_error(exc, f"looking up {table}") from exc
+    if row is None:
+        raise ConfigError(f"outbox table {table} does not exist in {describe_dsn(dsn)}: run "
+                          "`cdc-relay init` first, or pass the right --table / --dsn")
+    if row[1] < 2:
+        return None, None
+    return count_pending(conn, outbox)
+
+
+def status(dsn: str, slot: str, outbox: OutboxConfig) -> StatusReport:
+    """Read the slot's position and lag and the outbox backlog (read-only)."""
+    validate_slot_name(slot)
+    validated_table(outbox.table)
+    with connect(dsn, autocommit=True, application_name="cdc-relay status") as conn:
+        current, slot_status = read_slot_status(conn, slot)
+        pending, dead = outbox_counts(conn, dsn, outbox)
+    return StatusReport(slot, current, slot_status, outbox.table, pending, dead)
+
+
+def drop_replication_slot(dsn: str, slot: str) -> None:
+    """Drop the slot; RelayError when it does not exist or is in use."""
+    if not drop_slot(dsn, slot):
+        raise RelayError(f"there is no replication slot {slot!r} on {describe_dsn(dsn)}: "
+                         "nothing dropped (`cdc-relay status` shows the slot a --slot names)")
+
