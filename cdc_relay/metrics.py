@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import socketserver
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -279,6 +280,11 @@ class Endpoints:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     endpoints: Endpoints
+
+    def server_bind(self) -> None:
+        # HTTPServer's own looks the host up with getfqdn(): a DNS round trip at start-up.
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = str(self.server_address[0]), int(self.server_address[1])
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # socketserver prints a traceback on stderr; a client that hung up is no news.
