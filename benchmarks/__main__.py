@@ -1,0 +1,171 @@
+"""``python -m benchmarks run|report``: the benchmark's command line.
+
+``run`` measures (see benchmarks/README.md) and writes DIR/results.json, report.md and
+the plots; ``report`` redraws report.md and the plots from an existing results.json.
+Exit code 0 when every mode was measured, 1 when one failed (the others are still
+reported), 130 on Ctrl-C (everything started is stopped).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import shlex
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import click
+
+from benchmarks.kafka_side import FETCH_WAIT_MS
+from benchmarks.limits import broker_floor, producer_limit, recvlogical_limits
+from benchmarks.machine import load_average, machine_info
+from benchmarks.plan import (
+    FULL_DURATION,
+    FULL_EVENTS,
+    FULL_RATES,
+    MODES,
+    QUICK_DURATION,
+    QUICK_EVENTS,
+    QUICK_RATES,
+    Plan,
+    parse_modes,
+)
+from benchmarks.progress import Progress
+from benchmarks.report import write_all
+from benchmarks.runner import ModeRun
+from cdc_relay.errors import LocalServiceError
+from cdc_relay.local import PostgresCluster
+
+SMOKE_MODES = "wal-wal2json,poll-notify"
+FLOOR_LINGERS = (5, 0)  # the relay's default linger.ms, and none
+
+
+def _rates(text: str) -> tuple[int, ...]:
+    try:
+        rates = tuple(int(r) for r in text.split(",") if r.strip())
+    except ValueError as exc:
+        raise click.BadParameter(f"not a list of integers: {text!r}") from exc
+    if not rates or min(rates) < 1:
+        raise click.BadParameter("rates must be positive integers")
+    return rates
+
+
+def build_plan(out: Path, quick: bool, smoke: bool, modes: str | None, events: int | None,
+               rates: str | None, duration: float | None, warmup: float | None,
+               relay_producer_config: tuple[str, ...]) -> Plan:
+    """The Plan from the command line: full by default, then --quick/--smoke, then overrides."""
+    label = "smoke" if smoke else "quick" if quick else "full"
+    base = {"full": (FULL_EVENTS, FULL_RATES, FULL_DURATION, 1.0, ",".join(MODES)),
+            "quick": (QUICK_EVENTS, QUICK_RATES, QUICK_DURATION, 1.0, ",".join(MODES)),
+            "smoke": (500, (50,), 2.0, 0.5, SMOKE_MODES)}[label]
+    try:
+        parsed_modes = parse_modes(modes or base[4])
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--modes") from exc
+    if events is not None or rates or duration is not None or modes:
+        label += " (custom)"
+    extra = tuple(arg for kv in relay_producer_config for arg in ("--producer-config", kv))
+    chosen_rates = _rates(rates) if rates else base[1]
+    return Plan(out=out, modes=parsed_modes, events=events or base[0], rates=chosen_rates,
+                duration=duration if duration is not None else base[2],
+                warmup=warmup if warmup is not None else base[3],
+                floor_rate=min(1_000, max(chosen_rates)), label=label, relay_extra=extra)
+
+
+@click.group()
+def main() -> None:
+    """cdc-relay benchmarks: WAL mode vs polling vs the machine's limits."""
+
+
+@main.command()
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Directory for results.json, report.md, the plots and logs/.")
+@click.option("--quick", is_flag=True, help=f"{QUICK_EVENTS:,} events, rates {QUICK_RATES}, "
+              f"{QUICK_DURATION:.0f} s per rate (a few minutes).")
+@click.option("--modes", default=None, help=f"Comma-separated subset of: {', '.join(MODES)}.")
+@click.option("--events", type=click.IntRange(100), default=None,
+              help=f"Backlog size (full: {FULL_EVENTS:,}).")
+@click.option("--smoke", is_flag=True, hidden=True, help="Tiny run for the smoke test.")
+@click.option("--rates", default=None, hidden=True, help="Insert rates, e.g. 100,1000.")
+@click.option("--duration", type=click.FloatRange(0.5), default=None, hidden=True,
+              help="Measured seconds per rate.")
+@click.option("--warmup", type=click.FloatRange(0), default=None, hidden=True)
+@click.option("--relay-producer-config", multiple=True, hidden=True, metavar="KEY=VALUE",
+              help="Passed to every relay as --producer-config.")
+def run(out: Path, quick: bool, modes: str | None, events: int | None, smoke: bool,
+        rates: str | None, duration: float | None, warmup: float | None,
+        relay_producer_config: tuple[str, ...]) -> None:
+    """Measure limits, backlog throughput and latency; write DIR/results.json and report.md."""
+    plan = build_plan(out, quick, smoke, modes, events, rates, duration, warmup,
+                      relay_producer_config)
+    workdir = out / "logs"
+    workdir.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {
+        "plan": {"label": plan.label, "events": plan.events, "rates": list(plan.rates),
+                 "duration": plan.duration, "warmup": plan.warmup, "floor_rate": plan.floor_rate,
+                 "modes": [m.name for m in plan.modes], "fetch_wait_max_ms": FETCH_WAIT_MS,
+                 "relay_extra_args": list(plan.relay_extra)},
+        "command": shlex.join(["python", "-m", "benchmarks", *sys.argv[1:]]),
+        "started_at": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "load_start": load_average(), "limits": {}, "throughput": [], "latency": [],
+        "latency_floor": [], "errors": [],
+    }
+    started = time.monotonic()
+    try:
+        with Progress(f"cdc-relay benchmark ({plan.label})") as progress, \
+                PostgresCluster(settings={"full_page_writes": "on"}) as cluster:
+            cluster.require_plugin("wal2json")
+            results["machine"] = machine_info(cluster)
+            _measure(plan, cluster, progress, workdir, results)
+    except LocalServiceError as exc:
+        raise click.ClickException(str(exc)) from exc
+    results["wall_seconds"] = round(time.monotonic() - started, 1)
+    results["load_end"] = load_average()
+    write_all(results, out)
+    click.echo(f"wrote {out / 'results.json'} and {out / 'report.md'} "
+               f"({results['wall_seconds']:.0f} s)", err=True)
+    if results["errors"]:
+        for error in results["errors"]:
+            click.echo(f"error in {error['mode']}: {error['error']}", err=True)
+        sys.exit(1)
+
+
+def _measure(plan: Plan, cluster: PostgresCluster, progress: Progress, workdir: Path,
+             results: dict[str, Any]) -> None:
+    limits = results["limits"]
+    for plugin, r in recvlogical_limits(cluster, plan, progress, workdir).items():
+        limits[f"pg_recvlogical_{plugin}_eps"] = round(r["eps"], 1)
+        limits[f"pg_recvlogical_{plugin}_seconds"] = round(r["seconds"], 3)
+        limits[f"pg_recvlogical_{plugin}_pg_cpu_s"] = round(r["pg_cpu_s"], 2)
+    limits["pg_recvlogical_eps"] = limits["pg_recvlogical_wal2json_eps"]
+    producer = producer_limit(plan, progress, workdir)
+    limits["producer_eps"] = round(producer["eps"], 1)
+    limits["producer_seconds"] = round(producer["seconds"], 3)
+    for linger in FLOOR_LINGERS:
+        results["latency_floor"].append(broker_floor(plan, progress, workdir, linger))
+    for mode in plan.modes:
+        try:
+            throughput, latency = ModeRun(plan, mode, cluster, progress, workdir).run()
+        except Exception as exc:  # one broken mode must not cost the others' figures
+            progress.result(f"{mode.name} FAILED: {exc}")
+            (workdir / f"{mode.name}-error.txt").write_text(traceback.format_exc())
+            results["errors"].append({"mode": mode.name, "error": str(exc)[:2000]})
+            continue
+        results["throughput"].append(throughput)
+        results["latency"].extend(latency)
+
+
+@main.command()
+@click.argument("directory", type=click.Path(file_okay=False, exists=True, path_type=Path))
+def report(directory: Path) -> None:
+    """Redraw report.md and the plots from DIRECTORY/results.json."""
+    results = json.loads((directory / "results.json").read_text())
+    write_all(results, directory)
+    click.echo(f"wrote {directory / 'report.md'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""What a benchmark run does: the relay modes compared and the workload sizes.
+
+A ``Mode`` is how ``cdc-relay`` is initialised and started for one column of the
+report; a ``Plan`` is one run's workload (backlog size, insert rates, durations).
+Pure values: nothing here starts a process.
+
+Modes use the relay's shipped defaults except for what names the mode:
+
+=============  ==========================================  ============================
+mode           cdc-relay init                              cdc-relay …
+=============  ==========================================  ============================
+wal-wal2json   ``--plugin wal2json --no-trigger``          ``run --plugin wal2json``
+wal-pgoutput   ``--plugin pgoutput --no-trigger``          ``run --plugin pgoutput``
+poll-1s        ``--no-slot --no-trigger``                  ``poll --interval 1s --no-notify``
+poll-100ms     ``--no-slot --no-trigger``                  ``poll --interval 100ms --no-notify``
+poll-notify    ``--no-slot`` (the NOTIFY trigger is on)    ``poll --interval 1s``
+=============  ==========================================  ============================
+
+WAL modes and plain polling run without the NOTIFY trigger (they do not need it, and
+it costs inserts: FIELD-NOTES 15); only poll-notify pays for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One way of running the relay."""
+
+    name: str
+    kind: str  # "wal" or "poll"
+    plugin: str | None
+    init_args: tuple[str, ...]
+    relay_args: tuple[str, ...]
+
+
+MODES: dict[str, Mode] = {m.name: m for m in (
+    Mode("wal-wal2json", "wal", "wal2json", ("--plugin", "wal2json", "--no-trigger"),
+         ("run", "--plugin", "wal2json")),
+    Mode("wal-pgoutput", "wal", "pgoutput", ("--plugin", "pgoutput", "--no-trigger"),
+         ("run", "--plugin", "pgoutput")),
+    Mode("poll-1s", "poll", None, ("--no-slot", "--no-trigger"),
+         ("poll", "--interval", "1s", "--no-notify")),
+    Mode("poll-100ms", "poll", None, ("--no-slot", "--no-trigger"),
+         ("poll", "--interval", "100ms", "--no-notify")),
+    Mode("poll-notify", "poll", None, ("--no-slot",), ("poll", "--interval", "1s")),
+)}
+
+FULL_EVENTS = 200_000
+QUICK_EVENTS = 50_000
+FULL_RATES = (100, 1_000, 5_000)
+QUICK_RATES = (100, 1_000, 5_000)
+FULL_DURATION = 20.0
+QUICK_DURATION = 5.0
+EVENTS_PER_BACKLOG_TXN = 100
+# The fixed-rate writer commits at most this many transactions per second; above it,
+# each transaction carries ceil(rate / MAX_TXN_RATE) events (one client cannot commit
+# 5,000 single-row transactions a second here: FIELD-NOTES, 4.8k).
+MAX_TXN_RATE = 1_000
+
+
+def parse_modes(text: str) -> tuple[Mode, ...]:
+    """``wal-wal2json,poll-notify`` → Modes; ValueError naming the known ones."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in MODES]
+    if unknown or not names:
+        raise ValueError(f"unknown mode(s) {', '.join(unknown) or '(none given)'}; "
+                         f"known: {', '.join(MODES)}")
+    return tuple(MODES[n] for n in dict.fromkeys(names))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One benchmark run's workload."""
+
+    out: Path
+    modes: tuple[Mode, ...] = tuple(MODES.values())
+    events: int = FULL_EVENTS
+    rates: tuple[int, ...] = FULL_RATES
+    duration: float = FULL_DURATION  # measured seconds per latency rate
+    warmup: float = 1.0  # written but not measured, before each latency rate
+    floor_rate: int = 1_000
+    label: str = "full"
+    relay_extra: tuple[str, ...] = field(default=())  # extra args for every relay process
+
+    def events_per_txn(self, rate: int) -> int:
+        """Events per transaction the fixed-rate writer uses at ``rate`` events/s."""
+        return max(1, -(-rate // MAX_TXN_RATE))

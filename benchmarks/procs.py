@@ -1,0 +1,108 @@
+"""Processes the harness starts: spawned helpers and the relay under test.
+
+``spawn`` starts a harness function in a fresh interpreter (the ``spawn`` start method:
+no fork of a process that holds librdkafka or libpq threads). ``RelayProcess`` runs the
+real ``cdc-relay`` CLI as a subprocess with its output in a log file, and reads its CPU
+time and peak RSS from /proc while it still runs. Everything started here is stopped by
+its owner in a ``finally``; ``stop`` escalates SIGTERM → SIGKILL by pid only.
+
+Must not: know what a mode measures (runner.py does).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from multiprocessing.process import BaseProcess
+from multiprocessing.synchronize import Event
+from pathlib import Path
+from typing import Any
+
+from benchmarks.procstat import cpu_seconds, peak_rss_mb
+
+CTX = multiprocessing.get_context("spawn")
+
+
+def spawn(target: Callable[..., None], *args: Any) -> BaseProcess:
+    """Start ``target(*args)`` in a spawned, daemonic child process."""
+    proc = CTX.Process(target=target, args=args, daemon=True)
+    proc.start()
+    return proc
+
+
+def wait_event(event: Event, proc: BaseProcess, what: str, timeout: float = 60.0) -> None:
+    """Wait until ``event`` is set; RuntimeError if ``proc`` died or time ran out."""
+    deadline = time.monotonic() + timeout
+    while not event.wait(0.05):
+        if not proc.is_alive():
+            raise RuntimeError(f"{what} exited (code {proc.exitcode}) before it was ready")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} not ready within {timeout:.0f} s")
+
+
+def finish(proc: BaseProcess, timeout: float = 30.0) -> None:
+    """Join ``proc``; terminate (then kill) it if it does not end in time."""
+    proc.join(timeout)
+    if proc.is_alive():
+        proc.terminate()
+        proc.join(5)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(5)
+
+
+def cli(*args: str) -> list[str]:
+    """argv running ``cdc-relay args…`` with this interpreter."""
+    return [sys.executable, "-m", "cdc_relay", *args]
+
+
+def run_cli(args: Sequence[str], log: Path, timeout: float = 120.0) -> None:
+    """Run a short ``cdc-relay`` command to completion; RuntimeError with its log if it fails."""
+    with open(log, "ab") as out:
+        done = subprocess.run(cli(*args), stdout=out, stderr=subprocess.STDOUT, timeout=timeout,
+                              stdin=subprocess.DEVNULL, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"cdc-relay {args[0]} failed (exit {done.returncode}): "
+                           f"{log.read_text(errors='replace')[-2000:]}")
+
+
+class RelayProcess:
+    """The relay under test: ``cdc-relay run|poll …`` as a subprocess, logging to a file."""
+
+    def __init__(self, args: Sequence[str], log: Path) -> None:
+        self.log = log
+        self.started = time.time()
+        with open(log, "ab") as out:
+            self.proc = subprocess.Popen(cli(*args), stdout=out, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def check_alive(self) -> None:
+        """RuntimeError with the log's tail if the relay has exited."""
+        code = self.proc.poll()
+        if code is not None:
+            raise RuntimeError(f"the relay exited early (code {code}): "
+                               f"{self.log.read_text(errors='replace')[-2000:]}")
+
+    def usage(self) -> tuple[float, float]:
+        """(CPU seconds so far, peak RSS MiB so far), read while it runs."""
+        self.check_alive()
+        return cpu_seconds(self.pid), peak_rss_mb(self.pid)
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM (a clean stop: flush, confirm), SIGKILL after ``timeout``; the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(15)
+        return self.proc.returncode

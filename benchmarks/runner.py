@@ -1,0 +1,243 @@
+"""One mode of the benchmark: backlog throughput, then latency at each insert rate.
+
+For a mode: a fresh broker (the local one never frees memory) and a fresh database in
+the shared cluster; ``cdc-relay init`` with the mode's options; topics created up front
+so consumers are assigned before the first message.
+
+**Backlog throughput.** Preload N events (100 per transaction), ``VACUUM ANALYZE`` and
+``CHECKPOINT`` (so autovacuum does not wake up mid-run and polling's first update of each
+page pays its full-page image, as it would in production), then start the relay and a
+consumer that counts distinct event ids. ``seconds`` runs from spawning the relay to the
+consumer holding all N: start-up, producer warm-up and Kafka delivery included - the
+end-to-end definition every mode shares. ``steady_eps`` excludes start-up (first to last
+receipt); ``acked_s`` is when PostgreSQL knew it (WAL: the slot's confirmed_flush_lsn
+reached the backlog's end, every ``--status-interval``; polling: no row left pending).
+PostgreSQL CPU (the cluster's process tree), WAL bytes (``pg_current_wal_lsn`` delta)
+and the relay's CPU and peak RSS are read at ``acked_s``, before the relay is stopped;
+rows written (``pg_stat_user_tables``) after it stopped, when its backend has flushed
+its statistics.
+
+**Latency.** A second, fresh relay; once a probe event has come through, for each rate a
+writer commits events on a fixed schedule and a consumer stamps their receipt
+(latency.py).
+
+Must not: start the cluster (the caller shares one across modes) or write output files.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from benchmarks.kafka_side import count_process, create_topics
+from benchmarks.latency import measure
+from benchmarks.plan import EVENTS_PER_BACKLOG_TXN, Mode, Plan
+from benchmarks.procs import CTX, RelayProcess, finish, run_cli, spawn, wait_event
+from benchmarks.procstat import postmaster_pid, tree_cpu_seconds
+from benchmarks.progress import Progress
+from benchmarks.workload import TABLE, preload, rate_writer, rows
+from cdc_relay.local import Broker, PostgresCluster
+from cdc_relay.outbox import insert_statement
+
+TOPIC_PATTERN = "bench.{aggregate_type}"
+BACKLOG = "backlog"  # aggregate_type (and topic suffix) of the backlog events
+_TABLE_NAME = TABLE.split(".")[1]
+
+
+def _one(conn: psycopg.Connection[Any], query: str, *args: Any) -> Any:
+    """The first column of the first row (None for a statement that returns none)."""
+    cur = conn.execute(query, args)
+    row = cur.fetchone() if cur.description is not None else None
+    return None if row is None else row[0]
+
+
+def _rows_written(conn: psycopg.Connection[Any]) -> int:
+    return int(_one(conn, "SELECT n_tup_ins + n_tup_upd + n_tup_del FROM pg_stat_user_tables "
+                          "WHERE relname = %s", _TABLE_NAME))
+
+
+class ModeRun:
+    """Runs one mode against a shared PostgreSQL cluster."""
+
+    def __init__(self, plan: Plan, mode: Mode, cluster: PostgresCluster, progress: Progress,
+                 workdir: Path) -> None:
+        self.plan, self.mode, self.cluster, self.progress = plan, mode, cluster, progress
+        self.workdir = workdir
+        self.db = "bench_" + mode.name.replace("-", "_")
+        self.dsn = ""
+        self.bootstrap = ""
+        # One connection for every check while the relay runs: a new connection per check
+        # would fork a backend each time and show up as PostgreSQL CPU.
+        self.monitor: psycopg.Connection[Any] | None = None
+
+    def run(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """(throughput entry, latency entries) for this mode."""
+        self.dsn = self.cluster.create_database(self.db)
+        try:
+            with Broker() as broker, psycopg.connect(self.dsn, autocommit=True) as monitor:
+                self.monitor = monitor
+                self.bootstrap = broker.bootstrap
+                run_cli(["init", "--dsn", self.dsn, *self.mode.init_args], self._log("init"))
+                create_topics(broker.bootstrap, [f"bench.{BACKLOG}", "bench.probe",
+                                                 *(f"bench.lat{r}" for r in self.plan.rates)])
+                throughput = self.throughput()
+                latency = self.latency()
+        finally:
+            self.monitor = None
+            self.cluster.drop_database(self.db)
+        return throughput, latency
+
+    def _one(self, query: str, *args: Any) -> Any:
+        assert self.monitor is not None
+        return _one(self.monitor, query, *args)
+
+    def _log(self, what: str) -> Path:
+        return self.workdir / f"{self.mode.name}-{what}.log"
+
+    def _relay(self, what: str) -> RelayProcess:
+        return RelayProcess([*self.mode.relay_args, "--dsn", self.dsn, "--brokers", self.bootstrap,
+                             "--topic-pattern", TOPIC_PATTERN, "--dead-letter-topic", "bench.dlq",
+                             "--log-level", "warning", *self.plan.relay_extra], self._log(what))
+
+    # ------------------------------------------------------------ backlog throughput
+
+    def throughput(self) -> dict[str, Any]:
+        n, progress, name = self.plan.events, self.progress, self.mode.name
+        progress.phase(name, "preload backlog", n)
+        started = time.perf_counter()
+        last_ids = preload(self.dsn, n, EVENTS_PER_BACKLOG_TXN, BACKLOG, progress.update)
+        preload_s = time.perf_counter() - started
+        self._one(f"VACUUM ANALYZE {TABLE}")
+        self._one("CHECKPOINT")
+        end_lsn = str(self._one("SELECT pg_current_wal_lsn()::text"))
+        rows_before = self._rows_written()
+        postmaster = postmaster_pid(self.cluster.data_dir)
+
+        received, first_at, done_at = CTX.Value("q", 0), CTX.Value("d", 0.0), CTX.Value("d", 0.0)
+        ready, stop = CTX.Event(), CTX.Event()
+        counter = spawn(count_process, self.bootstrap, f"bench.{BACKLOG}", n, received, first_at,
+                        done_at, ready, stop)
+        relay: RelayProcess | None = None
+        try:
+            wait_event(ready, counter, "the counting consumer")
+            progress.phase(name, "backlog throughput", n)
+            pg_cpu_before = tree_cpu_seconds(postmaster)
+            relay = self._relay("throughput")
+            spawned = relay.started
+            deadline = time.monotonic() + max(300.0, n / 500)
+            while not done_at.value:
+                relay.check_alive()
+                progress.update(received.value, received.value)
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{name}: only {received.value} of {n} events arrived")
+                time.sleep(0.02)
+            seconds = done_at.value - spawned
+            self._wait_acked(last_ids, end_lsn)
+            acked_s = time.time() - spawned
+            pg_cpu = tree_cpu_seconds(postmaster) - pg_cpu_before
+            wal_bytes = int(self._one("SELECT pg_current_wal_lsn() - %s::pg_lsn", end_lsn))
+            relay_cpu, relay_rss = relay.usage()
+            exit_code = relay.stop()
+            relay = None
+        finally:
+            stop.set()
+            finish(counter)
+            if relay is not None:
+                relay.stop()
+        rows_written = self._rows_after_stop(rows_before)
+        steady = (n - 1) / (done_at.value - first_at.value) if done_at.value > first_at.value else 0.0
+        entry = {"mode": name, "events": n, "seconds": round(seconds, 3), "eps": round(n / seconds, 1),
+                 "pg_cpu_s": round(pg_cpu, 2), "relay_cpu_s": round(relay_cpu, 2),
+                 "relay_peak_rss_mb": round(relay_rss, 1), "steady_eps": round(steady, 1),
+                 "first_event_s": round(first_at.value - spawned, 3),
+                 "acked_s": round(acked_s, 3), "wal_bytes_per_event": round(wal_bytes / n, 1),
+                 "rows_written_per_event": round(rows_written / n, 3),
+                 "pg_cpu_us_per_event": round(pg_cpu / n * 1e6, 2),
+                 "relay_cpu_us_per_event": round(relay_cpu / n * 1e6, 2),
+                 "preload_s": round(preload_s, 2), "relay_exit_code": exit_code}
+        progress.result(f"{name} backlog: {n:,} in {seconds:.2f} s = {entry['eps']:,.0f}/s "
+                        f"(steady {steady:,.0f}/s), PG CPU {pg_cpu:.1f} s, relay CPU "
+                        f"{relay_cpu:.1f} s, RSS {relay_rss:.0f} MB")
+        return entry
+
+    def _wait_acked(self, last_ids: list[str], end_lsn: str, timeout: float = 60.0) -> None:
+        """Until PostgreSQL records the backlog as done (slot confirmed / rows processed)."""
+        if self.mode.kind == "wal":
+            query = ("SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots "
+                     "WHERE slot_name = 'cdc_relay'")
+            args: tuple[Any, ...] = (end_lsn,)
+        else:  # the last transaction's rows, then (below) the whole table
+            query = f"SELECT count(*) = 0 FROM {TABLE} WHERE id = ANY(%s::uuid[]) AND processed_at IS NULL"
+            args = (last_ids,)
+        deadline = time.monotonic() + timeout
+        while not self._one(query, *args) or (
+                self.mode.kind == "poll" and self._one(
+                    f"SELECT count(*) FROM {TABLE} WHERE processed_at IS NULL")):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.mode.name}: PostgreSQL did not record the backlog as "
+                                   f"relayed within {timeout:.0f} s")
+            time.sleep(0.02)
+
+    def _rows_after_stop(self, before: int, timeout: float = 10.0) -> int:
+        """Rows the relay wrote: read once its backends are gone (their stats are flushed)."""
+        deadline = time.monotonic() + timeout
+        while self._one("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                        "AND pid <> pg_backend_pid() AND backend_type = 'client backend'") \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self._one("SELECT pg_stat_clear_snapshot()")
+        return self._rows_written() - before
+
+    def _rows_written(self) -> int:
+        assert self.monitor is not None
+        return _rows_written(self.monitor)
+
+    # ------------------------------------------------------------ latency
+
+    def latency(self) -> list[dict[str, Any]]:
+        progress, name = self.progress, self.mode.name
+        progress.phase(name, "latency: starting a fresh relay")
+        relay = self._relay("latency")
+        entries = []
+        try:
+            self._probe(relay)
+            for rate in self.plan.rates:
+                per_txn = self.plan.events_per_txn(rate)
+                progress.phase(name, f"latency at {rate:,}/s ({per_txn}/txn)",
+                               int(rate * (self.plan.warmup + self.plan.duration)))
+                stats = measure(progress, self.bootstrap, f"bench.lat{rate}", rate_writer,
+                                (self.dsn, f"lat{rate}", rate, per_txn, self.plan.duration,
+                                 self.plan.warmup),
+                                seconds=self.plan.warmup + self.plan.duration, drain_timeout=30,
+                                workdir=self.workdir, check=relay.check_alive)
+                entry = {"mode": name, "rate_eps": rate, "events_per_txn": per_txn, **stats}
+                entries.append(entry)
+                progress.result(f"{name} latency at {rate:,}/s: p50 {stats['p50_ms']:.1f} ms, "
+                                f"p99 {stats['p99_ms']:.1f} ms, max {stats['max_ms']:.1f} ms"
+                                + (f", {stats['missing']} missing" if stats["missing"] else ""))
+        finally:
+            relay.stop()
+        return entries
+
+    def _probe(self, relay: RelayProcess, timeout: float = 60.0) -> None:
+        """Write probe events until one arrives: the relay is streaming."""
+        received, first_at, done_at = CTX.Value("q", 0), CTX.Value("d", 0.0), CTX.Value("d", 0.0)
+        ready, stop = CTX.Event(), CTX.Event()
+        counter = spawn(count_process, self.bootstrap, "bench.probe", 1, received, first_at,
+                        done_at, ready, stop)
+        try:
+            wait_event(ready, counter, "the probe consumer")
+            deadline = time.monotonic() + timeout
+            while not done_at.value:
+                relay.check_alive()
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{self.mode.name}: the relay relayed nothing in {timeout} s")
+                assert self.monitor is not None
+                self.monitor.execute(insert_statement(TABLE), rows(0, 1, "probe")[0])
+                time.sleep(0.2)
+        finally:
+            stop.set()
+            finish(counter)

@@ -1,0 +1,56 @@
+"""The benchmark harness runs end to end on a tiny workload and writes well-formed output.
+
+No figure is asserted (benchmarks are not tests): only that ``python -m benchmarks run``
+exits 0 and that results.json has the documented shape, report.md its sections, and the
+plots exist. The harness starts its own PostgreSQL cluster and brokers.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+MODES = ["wal-wal2json", "poll-notify"]
+
+pytestmark = pytest.mark.slow
+
+
+def _is_float(value: object) -> bool:
+    return isinstance(value, float)
+
+
+def test_smoke_run_writes_results_report_and_plots(tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    done = subprocess.run([sys.executable, "-m", "benchmarks", "run", "--smoke", "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    results = json.loads((out / "results.json").read_text())
+    assert {"limits", "throughput", "latency"} <= results.keys()
+    assert _is_float(results["limits"]["pg_recvlogical_eps"])
+    assert _is_float(results["limits"]["producer_eps"])
+
+    assert [t["mode"] for t in results["throughput"]] == MODES
+    for entry in results["throughput"]:
+        assert isinstance(entry["events"], int) and entry["events"] > 0
+        for key in ("seconds", "eps", "pg_cpu_s", "relay_cpu_s", "relay_peak_rss_mb"):
+            assert _is_float(entry[key]), (key, entry[key])
+
+    assert [(e["mode"], e["rate_eps"]) for e in results["latency"]] == [(m, 50) for m in MODES]
+    for entry in results["latency"]:
+        assert isinstance(entry["rate_eps"], int)
+        for key in ("p50_ms", "p95_ms", "p99_ms", "max_ms"):
+            assert _is_float(entry[key]), (key, entry[key])
+        assert entry["missing"] == 0
+    assert results["latency_floor"], "the broker floor is reported"
+
+    report = (out / "report.md").read_text()
+    for section in ("## Machine", "## Limits", "## Backlog throughput", "## Latency"):
+        assert section in report
+    for plot in ("throughput.png", "latency_cdf_wal-wal2json.png", "latency_cdf_poll-notify.png"):
+        assert (out / plot).stat().st_size > 1000, plot
