@@ -165,9 +165,11 @@ class OutboxQueries:
             " || '|' || {c_aggregate_id}::text)"
         )
         # created_at is the transaction's start time, so the events of one transaction tie:
-        # ctid (heap order: insertion order for fresh rows) breaks the tie, and a row that
-        # already failed sorts first within its tie (its UPDATE moved it to a later ctid).
-        self.order = q("{c_created_at}, attempts DESC, ctid")
+        # ctid (heap order: insertion order for fresh rows) breaks the tie. In strict order
+        # a row that already failed sorts first within its tie (its UPDATE moved it to a
+        # later ctid). Both orders let the planner walk the pending index on created_at.
+        self.order = q("{c_created_at}, ctid")
+        self.strict_order = q("{c_created_at}, attempts DESC, ctid")
         self.names = names
         self.q = q
 
@@ -179,19 +181,23 @@ class OutboxQueries:
             cols=self.event_columns, pending=self.pending_where, order=self.order)
 
     def strict_candidates(self) -> sql.Composed:
-        """Aggregate keys of the oldest ready rows whose aggregate is not blocked."""
-        blocked = self.q(
-            "SELECT 1 FROM {t} b WHERE b.processed_at IS NULL AND b.dead_lettered_at IS NULL"
-            " AND (b.retry_after > now() OR b.attempts >= %(max)s)"
-            " AND b.{c_aggregate_type} = r.{c_aggregate_type}"
-            " AND b.{c_aggregate_id} = r.{c_aggregate_id}"
-            # <= : a waiting row blocks the rest of its own transaction's events too.
-            " AND b.{c_created_at} <= r.{c_created_at} AND b.{c_id} <> r.{c_id}"
-        )
+        """Aggregate keys of the oldest ready rows whose aggregate is not blocked.
+
+        The waiting rows are few (those in backoff), so they are collected once
+        (MATERIALIZED) and each candidate is checked against that short list - whatever
+        the planner believes about a freshly filled table.
+        """
         return self.q(
-            "SELECT {key} FROM {t} r WHERE {pending} AND " + self._ready
-            + " AND NOT EXISTS ({blocked}) ORDER BY {order} LIMIT %(limit)s",
-            key=self.aggregate_key, pending=self.pending_where, blocked=blocked, order=self.order)
+            "WITH waiting AS MATERIALIZED (SELECT {c_aggregate_type} AS agg_type,"
+            " {c_aggregate_id} AS agg_id, {c_created_at} AS created, {c_id} AS row_id"
+            " FROM {t} WHERE {pending} AND (retry_after > now() OR attempts >= %(max)s))"
+            " SELECT {key} FROM {t} r WHERE {pending} AND " + self._ready
+            + " AND NOT EXISTS (SELECT 1 FROM waiting b WHERE b.agg_type = r.{c_aggregate_type}"
+            " AND b.agg_id = r.{c_aggregate_id}"
+            # <= : a waiting row blocks the rest of its own transaction's events too.
+            " AND b.created <= r.{c_created_at} AND b.row_id <> r.{c_id})"
+            " ORDER BY {order} LIMIT %(limit)s",
+            key=self.aggregate_key, pending=self.pending_where, order=self.strict_order)
 
     def lock_aggregates(self) -> sql.Composed:
         """Try each aggregate's transaction-level advisory lock; return the ones we got."""
@@ -200,12 +206,20 @@ class OutboxQueries:
             " WHERE pg_try_advisory_xact_lock(hashtext(%(ns)s), k)")
 
     def strict_rows(self) -> sql.Composed:
-        """All pending rows of the locked aggregates, with key and readiness, locked."""
+        """The oldest pending rows of the locked aggregates, with key and readiness.
+
+        Not locked here: the advisory locks keep other strict pollers away, and only the
+        rows actually taken are locked (``lock_rows``) - locking a whole backlog of busy
+        aggregates per batch would write to every one of those rows.
+        """
         return self.q(
             "SELECT {key}, " + self._ready + ", {cols} FROM {t} WHERE {pending}"
-            " AND {key} = ANY(%(keys)s::int4[]) ORDER BY {order} FOR UPDATE",
+            " AND {key} = ANY(%(keys)s::int4[]) ORDER BY {order} LIMIT %(window)s",
             key=self.aggregate_key, cols=self.event_columns, pending=self.pending_where,
-            order=self.order)
+            order=self.strict_order)
+
+    def lock_rows(self) -> sql.Composed:
+        return self.q("SELECT 1 FROM {t} WHERE {c_id} = ANY(%(ids)s) FOR UPDATE")
 
     def mark_processed(self) -> sql.Composed:
         return self.q("UPDATE {t} SET processed_at = now() WHERE {c_id} = ANY(%(ids)s)")
@@ -346,9 +360,15 @@ class PollingSource:
                                                    {**params, "keys": unique})]
         if not locked:
             return []
-        rows = conn.execute(self._queries.strict_rows(), {**params, "keys": locked}).fetchall()
-        return ready_prefix((Candidate(row[0], row[1], tuple(row[2:])) for row in rows),
-                            params["limit"])
+        # A prefix of the locked aggregates' rows in claim order holds every row that
+        # could precede a taken one; twice the limit leaves room for waiting rows.
+        window = {**params, "keys": locked, "window": 2 * params["limit"]}
+        rows = conn.execute(self._queries.strict_rows(), window).fetchall()
+        taken = ready_prefix((Candidate(row[0], row[1], tuple(row[2:])) for row in rows),
+                             params["limit"])
+        if taken:
+            conn.execute(self._queries.lock_rows(), {"ids": [row[7] for row in taken]})
+        return taken
 
     def complete(self, processed: Sequence[OutboxEvent], failures: Sequence[AttemptFailure],
                  max_attempts: int) -> Completion:
