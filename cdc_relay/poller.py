@@ -25,6 +25,9 @@ batch are not produced (or, if already acked, are kept as published) and are rel
 without an attempt, so the failed event stays the aggregate's head until it succeeds
 or is dead-lettered.
 
+An event given up on is also copied to the dead-letter topic (best effort: the row's
+``dead_lettered_at`` is the dead letter; the topic tells consumers, as in WAL mode).
+
 Wake-ups: a ``Waker`` shared by the workers is poked by the monitor thread on every
 NOTIFY; ``interval`` is the fallback tick; while batches come back non-empty the
 worker claims again at once. Must not: run SQL itself, know Kafka types, or sleep
@@ -45,7 +48,7 @@ from typing import Protocol
 
 from cdc_relay.errors import BrokerError, ServiceUnavailable
 from cdc_relay.logs import event_fields
-from cdc_relay.model import OutboxEvent
+from cdc_relay.model import Message, OutboxEvent
 from cdc_relay.routing import Router, RoutingError
 from cdc_relay.sink.base import (
     Delivery,
@@ -281,6 +284,9 @@ class PollWorker:
                                backoff_delay(event.attempt - 1, settings.backoff, self._rand()))
                 for event, reason in settlement.failures
             ]
+            if not settlement.discard_sink:
+                self._publish_dead_letters(
+                    [f for f in failures if f.event.attempt >= settings.max_attempts])
             completion = self._source.complete(settlement.processed, failures, settings.max_attempts)
         except BaseException:
             self._source.release()
@@ -360,6 +366,9 @@ class PollWorker:
             message = self._router.route(event)
         except RoutingError as exc:
             return DeliveryError(ErrorKind.PERMANENT, f"cannot route: {exc.reason}")
+        return self._send(sink, index, message)
+
+    def _send(self, sink: Sink, index: int, message: Message) -> DeliveryError | None:
         token = self._next_token
         self._next_token += 1
         self._tokens[token] = index
@@ -372,6 +381,30 @@ class PollWorker:
             except ProduceRejected as exc:
                 self._tokens.pop(token, None)
                 return exc.error
+
+    def _publish_dead_letters(self, failures: Sequence[AttemptFailure]) -> None:
+        """Copy events that are given up on to the dead-letter topic, as WAL mode does.
+
+        Best effort: the row's ``dead_lettered_at`` is the dead letter (``dead-letters
+        list|retry``); the topic only tells consumers. A failure here is logged, never
+        counted, and never keeps the row from being dead-lettered.
+        """
+        if not failures or self._sink is None:
+            return
+        sink = self._sink
+        self._results = [Unsettled.UNREPORTED] * len(failures)
+        self._tokens = {}
+        for index, failure in enumerate(failures):
+            error = self._send(sink, index, self._router.dead_letter(failure.event, failure.reason))
+            if error is not None:
+                self._results[index] = error
+        self._await_reports(sink)
+        self._tokens = {}
+        for failure, result in zip(failures, self._results, strict=True):
+            if result is not None:
+                reason = result.reason if isinstance(result, DeliveryError) else result.value
+                log.warning("dead letter not copied to %s: %s", self._router.config.dead_letter_topic,
+                            reason, extra=event_fields(failure.event))
 
     def _await_reports(self, sink: Sink) -> None:
         deadline = self._clock() + self._settings.delivery_timeout

@@ -31,6 +31,7 @@ def start_poller(dsn: str, bootstrap: str, prefix: str, *extra: str,
                  pattern: str = "{aggregate_type}") -> CliProcess:
     return CliProcess(["poll", "--dsn", dsn, "--brokers", bootstrap,
                        "--topic-pattern", f"{prefix}.{pattern}", "--message-timeout", "10s",
+                       "--dead-letter-topic", f"{prefix}.dead-letters",
                        "--interval", "200ms", *extra])
 
 
@@ -186,6 +187,10 @@ def test_a_poison_event_becomes_a_dead_letter_and_retry_puts_it_back(
         later = set(insert(db, 10, start=30))  # healthy events keep flowing
         collect_ids(collector, later)
         assert poller.stop(signal.SIGTERM) == 0, poller.stderr
+    dlq = f"{topic_prefix}.dead-letters"
+    copies = collector.collect(until=lambda ms: any(m.topic == dlq for m in ms), timeout=30)
+    [copy] = [m for m in copies if m.topic == dlq]
+    assert copy.headers["id"] == poison.encode() and b"topic" in copy.headers["error"]
     [(_, attempts, processed, dead, error)] = rows(db, f"id = '{poison}'")
     assert (attempts, processed, dead) == (3, False, True)
     assert "no spaces allowed" in str(error) and "topic" in str(error)
@@ -256,7 +261,10 @@ def test_strict_order_keeps_each_aggregate_in_order_across_two_pollers(
     pollers = [start_poller(db, broker.bootstrap, topic_prefix, *extra,
                             pattern="{event_type}") for _ in range(2)]
     try:
-        messages = collector.collect(count=1499, timeout=120)
+        dlq = f"{topic_prefix}.dead-letters"
+        messages = [m for m in collector.collect(
+            until=lambda ms: sum(m.topic != dlq for m in ms) >= 1499, timeout=120)
+            if m.topic != dlq]
         for poller in pollers:
             assert poller.stop(signal.SIGTERM) == 0, poller.stderr
     finally:

@@ -130,6 +130,29 @@ def test_a_poison_event_counts_attempts_with_backoff_and_never_blocks_the_others
     assert worker.stats.dead_lettered == 1 and worker.stats.failed_by_type == {"Odd": 3}
 
 
+def test_an_event_given_up_on_is_copied_to_the_dead_letter_topic_once() -> None:
+    outbox = FakeOutbox(events(("bad type", "x", "Odd")))
+    factory = FakeSinkFactory()
+    worker = make_worker(outbox, factory, max_attempts=2)
+    prime(worker)
+    for _ in range(3):
+        worker.poll_once()
+    [dead] = factory.current.messages
+    assert dead.topic == "outbox.dead-letters" and dead.key == b"x"
+    headers = dict(dead.headers)
+    assert headers["id"] == b"e0" and b"cannot route" in headers["error"]
+    assert outbox.rows["e0"].dead
+
+
+def test_a_dead_letter_the_broker_refuses_is_still_dead_in_the_database() -> None:
+    outbox = FakeOutbox(events(("bad type", "x", "Odd")))
+    factory = FakeSinkFactory(reject_topics={"outbox.dead-letters": ErrorKind.PERMANENT})
+    worker = make_worker(outbox, factory, max_attempts=1)
+    prime(worker)
+    worker.poll_once()
+    assert outbox.rows["e0"].dead and factory.current.messages == []
+
+
 def test_delays_double_with_each_failed_attempt() -> None:
     outbox = FakeOutbox(events(("bad type", "x", "Odd")))
     worker = make_worker(outbox, FakeSinkFactory(), max_attempts=5)
