@@ -71,7 +71,8 @@ class SlotLagProbe:
         self._thread = threading.Thread(target=self._run, name="slot-lag-probe", daemon=True)
         self.latest: SlotStatus | None = None  # None: no such slot (or not read yet)
         self.ok = False  # the last attempt succeeded
-        self.read_at = 0.0
+        self.read_at = 0.0  # clock() of the last attempt
+        self.succeeded_at = 0.0  # wall-clock time of the last successful read
 
     def start(self) -> None:
         self._thread.start()
@@ -94,6 +95,7 @@ class SlotLagProbe:
             log.info("slot lag probe: reading again")
         self.ok = True
         self.read_at = self._clock()
+        self.succeeded_at = time.time()
 
     def _run(self) -> None:
         try:
@@ -116,7 +118,7 @@ def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
 
 def _failed(by_type: dict[str, int]) -> CounterMetricFamily:
     family = CounterMetricFamily(
-        "outbox_events_failed", "Failed deliveries (and routing errors), by event type.",
+        "outbox_events_failed", "Failed delivery attempts, by event type.",
         labels=["event_type"])
     for event_type, count in sorted(by_type.items()):
         family.add_metric([event_type], count)
@@ -127,6 +129,9 @@ def slot_metrics(probe: SlotLagProbe) -> Iterator[Metric]:
     """The probe's figures; absent while it cannot read or the slot does not exist."""
     yield _gauge("cdc_relay_slot_probe_success",
                  "1 if the last read of pg_replication_slots succeeded.", 1 if probe.ok else 0)
+    if probe.succeeded_at:
+        yield _gauge("cdc_relay_slot_probe_timestamp_seconds",
+                     "Unix time of the last successful read of the slot's lag.", probe.succeeded_at)
     status = probe.latest
     if not probe.ok or status is None:
         return
