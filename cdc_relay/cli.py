@@ -241,3 +241,6 @@ from cdc_relay.cli_ops import doctor, slot, status  # noqa: E402 - registered af
 cli.add_command(status)
 cli.add_command(doctor)
 cli.add_command(slot)
+from cdc_relay.cli_demo import demo  # noqa: E402 - registered after the group
+
+cli.add_command(demo)
