@@ -30,7 +30,7 @@ from cdc_relay.poller import (
     run_threads,
 )
 from cdc_relay.routing import Router
-from cdc_relay.sink.kafka import kafka_sink_factory
+from cdc_relay.sink.kafka import KafkaSink, kafka_sink_factory
 from cdc_relay.source import polling_admin
 from cdc_relay.source.polling import BackoffPolicy, PollingSource
 from cdc_relay.source.polling_admin import DeadLetter, OutboxMonitor
@@ -94,6 +94,7 @@ def run_poll(settings: PollSettings, stats: PollStats | None = None,
     stats = stats or PollStats()
     monitor = OutboxMonitor(poll.dsn, settings.outbox, listen=poll.notify)
     monitor.check()  # a missing table or column is a one-line error now, not a retry loop
+    KafkaSink(settings.kafka, lambda _delivery: None).close(0)  # bad --producer-config: now too
     waker = Waker()
     workers = build_pollers(settings, stats, waker)
     if stop is None:

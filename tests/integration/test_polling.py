@@ -316,3 +316,12 @@ def test_polling_a_database_without_the_outbox_says_how_to_create_it(db: str) ->
     assert result.returncode == 2, result.stderr
     assert "does not exist" in result.stderr and "cdc-relay init" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_an_unknown_producer_setting_is_one_line_before_polling_starts(db: str) -> None:
+    init_db(db)
+    result = run_cli("poll", "--dsn", db, "--brokers", "127.0.0.1:9",
+                     "--producer-config", "no.such.setting=1")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert "no.such.setting" in result.stderr and "--producer-config" in result.stderr
