@@ -17,11 +17,12 @@ from __future__ import annotations
 import enum
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import orjson
 import psycopg
+from psycopg import errors as pgerrors
 
 from cdc_relay.config import KafkaConfig, OutboxConfig, validate_slot_name
 from cdc_relay.db import BOOKKEEPING_COLUMNS, connect, describe_dsn, translate_error, validated_table
@@ -30,6 +31,7 @@ from cdc_relay.ops import SlotStatus, human_bytes, read_slot_status
 from cdc_relay.schema import NOTIFY_TRIGGER
 from cdc_relay.sink.kafka import check_brokers
 
+DEFAULT_LIBRARIES = ("pgoutput", "test_decoding")  # output_plugin_libraries' default
 PROBE_TIMEOUT = "10s"  # creating a slot waits for running transactions: bound it
 RETENTION_WARN = 0.8  # of max_slot_wal_keep_size
 
@@ -76,9 +78,10 @@ class ServerFacts:
     max_slots: int
     max_senders: int
     keep_size: int  # max_slot_wal_keep_size in bytes, -1 = unlimited
-    plugin_libraries: str | None  # output_plugin_libraries; None where the server lacks it
     slots_used: int
     senders_used: int
+    plugin_libraries: str | None = None  # output_plugin_libraries; None where the server lacks it
+    libraries_hidden: bool = False  # the setting exists but this role may not read it
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +115,6 @@ SELECT current_setting('server_version'), current_database(), current_user,
        r.rolsuper, r.rolreplication, current_setting('wal_level'),
        current_setting('max_replication_slots')::int, current_setting('max_wal_senders')::int,
        pg_size_bytes(current_setting('max_slot_wal_keep_size')),
-       current_setting('output_plugin_libraries', true),
        (SELECT count(*) FROM pg_replication_slots), (SELECT count(*) FROM pg_stat_replication)
 FROM pg_roles AS r WHERE r.rolname = current_user
 """
@@ -143,7 +145,7 @@ def gather(conn: psycopg.Connection[Any], options: DoctorOptions) -> Facts:
     try:
         row = conn.execute(_SERVER_SQL).fetchone()
         assert row is not None
-        server = ServerFacts(*row)
+        server = _with_libraries(conn, ServerFacts(*row))
         found = conn.execute(_TABLE_SQL, (NOTIFY_TRIGGER, table.schema, table.name)).fetchone()
         pub = conn.execute(_PUBLICATION_SQL, (table.schema, table.name,
                                               options.publication)).fetchone()
@@ -157,6 +159,15 @@ def gather(conn: psycopg.Connection[Any], options: DoctorOptions) -> Facts:
                                  trigger, frozenset(columns))
     publication = PublicationFacts(pub is not None, *(pub or ()))
     return Facts(server, table_facts, publication, read_slot_status(conn, options.slot)[1])
+
+
+def _with_libraries(conn: psycopg.Connection[Any], server: ServerFacts) -> ServerFacts:
+    """output_plugin_libraries (15.19+) is readable only with pg_read_all_settings."""
+    try:
+        row = conn.execute("SELECT current_setting('output_plugin_libraries', true)").fetchone()
+    except pgerrors.InsufficientPrivilege:
+        return replace(server, libraries_hidden=True)
+    return replace(server, plugin_libraries=row[0] if row else None)
 
 
 def probe_plugin(conn: psycopg.Connection[Any], facts: Facts, options: DoctorOptions) -> Check:
@@ -192,6 +203,8 @@ def _probe_failed(exc: psycopg.Error, plugin: str, server: ServerFacts) -> Check
         return Check("plugin loads", Verdict.WARN,
                      f"not probed: creating a slot waited over {PROBE_TIMEOUT} for running "
                      "transactions to finish", "run doctor again when long transactions are done")
+    if "may not be used as an output plugin" in message:
+        return Check("plugin loads", Verdict.FAIL, message, _libraries_fix(server, plugin))
     if exc.sqlstate == "58P01" or "could not access file" in message:
         major = server.version.split(".")[0]
         return Check("plugin loads", Verdict.FAIL, f"{plugin} is not installed on the server "
@@ -261,6 +274,7 @@ def plugin_libraries(server: ServerFacts) -> list[str]:
 
 
 def plugin_allowed(server: ServerFacts, plugin: str) -> bool:
+    """False only when the setting is known to leave the plugin out."""
     return server.plugin_libraries is None or plugin in plugin_libraries(server)
 
 
@@ -304,16 +318,24 @@ def _replication_check(server: ServerFacts) -> Check:
                  f"as a superuser: ALTER ROLE {quote_ident(server.role)} REPLICATION;")
 
 
+def _libraries_fix(server: ServerFacts, plugin: str) -> str:
+    wanted = ", ".join(f"'{lib}'" for lib in [*(plugin_libraries(server) or DEFAULT_LIBRARIES),
+                                              plugin])
+    return (f"as a superuser: ALTER SYSTEM SET output_plugin_libraries = {wanted}; "
+            "SELECT pg_reload_conf(); - or use --plugin pgoutput")
+
+
 def _libraries_check(server: ServerFacts, plugin: str) -> Check:
     name = "output_plugin_libraries"
+    if server.libraries_hidden:
+        return Check(name, Verdict.SKIP, f"not readable by role {server.role} (needs "
+                     "pg_read_all_settings); the probe below shows whether the plugin loads")
     if server.plugin_libraries is None:
         return Check(name, Verdict.PASS, "not restricted by this server version")
     if plugin_allowed(server, plugin):
         return Check(name, Verdict.PASS, f"allows {plugin} ({server.plugin_libraries})")
-    wanted = ", ".join(f"'{lib}'" for lib in [*plugin_libraries(server), plugin])
     return Check(name, Verdict.FAIL, f"{server.plugin_libraries!r} does not allow {plugin}",
-                 f"ALTER SYSTEM SET output_plugin_libraries = {wanted}; SELECT pg_reload_conf(); "
-                 "- or use --plugin pgoutput")
+                 _libraries_fix(server, plugin))
 
 
 def table_checks(facts: Facts, options: DoctorOptions) -> list[Check]:

@@ -3,8 +3,8 @@
 Owns the read-only queries an operator runs against a live deployment - the slot's
 position and lag (``pg_replication_slots``, ``pg_current_wal_lsn()``, the walsender's
 ``flush_lag`` in ``pg_stat_replication``) and the outbox backlog - and the report
-``status`` prints (table or JSON). The metrics lag probe reuses ``SlotReader``; doctor.py reuses
-``read_slot_status``.
+``status`` prints (table or JSON). The metrics lag probe reuses ``SlotReader``,
+doctor.py ``read_slot_status``.
 
 Must not write anything except ``drop_replication_slot``, which the user confirmed, or
 hold a connection beyond one command (``SlotReader`` is the probe's own). cli_ops.py only

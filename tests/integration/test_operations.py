@@ -206,6 +206,45 @@ def test_doctor_fails_on_wal_level_replica_and_prints_the_fix() -> None:
         assert polling.returncode == 0, polling.stdout  # polling needs no logical WAL
 
 
+def test_doctor_as_a_least_privilege_role(db: str, pg_cluster: PostgresCluster) -> None:
+    init_db(db)  # as the owner; the relay's role only streams and reads/updates rows
+    dbname = db.split("dbname=")[1].split()[0]
+    role = f"relay_{dbname}"  # roles are cluster-wide: one per test database
+    pg_cluster.execute(f"CREATE ROLE {role} LOGIN REPLICATION; "
+                       f"GRANT SELECT, UPDATE ON public.outbox_events TO {role}", dbname=dbname)
+    try:
+        result = run_cli("doctor", "--dsn", pg_cluster.dsn(dbname, user=role))
+        assert result.returncode == 0, result.stdout
+        lines = result.stdout.splitlines()
+        # output_plugin_libraries is hidden from this role: the probe (a temporary slot,
+        # allowed by REPLICATION) decides instead.
+        assert any(line.startswith("PASS  plugin loads") and "temporary slot" in line
+                   for line in lines), result.stdout
+        pg_cluster.execute(f"ALTER ROLE {role} NOREPLICATION")
+        result = run_cli("doctor", "--dsn", pg_cluster.dsn(dbname, user=role))
+        assert result.returncode == 1
+        assert f'fix: as a superuser: ALTER ROLE "{role}" REPLICATION;' in result.stdout
+    finally:
+        pg_cluster.execute(f"DROP OWNED BY {role}", dbname=dbname)
+        pg_cluster.execute(f"DROP ROLE {role}")
+
+
+def test_doctor_names_output_plugin_libraries_when_wal2json_is_not_allowed() -> None:
+    with PostgresCluster(settings={"output_plugin_libraries": "pgoutput, test_decoding"}) as cluster:
+        if cluster.execute("SELECT count(*) FROM pg_settings"
+                           " WHERE name = 'output_plugin_libraries'") != "1":
+            pytest.skip("this PostgreSQL minor has no output_plugin_libraries")
+        dsn = cluster.create_database("app")
+        assert run_cli("init", "--dsn", dsn, "--no-slot").returncode == 0
+        result = run_cli("doctor", "--dsn", dsn)
+        assert result.returncode == 1
+        assert "FAIL  output_plugin_libraries" in result.stdout
+        assert ("ALTER SYSTEM SET output_plugin_libraries = 'pgoutput', 'test_decoding', "
+                "'wal2json'; SELECT pg_reload_conf();") in result.stdout
+        assert "PASS  wal_level" in result.stdout
+        assert run_cli("doctor", "--dsn", dsn, "--plugin", "pgoutput").returncode == 0
+
+
 def test_doctor_reports_unreachable_database_and_broker_as_failed_checks() -> None:
     dsn = f"host=127.0.0.1 port={free_port()} dbname=x user=u password=hunter2 connect_timeout=3"
     result = run_cli("doctor", "--dsn", dsn, "--brokers", f"127.0.0.1:{free_port()}")

@@ -26,8 +26,8 @@ from cdc_relay.ops import SlotStatus
 
 SERVER = ServerFacts(version="15.20", database="app", role="relay", superuser=False,
                      replication=True, wal_level="logical", max_slots=10, max_senders=10,
-                     keep_size=10 * 2**30, plugin_libraries="pgoutput, test_decoding, wal2json",
-                     slots_used=1, senders_used=1)
+                     keep_size=10 * 2**30, slots_used=1, senders_used=1,
+                     plugin_libraries="pgoutput, test_decoding, wal2json")
 SLOT = SlotStatus(name="cdc_relay", plugin="wal2json", slot_type="logical", database="app",
                   active=True, active_pid=7, confirmed_flush_lsn=Lsn(1000), restart_lsn=Lsn(900),
                   lag_bytes=100, lag_seconds=0.0, retained_bytes=2**20, wal_status="reserved",
@@ -89,9 +89,13 @@ def test_output_plugin_libraries_without_wal2json_gives_the_list_syntax() -> Non
     check = by_name(server_checks(server, SLOT, "wal2json"))["output_plugin_libraries"]
     assert check.verdict is Verdict.FAIL
     assert check.fix is not None and check.fix.startswith(
-        "ALTER SYSTEM SET output_plugin_libraries = 'pgoutput', 'test_decoding', 'wal2json';")
+        "as a superuser: ALTER SYSTEM SET output_plugin_libraries = "
+        "'pgoutput', 'test_decoding', 'wal2json';")
     older = by_name(server_checks(replace(SERVER, plugin_libraries=None), SLOT, "wal2json"))
     assert older["output_plugin_libraries"].verdict is Verdict.PASS
+    hidden = replace(SERVER, plugin_libraries=None, libraries_hidden=True)
+    assert by_name(server_checks(hidden, SLOT, "wal2json"))[
+        "output_plugin_libraries"].verdict is Verdict.SKIP  # the probe decides
 
 
 def test_missing_table_and_columns_fail_with_the_init_command() -> None:
