@@ -12,7 +12,8 @@ The retry policy's arithmetic is the pure ``backoff_delay``; strict per-aggregat
 is ``claim`` with ``strict_order=True``, whose pure part is ``ready_prefix``:
 
 * candidates are pending rows in ``created_at`` order whose aggregate has no earlier
-  pending row that is waiting for a retry (a failed event blocks its aggregate);
+  pending row that is waiting for a retry (a failed event blocks its aggregate) and is
+  not locked by another poller right now (``pg_locks``: a hint, the lock decides);
 * each candidate aggregate is locked with a transaction-level advisory lock
   (``pg_try_advisory_xact_lock(hashtext(table), hashtext(aggregate))``); an aggregate
   another poller holds is skipped, so two pollers never interleave one aggregate;
@@ -190,12 +191,17 @@ class OutboxQueries:
         return self.q(
             "WITH waiting AS MATERIALIZED (SELECT {c_aggregate_type} AS agg_type,"
             " {c_aggregate_id} AS agg_id, {c_created_at} AS created, {c_id} AS row_id"
-            " FROM {t} WHERE {pending} AND (retry_after > now() OR attempts >= %(max)s))"
+            " FROM {t} WHERE {pending} AND (retry_after > now() OR attempts >= %(max)s)),"
+            # Aggregates other pollers hold now: skipping them lets a second poller find
+            # work beyond the first one's batch instead of coming back empty-handed.
+            " held AS MATERIALIZED (SELECT objid FROM pg_locks WHERE locktype = 'advisory'"
+            " AND objsubid = 2 AND classid = hashtext(%(ns)s)::oid AND pid <> pg_backend_pid())"
             " SELECT {key} FROM {t} r WHERE {pending} AND " + self._ready
             + " AND NOT EXISTS (SELECT 1 FROM waiting b WHERE b.agg_type = r.{c_aggregate_type}"
             " AND b.agg_id = r.{c_aggregate_id}"
             # <= : a waiting row blocks the rest of its own transaction's events too.
             " AND b.created <= r.{c_created_at} AND b.row_id <> r.{c_id})"
+            " AND NOT EXISTS (SELECT 1 FROM held h WHERE h.objid = ({key})::oid)"
             " ORDER BY {order} LIMIT %(limit)s",
             key=self.aggregate_key, pending=self.pending_where, order=self.strict_order)
 
