@@ -333,7 +333,10 @@ class _Session:
             message = self.relay._router.route(event)
         except RoutingError as exc:
             message = self._dead_letter(event, str(exc))
-        self._produce(token, message)
+        try:
+            self.sink.produce(message, token)  # the common case, without the retry loop
+        except (QueueFull, ProduceRejected):
+            self._produce(token, message)
 
     def _produce(self, token: int, message: Message) -> None:
         sink = self.sink

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import select
+import struct
 import time
 
 import psycopg
@@ -24,10 +25,11 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from cdc_relay.config import ReplicationConfig
 from cdc_relay.errors import DatabaseError, ServiceUnavailable, SlotBusy, mask_secrets
 from cdc_relay.model import Lsn
-from cdc_relay.source.protocol import ServerMessage, parse, status_update
+from cdc_relay.source.protocol import XLOG_DATA, XLOG_HEADER_SIZE, ServerMessage, parse, status_update
 
 log = logging.getLogger("cdc_relay.replication")
 
+_WAL_START = struct.Struct("!Q")
 # Session settings for the walsender: plugins print values with the session's output
 # functions, so pin what the decoders parse (timestamps in UTC, ISO style).
 _SESSION_OPTIONS = "-c TimeZone=UTC -c DateStyle=ISO,YMD -c extra_float_digits=3"
@@ -135,6 +137,9 @@ class ReplicationStream:
         pgconn = self._pgconn
         assert pgconn is not None, "read() before open()"
         nbytes, data = pgconn.get_copy_data(1)
+        if nbytes > XLOG_HEADER_SIZE and data[0] == XLOG_DATA:
+            # The per-row fast path: what parse() does for XLogData, without the call.
+            return XLOG_DATA, _WAL_START.unpack_from(data, 1)[0], data[XLOG_HEADER_SIZE:]
         if nbytes > 0:
             return parse(data)
         if nbytes == 0:
