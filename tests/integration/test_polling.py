@@ -325,3 +325,24 @@ def test_an_unknown_producer_setting_is_one_line_before_polling_starts(db: str) 
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines() == [result.stderr.strip()]
     assert "no.such.setting" in result.stderr and "--producer-config" in result.stderr
+
+
+def test_a_debezium_shaped_table_is_polled_by_configuration(
+        db: str, broker: Broker, topic_prefix: str, collector: KafkaCollector) -> None:
+    from cdc_relay.model import OutboxColumns
+
+    where = ("--table", "sales.dbz_outbox", "--columns", "debezium")
+    result = run_cli("init", "--dsn", db, "--no-slot", *where)
+    assert result.returncode == 0, result.stderr
+    with psycopg.connect(db) as conn:
+        event = str(emit(conn, "invoice", "i-9", "InvoiceIssued", {"n": 1},
+                         table="sales.dbz_outbox", columns=OutboxColumns.debezium()))
+        conn.commit()
+    with start_poller(db, broker.bootstrap, topic_prefix, *where) as poller:
+        [message] = collect_ids(collector, {event})
+        poller.stop()
+    assert (message.topic, message.key) == (f"{topic_prefix}.invoice", b"i-9")
+    assert message.headers["event_type"] == b"InvoiceIssued"
+    with psycopg.connect(db) as conn:
+        row = conn.execute("SELECT processed_at IS NOT NULL FROM sales.dbz_outbox").fetchone()
+    assert row == (True,)
