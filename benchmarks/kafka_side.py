@@ -58,7 +58,7 @@ def _consumer(bootstrap: str, topic: str) -> Consumer:
         "fetch.wait.max.ms": FETCH_WAIT_MS, "fetch.error.backoff.ms": 10,
     })
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-    consumer.consume(num_messages=1, timeout=0.2)  # first fetch: connections are up
+    consumer.consume(num_messages=1, timeout=0.5)  # first fetches: connections, offsets
     return consumer
 
 

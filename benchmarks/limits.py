@@ -91,10 +91,17 @@ def _drain(cluster: PostgresCluster, dsn: str, slot: str, options: list[tuple[st
     done = subprocess.run(args, capture_output=True, text=True, timeout=600, check=False,
                           stdin=subprocess.DEVNULL)
     seconds = time.perf_counter() - start
-    cpu = tree_cpu_seconds(postmaster) - cpu_before
     if done.returncode != 0:
         raise RuntimeError(f"pg_recvlogical failed (exit {done.returncode}): {done.stderr.strip()}")
     with psycopg.connect(dsn, autocommit=True) as conn:
+        # The walsender's CPU reaches the postmaster's reaped-children total only once it
+        # has exited: wait for the slot to be released before reading.
+        deadline = time.monotonic() + 10
+        while _one(conn, f"SELECT active FROM pg_replication_slots WHERE slot_name = '{slot}'") \
+                and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.05)
+        cpu = tree_cpu_seconds(postmaster) - cpu_before
         reached = _one(conn, f"SELECT confirmed_flush_lsn >= '{end}'::pg_lsn "
                              f"FROM pg_replication_slots WHERE slot_name = '{slot}'")
     if not reached:

@@ -80,7 +80,7 @@ def limits_table(results: Results) -> str:
     """The limits table (markdown)."""
     limits = results["limits"]
     rows = [[f"pg_recvlogical {p}", _fmt(limits[f"pg_recvlogical_{p}_eps"], 0),
-             _fmt(limits.get(f"pg_recvlogical_{p}_pg_cpu_s", float("nan")), 1)]
+             _fmt(limits.get(f"pg_recvlogical_{p}_pg_cpu_s", float("nan")), 2)]
             for p in ("wal2json", "pgoutput") if f"pg_recvlogical_{p}_eps" in limits]
     rows.append(["bare idempotent producer", _fmt(limits["producer_eps"], 0), "-"])
     return _table(["limit", "events/s", "PG CPU s"], rows)

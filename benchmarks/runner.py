@@ -158,8 +158,9 @@ class ModeRun:
                  "pg_cpu_us_per_event": round(pg_cpu / n * 1e6, 2),
                  "relay_cpu_us_per_event": round(relay_cpu / n * 1e6, 2),
                  "preload_s": round(preload_s, 2), "relay_exit_code": exit_code}
+        steady_text = f"{steady:,.0f}/s" if steady else "n/a"
         progress.result(f"{name} backlog: {n:,} in {seconds:.2f} s = {entry['eps']:,.0f}/s "
-                        f"(steady {steady:,.0f}/s), PG CPU {pg_cpu:.1f} s, relay CPU "
+                        f"(steady {steady_text}), PG CPU {pg_cpu:.1f} s, relay CPU "
                         f"{relay_cpu:.1f} s, RSS {relay_rss:.0f} MB")
         return entry
 
