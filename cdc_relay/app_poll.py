@@ -200,6 +200,7 @@ def retry_dead_letters(dsn: str, outbox: OutboxConfig, ids: Sequence[str] | None
     return RetryReport(requeued, [i for i in wanted if i not in done])
 
 
-def cleanup(dsn: str, outbox: OutboxConfig, older_than: float, batch: int) -> int:
-    """Delete processed rows older than ``older_than`` seconds; return how many."""
-    return polling_admin.cleanup(dsn, outbox, older_than, batch)
+def cleanup(dsn: str, outbox: OutboxConfig, older_than: float, batch: int, *,
+            wal_mode: bool = False) -> int:
+    """Delete processed rows (every row, with ``wal_mode``) older than ``older_than`` s."""
+    return polling_admin.cleanup(dsn, outbox, older_than, batch, wal_mode=wal_mode)

@@ -221,12 +221,16 @@ def dead_letters_retry(dsn: str, table: TableRef, columns: str | None, ids: tupl
         help="Delete rows processed longer ago than this, e.g. 7d.")
 @option("--batch", type=click.IntRange(1), default=10_000, show_default=True,
         help="Rows deleted per transaction (keeps locks short).")
-def cleanup(dsn: str, table: TableRef, columns: str | None, older_than: float, batch: int) -> None:
+@option("--wal-mode", is_flag=True, default=False,
+        help="The table is relayed by 'run' (WAL mode never sets processed_at): delete every "
+             "row created before the cut-off, not only processed ones.")
+def cleanup(dsn: str, table: TableRef, columns: str | None, older_than: float, batch: int,
+            wal_mode: bool) -> None:
     """Delete processed outbox rows older than a duration (pending and dead letters stay)."""
     from cdc_relay.app_poll import cleanup as cleanup_rows
 
-    deleted = cleanup_rows(dsn, outbox_config(table, columns), older_than, batch)
-    click.echo(f"deleted {deleted} processed row(s)")
+    deleted = cleanup_rows(dsn, outbox_config(table, columns), older_than, batch, wal_mode=wal_mode)
+    click.echo(f"deleted {deleted} {'' if wal_mode else 'processed '}row(s)")
 
 
 def main() -> None:

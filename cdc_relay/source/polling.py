@@ -260,7 +260,16 @@ class OutboxQueries:
             " WHERE dead_lettered_at IS NOT NULL" + which + " RETURNING {c_id}::text"
         )
 
-    def cleanup_batch(self) -> sql.Composed:
+    def cleanup_batch(self, *, wal_mode: bool = False) -> sql.Composed:
+        if wal_mode:
+            # WAL mode never sets processed_at: the WAL already carried every committed
+            # row, so rows are deleted by age (dead letters of a poller still stay).
+            return self.q(
+                "DELETE FROM {t} WHERE {c_id} IN (SELECT {c_id} FROM {t}"
+                " WHERE dead_lettered_at IS NULL"
+                " AND {c_created_at} < now() - %(older)s * interval '1 second'"
+                " LIMIT %(batch)s FOR UPDATE SKIP LOCKED)"
+            )
         return self.q(
             "DELETE FROM {t} WHERE {c_id} IN (SELECT {c_id} FROM {t}"
             " WHERE processed_at IS NOT NULL"

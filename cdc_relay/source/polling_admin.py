@@ -92,14 +92,17 @@ def retry_dead_letters(dsn: str, outbox: OutboxConfig, ids: Sequence[str] | None
     return [row[0] for row in rows]
 
 
-def cleanup(dsn: str, outbox: OutboxConfig, older_than: float, batch: int) -> int:
+def cleanup(dsn: str, outbox: OutboxConfig, older_than: float, batch: int, *,
+            wal_mode: bool = False) -> int:
     """Delete processed rows older than ``older_than`` seconds, ``batch`` rows per transaction.
 
     Each batch commits on its own, so no lock is held long and vacuum can follow.
-    Pending and dead-lettered rows are never deleted. Returns the rows deleted.
+    Pending and dead-lettered rows are never deleted - except that with ``wal_mode``
+    (the table is relayed from the WAL, which never sets ``processed_at``) every row
+    created before the cut-off goes, dead letters excepted. Returns the rows deleted.
     """
     queries = OutboxQueries(outbox)
-    statement = queries.cleanup_batch()
+    statement = queries.cleanup_batch(wal_mode=wal_mode)
     total = 0
     with _autocommit(dsn) as conn:
         try:

@@ -295,6 +295,22 @@ def test_cleanup_deletes_only_processed_rows_older_than_the_cutoff(db: str) -> N
     assert {r[0] for r in rows(db)} == set(new_done + pending + old_dead)
 
 
+def test_cleanup_in_wal_mode_deletes_rows_by_age_whatever_processed_at_says(db: str) -> None:
+    init_db(db)
+    ids = insert(db, 6)
+    old, recent, old_dead = ids[:3], ids[3:5], ids[5:]
+    with psycopg.connect(db) as conn:
+        conn.execute("UPDATE outbox_events SET created_at = now() - interval '3 days'"
+                     " WHERE id = ANY(%s::uuid[])", (old,))
+        conn.execute("UPDATE outbox_events SET dead_lettered_at = now(),"
+                     " created_at = now() - interval '9 days' WHERE id = ANY(%s::uuid[])",
+                     (old_dead,))
+    result = run_cli("cleanup", "--dsn", db, "--older-than", "2d", "--wal-mode", "--batch", "2")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "deleted 3 row(s)"
+    assert {r[0] for r in rows(db)} == set(recent + old_dead)
+
+
 @pytest.mark.parametrize("args", [
     ("cleanup", "--older-than", "5 parsecs"),
     ("cleanup", "--older-than", "-1d"),
