@@ -145,9 +145,9 @@ def plots(results: Results, out: Path) -> list[str]:
         for entry in results["latency"]:
             if entry["mode"] == mode:
                 _cdf(ax, entry, f"{entry['rate_eps']:,} events/s")
-        for floor in floors:
+        for floor, style in zip(floors, ("--", ":"), strict=False):
             _cdf(ax, floor, f"broker floor (linger.ms={floor.get('producer_linger_ms')})",
-                 linestyle="--", color="grey")
+                 linestyle=style, color="grey")
         ax.set(xscale="log", xlabel="commit → receipt latency (ms)", ylabel="fraction of events",
                title=f"Latency CDF: {mode}")
         ax.grid(True, which="both", alpha=0.3)

