@@ -35,6 +35,7 @@ from cdc_relay.model import Begin, Change, Commit, Lsn, Message, OutboxEvent
 from cdc_relay.routing import Router, RoutingError
 from cdc_relay.sink.base import (
     Delivery,
+    DeliveryError,
     ErrorKind,
     ProduceRejected,
     QueueFull,
@@ -224,7 +225,8 @@ class _Session:
         self.stats = relay.stats
         self.inflight: dict[int, OutboxEvent] = {}
         self.inflight_bytes = 0
-        self.dead_lettered: set[int] = set()  # tokens now carried by a dead-letter message
+        # Tokens now carried by a dead-letter message -> whether its payload was omitted.
+        self.dead_lettered: dict[int, bool] = {}
         self.redo: list[tuple[int, Message]] = []  # dead letters to produce from the loop
         self.failure: str | None = None
         self.next_status = 0.0
@@ -240,17 +242,19 @@ class _Session:
             del self.inflight[token]
             self.inflight_bytes -= len(event.payload)
             self.tracker.delivered(token)
-            if token in self.dead_lettered:
-                self.dead_lettered.discard(token)
+            if self.dead_lettered.pop(token, None) is not None:
                 self.stats.dead_lettered += 1
             else:
                 self.stats.published += 1
             return
         failed = self.stats.failed_by_type
         failed[event.event_type] = failed.get(event.event_type, 0) + 1
-        if error.kind is ErrorKind.PERMANENT and token not in self.dead_lettered:
-            self.redo.append((token, self._dead_letter(event, error.reason)))
-            return
+        if error.kind is ErrorKind.PERMANENT:
+            try:
+                self.redo.append((token, self._next_dead_letter(token, error.reason)))
+                return
+            except ProducerFailed as exc:
+                error = DeliveryError(error.kind, str(exc))
         log.warning("delivery failed (%s): %s", error.kind.value, error.reason,
                     extra=event_fields(event))
         if self.failure is None:
@@ -332,7 +336,7 @@ class _Session:
         try:
             message = self.relay._router.route(event)
         except RoutingError as exc:
-            message = self._dead_letter(event, str(exc))
+            message = self._next_dead_letter(token, str(exc))
         try:
             self.sink.produce(message, token)  # the common case, without the retry loop
         except (QueueFull, ProduceRejected):
@@ -350,28 +354,36 @@ class _Session:
                 self._check()
                 self._maybe_send_status(self.relay._clock())
             except ProduceRejected as exc:
-                if exc.error.kind is not ErrorKind.PERMANENT or token in self.dead_lettered:
+                if exc.error.kind is not ErrorKind.PERMANENT:
                     raise ProducerFailed(f"cannot produce event: {exc.error.reason}") from exc
-                message = self._dead_letter(self.inflight[token], exc.error.reason)
-                self.dead_lettered.add(token)
+                message = self._next_dead_letter(token, exc.error.reason)
 
     def _produce_redo(self) -> None:
         redo, self.redo = self.redo, []
         for token, message in redo:
-            self.dead_lettered.add(token)
             self._produce(token, message)
 
-    def _dead_letter(self, event: OutboxEvent, reason: str) -> Message:
+    def _next_dead_letter(self, token: int, reason: str) -> Message:
+        """The dead letter to send for a message refused for good.
+
+        First refusal: the event goes to the dead-letter topic. If that is refused as too
+        large, once more without the payload. Beyond that nothing can deliver it, and
+        skipping it would confirm past it: ProducerFailed (replay, and the operator sees
+        the error on every attempt).
+        """
+        event = self.inflight[token]
+        too_large = any(marker in reason for marker in _TOO_LARGE_MARKERS)
+        omitted = self.dead_lettered.get(token)
+        if omitted is not None and (omitted or not too_large):
+            raise ProducerFailed(f"the dead-letter topic refused event {event.id} too: {reason}")
         log.warning("dead-lettering event: %s", reason, extra=event_fields(event))
         message = self.relay._router.dead_letter(event, reason)
-        if any(marker in reason for marker in _TOO_LARGE_MARKERS):
+        if too_large:
             # The payload itself is what the broker refuses: keep the headers (the event
             # id finds the row) and say what was dropped.
-            message = replace(
-                message,
-                value=b"",
-                headers=[*message.headers, ("payload_omitted_bytes", str(len(message.value)).encode())],
-            )
+            message = replace(message, value=b"", headers=[
+                *message.headers, ("payload_omitted_bytes", str(len(message.value)).encode())])
+        self.dead_lettered[token] = too_large
         return message
 
     def shutdown(self) -> None:

@@ -17,10 +17,10 @@ import pytest
 from cdc_relay.config import FlowConfig, RouterConfig, TableRef
 from cdc_relay.decoding.wal2json import Wal2JsonDecoder
 from cdc_relay.errors import DecodeError, SlotBusy
-from cdc_relay.model import Lsn, OutboxColumns
+from cdc_relay.model import Lsn, Message, OutboxColumns
 from cdc_relay.relay import LoopTimings, WalRelay
 from cdc_relay.routing import Router
-from cdc_relay.sink.base import ErrorKind
+from cdc_relay.sink.base import DeliveryError, DeliveryHandler, ErrorKind, ProduceRejected
 from cdc_relay.source.protocol import KEEPALIVE, XLOG_DATA, ServerMessage
 from cdc_relay.testing import FakeSink, FakeSinkFactory, shuffled
 
@@ -273,3 +273,36 @@ def test_keepalive_advances_an_idle_slot() -> None:
     harness.slot.txns.append(Txn(5000, []))  # the stop condition: reach the keepalive
     harness.run()
     assert harness.slot.confirmed == 5000
+
+
+class SizeLimitedSink(FakeSink):
+    """Refuses, at produce(), any message whose value exceeds 10 bytes - like librdkafka."""
+
+    def produce(self, message: Message, token: int) -> None:
+        if len(message.value) > 10:
+            raise ProduceRejected(DeliveryError(ErrorKind.PERMANENT, "Broker: Message size too large"))
+        super().produce(message, token)
+
+
+class SizeLimitedFactory(FakeSinkFactory):
+    def __call__(self, on_delivery: DeliveryHandler) -> FakeSink:
+        sink = SizeLimitedSink(on_delivery, generation=len(self.sinks) + 1)
+        self.sinks.append(sink)
+        return sink
+
+
+@pytest.mark.parametrize("event_id", ["e0-0", "bad-0"])
+def test_too_large_event_is_dead_lettered_without_its_payload(event_id: str) -> None:
+    # "bad-0" also has an illegal topic: its dead letter (with payload) is refused as too
+    # large in turn, and the second dead letter omits the payload.
+    factory = SizeLimitedFactory()
+    harness = Harness([Txn(1000, [event_id])], factory, router=RouterConfig(
+        topic_pattern="t.{aggregate_type}", dead_letter_topic="dlq"))
+    harness.run()
+    [message] = factory.current.messages
+    assert message.topic == "dlq" and message.value == b""
+    headers = dict(message.headers)
+    assert int(headers["payload_omitted_bytes"]) > 10
+    assert headers["id"] == event_id.encode()
+    assert harness.slot.confirmed == 1000
+    assert harness.relay.stats.dead_lettered == 1 and harness.relay.stats.published == 0
