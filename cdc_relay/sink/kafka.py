@@ -69,6 +69,7 @@ and every librdkafka line and error text passes through ``mask_secrets``.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from functools import partial
@@ -162,6 +163,9 @@ def describe_settings(settings: dict[str, str]) -> str:
     return mask_secrets(", ".join(parts))
 
 
+_DIGITS = re.compile(r"\d+")
+
+
 class _MaskingLogger:
     """What confluent-kafka calls ``log(level, fmt, *args)`` on, masking secrets on the way.
 
@@ -169,14 +173,31 @@ class _MaskingLogger:
     16). ``demote`` logs them at DEBUG: for probes whose failure is reported otherwise.
     """
 
+    # librdkafka repeats a connection failure for every broker and retry (hundreds of
+    # lines a minute while a broker is down): one line per kind of message per window.
+    _WINDOW = 30.0
+
     def __init__(self, logger: logging.Logger, *, demote: bool = False) -> None:
         self._logger = logger
         self._demote = demote
+        self._seen: dict[str, tuple[float, int]] = {}  # digit-free text -> (first, repeats)
 
     def log(self, level: int, msg: str, *args: Any) -> None:
         level = logging.DEBUG if self._demote else level
-        if self._logger.isEnabledFor(level):
-            self._logger.log(level, "%s", mask_secrets(msg % args if args else msg))
+        if not self._logger.isEnabledFor(level):
+            return
+        text = mask_secrets(msg % args if args else msg)
+        key = _DIGITS.sub("#", text)
+        now = time.monotonic()
+        first, repeats = self._seen.get(key, (0.0, 0))
+        if now - first < self._WINDOW:
+            self._seen[key] = (first, repeats + 1)
+            return
+        if len(self._seen) > 256:
+            self._seen.clear()
+        self._seen[key] = (now, 0)
+        suffix = f" (and {repeats} similar line(s) in the last {self._WINDOW:g} s)" if repeats else ""
+        self._logger.log(level, "%s%s", text, suffix)
 
 
 def _new_producer(settings: dict[str, str], logger: logging.Logger, *, demote: bool = False,
