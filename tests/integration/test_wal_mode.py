@@ -138,3 +138,23 @@ def test_kill_9_mid_stream_loses_nothing_and_only_unconfirmed_events_repeat(
         if count > 1:
             # Only events of transactions that were not confirmed may come again.
             assert expected.commit_lsn[event_id] > confirmed_at_kill, event_id
+
+
+def test_wal2json_and_pgoutput_publish_identical_messages_for_the_same_rows(
+    db: str, broker: Broker, topic_prefix: str
+) -> None:
+    init_db(db, slot="via_wal2json", plugin="wal2json")
+    init_db(db, slot="via_pgoutput", plugin="pgoutput")
+    expected = write_workload(db, transactions=30, seed=5)
+    results = {}
+    for plugin in PLUGINS:
+        prefix = f"{topic_prefix}{plugin[:3]}"
+        with start_relay(db, broker.bootstrap, prefix, slot=f"via_{plugin}", plugin=plugin) as relay, \
+                KafkaCollector(broker.bootstrap, prefix) as collector:
+            messages = collect_ids(collector, prefix, expected.ids)
+            assert relay.stop() == 0, relay.stderr
+        assert_contract(messages, expected, prefix)
+        results[plugin] = sorted(
+            (m.topic.split(".", 1)[1], m.key, m.value, tuple(sorted(m.headers.items())), m.timestamp)
+            for m in messages)
+    assert results["wal2json"] == results["pgoutput"]
