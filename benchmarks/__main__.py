@@ -22,6 +22,7 @@ import click
 from benchmarks.kafka_side import FETCH_WAIT_MS
 from benchmarks.limits import broker_floor, producer_limit, recvlogical_limits
 from benchmarks.machine import load_average, machine_info
+from benchmarks.noise import NoiseMeter
 from benchmarks.plan import (
     FULL_DURATION,
     FULL_EVENTS,
@@ -33,6 +34,7 @@ from benchmarks.plan import (
     Plan,
     parse_modes,
 )
+from benchmarks.procstat import postmaster_pid
 from benchmarks.progress import Progress
 from benchmarks.report import write_all
 from benchmarks.runner import ModeRun
@@ -114,14 +116,21 @@ def run(out: Path, quick: bool, modes: str | None, events: int | None, smoke: bo
         "latency_floor": [], "errors": [],
     }
     started = time.monotonic()
+    meter = NoiseMeter()
+    meter.start()
+    progress = Progress(f"cdc-relay benchmark ({plan.label})", meter=meter)
     try:
-        with Progress(f"cdc-relay benchmark ({plan.label})") as progress, \
-                PostgresCluster(settings={"full_page_writes": "on"}) as cluster:
+        with progress, PostgresCluster(settings={"full_page_writes": "on"}) as cluster:
             cluster.require_plugin("wal2json")
+            meter.add_root(postmaster_pid(cluster.data_dir))
             results["machine"] = machine_info(cluster)
             _measure(plan, cluster, progress, workdir, results)
     except LocalServiceError as exc:
         raise click.ClickException(str(exc)) from exc
+    finally:
+        meter.stop()
+    results["foreign_cpu_s"] = round(meter.foreign_s, 1)
+    results["phases"] = progress.phases
     results["wall_seconds"] = round(time.monotonic() - started, 1)
     results["load_end"] = load_average()
     write_all(results, out)
@@ -140,10 +149,12 @@ def _measure(plan: Plan, cluster: PostgresCluster, progress: Progress, workdir: 
         limits[f"pg_recvlogical_{plugin}_eps"] = round(r["eps"], 1)
         limits[f"pg_recvlogical_{plugin}_seconds"] = round(r["seconds"], 3)
         limits[f"pg_recvlogical_{plugin}_pg_cpu_s"] = round(r["pg_cpu_s"], 2)
+        limits[f"pg_recvlogical_{plugin}_foreign_cpu_s"] = r["foreign_cpu_s"]
     limits["pg_recvlogical_eps"] = limits["pg_recvlogical_wal2json_eps"]
     producer = producer_limit(plan, progress, workdir)
     limits["producer_eps"] = round(producer["eps"], 1)
     limits["producer_seconds"] = round(producer["seconds"], 3)
+    limits["producer_foreign_cpu_s"] = producer["foreign_cpu_s"]
     for linger in FLOOR_LINGERS:
         results["latency_floor"].append(broker_floor(plan, progress, workdir, linger))
     for mode in plan.modes:

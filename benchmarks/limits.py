@@ -61,11 +61,14 @@ def recvlogical_limits(cluster: PostgresCluster, plan: Plan, progress: Progress,
         progress.phase("limits", "preload backlog", plan.events)
         preload(dsn, plan.events, EVENTS_PER_BACKLOG_TXN, "order", progress.update)
         with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"VACUUM ANALYZE {TABLE}")  # as before a mode's backlog run
+            conn.execute("CHECKPOINT")
             end = _one(conn, "SELECT pg_current_wal_lsn()::text")
         results: dict[str, Any] = {}
         for plugin, options in plugins.items():
             progress.phase("limits", f"pg_recvlogical {plugin}")
             results[plugin] = _drain(cluster, dsn, f"limit_{plugin}", options, end, plan.events)
+            results[plugin]["foreign_cpu_s"] = progress.phase_foreign()
             progress.result(f"limit pg_recvlogical {plugin}: {results[plugin]['eps']:,.0f} events/s "
                             f"({results[plugin]['seconds']:.2f} s)")
         return results
@@ -130,6 +133,7 @@ def producer_limit(plan: Plan, progress: Progress, workdir: Path) -> dict[str, A
     if result["acked"] != plan.events:
         raise RuntimeError(f"the bare producer had {result['failed']} failed deliveries")
     result["eps"] = plan.events / result["seconds"]
+    result["foreign_cpu_s"] = progress.phase_foreign()
     progress.result(f"limit bare producer: {result['eps']:,.0f} events/s ({result['seconds']:.2f} s)")
     return result
 
@@ -146,7 +150,8 @@ def broker_floor(plan: Plan, progress: Progress, workdir: Path,
         stats = measure(progress, broker.bootstrap, topic, floor_producer_process,
                         (broker.bootstrap, topic, rate, plan.duration, plan.warmup, linger_ms),
                         seconds=plan.warmup + plan.duration, drain_timeout=10, workdir=workdir)
-    stats = {"mode": "broker-floor", "rate_eps": rate, "producer_linger_ms": linger_ms, **stats}
+    stats = {"mode": "broker-floor", "rate_eps": rate, "producer_linger_ms": linger_ms, **stats,
+             "foreign_cpu_s": progress.phase_foreign()}
     progress.result(f"broker floor (linger.ms={linger_ms}) at {rate}/s: p50 {stats['p50_ms']:.2f} ms, "
                     f"p99 {stats['p99_ms']:.2f} ms")
     return stats

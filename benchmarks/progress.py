@@ -19,12 +19,18 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from benchmarks.noise import NoiseMeter
+
 
 class Progress:
     """What the run is doing now, and what it has found so far."""
 
-    def __init__(self, title: str, console: Console | None = None) -> None:
+    def __init__(self, title: str, console: Console | None = None,
+                 meter: NoiseMeter | None = None) -> None:
         self.console = console or Console(stderr=True)
+        self.meter = meter
+        self.phases: list[dict[str, object]] = []  # every finished phase, with foreign CPU
+        self._foreign_at_start = 0.0
         self.title = title
         self.started = time.monotonic()
         self.mode = ""
@@ -48,6 +54,7 @@ class Progress:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
+        self._close_phase()
         if self._live is not None:
             self._live.stop()
             self._live = None
@@ -55,11 +62,24 @@ class Progress:
     # -- updates
     def phase(self, mode: str, name: str, total: int | None = None) -> None:
         """A new phase starts (``total`` events expected, when known)."""
+        self._close_phase()
+        self._foreign_at_start = self.meter.foreign_s if self.meter else 0.0
         self.mode, self.phase_name, self.total = mode, name, total
         self.done, self.received = 0, None
         self._phase_started = time.monotonic()
         if self._live is None:
             self.console.print(f"[{self._clock()}] {mode}: {name}", highlight=False, soft_wrap=True)
+
+    def phase_foreign(self) -> float:
+        """CPU seconds other processes used since the current phase started."""
+        return round(self.meter.foreign_s - self._foreign_at_start, 2) if self.meter else 0.0
+
+    def _close_phase(self) -> None:
+        if self.phase_name:
+            self.phases.append({"mode": self.mode, "phase": self.phase_name,
+                                "seconds": round(time.monotonic() - self._phase_started, 2),
+                                "foreign_cpu_s": self.phase_foreign()})
+            self.phase_name = ""
 
     def update(self, done: int, received: int | None = None) -> None:
         """Counters of the current phase: events done (written/sent), events received."""
@@ -78,7 +98,8 @@ class Progress:
 
     def _render(self) -> Group:
         load = os.getloadavg()[0]
-        head = Text(f"{self.title}   elapsed {self._clock()}   load {load:.2f}", style="bold")
+        noise = f"   other processes {self.phase_foreign():.1f} CPU s" if self.meter else ""
+        head = Text(f"{self.title}   elapsed {self._clock()}   load {load:.2f}{noise}", style="bold")
         elapsed = max(time.monotonic() - self._phase_started, 1e-6)
         counters = f"{self.done:,}" + (f" / {self.total:,}" if self.total else "")
         if self.received is not None:

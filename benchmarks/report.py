@@ -58,10 +58,11 @@ def throughput_table(results: Results) -> str:
                      _fmt(t["pg_cpu_s"], 1), _fmt(t.get("pg_cpu_us_per_event", float("nan")), 1),
                      _fmt(t.get("wal_bytes_per_event", float("nan")), 0),
                      _fmt(t.get("rows_written_per_event", float("nan")), 2),
-                     _fmt(t["relay_cpu_s"], 1), _fmt(t["relay_peak_rss_mb"], 0)])
+                     _fmt(t["relay_cpu_s"], 1), _fmt(t["relay_peak_rss_mb"], 0),
+                     _fmt(t.get("foreign_cpu_s", float("nan")), 1)])
     return _table(["mode", "events", "seconds", "events/s", "steady events/s", "ratio to limit",
                    "PG CPU s", "PG CPU µs/event", "extra WAL B/event", "rows written/event",
-                   "relay CPU s", "relay peak RSS MB"], rows)
+                   "relay CPU s", "relay peak RSS MB", "other procs CPU s"], rows)
 
 
 def latency_table(results: Results) -> str:
@@ -71,19 +72,23 @@ def latency_table(results: Results) -> str:
         mode = e["mode"] + (f" (linger.ms={e['producer_linger_ms']})" if "producer_linger_ms" in e else "")
         rows.append([mode, e["rate_eps"], _fmt(e["p50_ms"], 2), _fmt(e["p95_ms"], 2),
                      _fmt(e["p99_ms"], 2), _fmt(e["max_ms"], 2), e.get("samples", 0),
-                     e.get("missing", 0), e.get("duplicates", 0)])
+                     e.get("missing", 0), e.get("duplicates", 0),
+                     _fmt(e.get("foreign_cpu_s", float("nan")), 1)])
     return _table(["mode", "rate events/s", "p50 ms", "p95 ms", "p99 ms", "max ms", "samples",
-                   "missing", "duplicates"], rows)
+                   "missing", "duplicates", "other procs CPU s"], rows)
 
 
 def limits_table(results: Results) -> str:
     """The limits table (markdown)."""
     limits = results["limits"]
+    nan = float("nan")
     rows = [[f"pg_recvlogical {p}", _fmt(limits[f"pg_recvlogical_{p}_eps"], 0),
-             _fmt(limits.get(f"pg_recvlogical_{p}_pg_cpu_s", float("nan")), 2)]
+             _fmt(limits.get(f"pg_recvlogical_{p}_pg_cpu_s", nan), 2),
+             _fmt(limits.get(f"pg_recvlogical_{p}_foreign_cpu_s", nan), 1)]
             for p in ("wal2json", "pgoutput") if f"pg_recvlogical_{p}_eps" in limits]
-    rows.append(["bare idempotent producer", _fmt(limits["producer_eps"], 0), "-"])
-    return _table(["limit", "events/s", "PG CPU s"], rows)
+    rows.append(["bare idempotent producer", _fmt(limits["producer_eps"], 0), "-",
+                 _fmt(limits.get("producer_foreign_cpu_s", nan), 1)])
+    return _table(["limit", "events/s", "PG CPU s", "other procs CPU s"], rows)
 
 
 def targets(results: Results) -> list[str]:
@@ -109,7 +114,11 @@ def markdown(results: Results) -> str:
     m = results["machine"]
     out = [f"# cdc-relay benchmark ({results['plan']['label']} run, {results['started_at']})", "",
            f"Command: `{results['command']}`  ", f"Duration: {results['wall_seconds']:.0f} s; "
-           f"load average at start {results['load_start']}, at end {results['load_end']}.", "",
+           f"load average at start {results['load_start']}, at end {results['load_end']}.  ",
+           f"Other processes on the machine used {results.get('foreign_cpu_s', float('nan')):.1f} "
+           "CPU seconds during the run (the *other procs CPU s* columns: per measurement; "
+           "a few tenths is the machine's idle background, more means the figure was disturbed).",
+           "",
            "## Machine", "",
            _table(["", ""], [[k.replace("_", " "), str(v)] for k, v in m.items()]), "",
            "## Limits", "", limits_table(results), "",

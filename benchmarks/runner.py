@@ -140,6 +140,7 @@ class ModeRun:
             pg_cpu = tree_cpu_seconds(postmaster) - pg_cpu_before
             wal_bytes = int(self._one("SELECT pg_current_wal_lsn() - %s::pg_lsn", end_lsn))
             relay_cpu, relay_rss = relay.usage()
+            foreign = progress.phase_foreign()
             exit_code = relay.stop()
             relay = None
         finally:
@@ -157,7 +158,8 @@ class ModeRun:
                  "rows_written_per_event": round(rows_written / n, 3),
                  "pg_cpu_us_per_event": round(pg_cpu / n * 1e6, 2),
                  "relay_cpu_us_per_event": round(relay_cpu / n * 1e6, 2),
-                 "preload_s": round(preload_s, 2), "relay_exit_code": exit_code}
+                 "preload_s": round(preload_s, 2), "relay_exit_code": exit_code,
+                 "foreign_cpu_s": foreign}
         steady_text = f"{steady:,.0f}/s" if steady else "n/a"
         progress.result(f"{name} backlog: {n:,} in {seconds:.2f} s = {entry['eps']:,.0f}/s "
                         f"(steady {steady_text}), PG CPU {pg_cpu:.1f} s, relay CPU "
@@ -214,7 +216,8 @@ class ModeRun:
                                  self.plan.warmup),
                                 seconds=self.plan.warmup + self.plan.duration, drain_timeout=30,
                                 workdir=self.workdir, check=relay.check_alive)
-                entry = {"mode": name, "rate_eps": rate, "events_per_txn": per_txn, **stats}
+                entry = {"mode": name, "rate_eps": rate, "events_per_txn": per_txn, **stats,
+                         "foreign_cpu_s": progress.phase_foreign()}
                 entries.append(entry)
                 progress.result(f"{name} latency at {rate:,}/s: p50 {stats['p50_ms']:.1f} ms, "
                                 f"p99 {stats['p99_ms']:.1f} ms, max {stats['max_ms']:.1f} ms"
