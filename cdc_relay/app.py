@@ -93,7 +93,7 @@ def build_wal_relay(settings: WalSettings) -> WalRelay:
 
 def run_wal(settings: WalSettings) -> int:
     """``cdc-relay run``: ensure the slot, stream until a signal, exit 0 after a clean stop."""
-    from cdc_relay.schema import ensure_replication
+    from cdc_relay.replication_setup import ensure_replication
 
     stop = threading.Event()
     install_signal_handlers(stop)  # first: a SIGTERM during start-up is a clean stop too

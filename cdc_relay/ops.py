@@ -23,7 +23,7 @@ from cdc_relay.config import OutboxConfig, TableRef, validate_slot_name
 from cdc_relay.db import connect, describe_dsn, translate_error, validated_table
 from cdc_relay.errors import ConfigError, RelayError
 from cdc_relay.model import Lsn
-from cdc_relay.schema import drop_slot
+from cdc_relay.replication_setup import drop_slot
 from cdc_relay.source.polling_admin import count_pending
 
 # One row always: the server's position, then the slot's columns (NULL without a slot).

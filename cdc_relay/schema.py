@@ -1,9 +1,10 @@
 """``cdc-relay init``: apply the sql/ migrations, then the WAL-mode publication and slot.
 
-Owns the database objects the relay needs (SPEC §3): the outbox table, its indexes, the
-dead-letter view, the NOTIFY trigger, ``processed_events``, the migration bookkeeping
-table, the pgoutput publication and the logical replication slot; plus the small slot
-helpers other commands reuse (``slot_info``, ``slot_exists``, ``drop_slot``).
+Owns the outbox's own database objects (SPEC §3): the outbox table, its indexes, the
+dead-letter view, the NOTIFY trigger, ``processed_events`` and the migration
+bookkeeping table; and ``init_database``, which also asks replication_setup.py for the
+pgoutput publication and the logical replication slot (that module owns those, and
+the slot helpers other commands reuse).
 
 How: the numbered templates in ``sql/`` (package ``cdc_relay.sql``) are filled only with
 ``psycopg.sql.Identifier`` names and applied in one transaction under a transaction-level
@@ -13,63 +14,46 @@ afterwards, outside that transaction: PostgreSQL refuses to create a logical slo
 transaction that has written anything.
 
 Must not: interpolate user text into SQL, change server settings (it only says which
-to change), or read or write outbox rows.
+to change), create or drop publications and slots itself, or read or write outbox rows.
 """
 
 from __future__ import annotations
 
-import enum
 import functools
 import importlib.resources
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg import errors as pgerrors
 from psycopg import sql
 
-from cdc_relay.config import OutboxConfig, TableRef, validate_identifier, validate_slot_name
+from cdc_relay.config import OutboxConfig, TableRef
 from cdc_relay.db import (
     connect,
     derived_name,
-    describe_dsn,
     translate_error,
     validated_columns,
     validated_table,
 )
-from cdc_relay.errors import ConfigError, DatabaseError, SlotBusy, mask_secrets
-from cdc_relay.model import Lsn
+from cdc_relay.errors import ConfigError
+from cdc_relay.replication_setup import (
+    ADVISORY_LOCK_KEY,
+    Outcome,
+    ReplicationReport,
+    ensure_publication_and_slot,
+    validate_wal_options,
+)
 
-PLUGINS = ("wal2json", "pgoutput")
 MIGRATIONS_TABLE = "cdc_relay_schema_migrations"
 PROCESSED_EVENTS_TABLE = "processed_events"
 NOTIFY_FUNCTION = "cdc_relay_notify"
 NOTIFY_TRIGGER = "cdc_relay_notify"  # trigger names are per table: no need to derive
-# One lock for every init in a database ("cdc_rela" in ASCII): DDL is rare, serialising
-# it is cheaper than reasoning about concurrent CREATE ... IF NOT EXISTS races.
-ADVISORY_LOCK_KEY = 0x6364635F72656C61
 # Waiting for the outbox's ACCESS EXCLUSIVE lock (ALTER TABLE) queues every insert
 # behind us; give up instead of stalling the application behind a long transaction.
 LOCK_TIMEOUT = "30s"
 
 _MIGRATION_FILE = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
-
-
-class Outcome(enum.Enum):
-    """What init did to one object."""
-
-    CREATED = "created"
-    EXISTED = "existed"
-    UPDATED = "updated"  # e.g. the outbox table added to an existing publication
-    DROPPED = "dropped"  # the NOTIFY trigger with notify_trigger=False
-    ABSENT = "absent"  # not wanted and not there
-    SKIPPED = "skipped"  # not needed in this configuration
-
-
-_CHANGES = (Outcome.CREATED, Outcome.UPDATED, Outcome.DROPPED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +83,7 @@ class InitReport:
     def changed(self) -> bool:
         """False when the run was a no-op (everything already in place)."""
         return bool(self.migrations_applied) or any(
-            outcome in _CHANGES for outcome in (self.trigger, self.publication, self.slot)
+            outcome.changed for outcome in (self.trigger, self.publication, self.slot)
         )
 
     def lines(self) -> list[str]:
@@ -120,33 +104,6 @@ class InitReport:
 
     def __str__(self) -> str:
         return "\n".join(self.lines())
-
-
-@dataclass(frozen=True, slots=True)
-class ReplicationReport:
-    """What ``ensure_replication`` found and changed."""
-
-    publication: Outcome
-    slot: Outcome
-
-    @property
-    def changed(self) -> bool:
-        """False when publication and slot were already in place."""
-        return self.publication in _CHANGES or self.slot in _CHANGES
-
-
-@dataclass(frozen=True, slots=True)
-class SlotInfo:
-    """A row of ``pg_replication_slots``."""
-
-    name: str
-    plugin: str | None
-    slot_type: str
-    database: str | None
-    active: bool
-    active_pid: int | None
-    confirmed_flush_lsn: Lsn | None
-    restart_lsn: Lsn | None
 
 
 @functools.cache
@@ -205,14 +162,6 @@ def render(template: str, names: dict[str, sql.Composable]) -> sql.Composed:
     return sql.SQL(template).format(**names)
 
 
-def _validate_wal_options(slot: str | None, plugin: str, publication: str) -> None:
-    if slot is not None:
-        validate_slot_name(slot)
-    if plugin not in PLUGINS:
-        raise ConfigError(f"unknown plugin {plugin!r}: use wal2json or pgoutput")
-    validate_identifier(publication, "publication name")
-
-
 def init_database(
     dsn: str,
     outbox: OutboxConfig,
@@ -233,7 +182,7 @@ def init_database(
     DatabaseError for PostgreSQL trouble, with the fix in the message.
     """
     names = template_names(outbox)
-    _validate_wal_options(slot, plugin, publication)
+    validate_wal_options(slot, plugin, publication)
     table = validated_table(outbox.table)
     with connect(dsn, autocommit=True) as conn:
         try:
@@ -244,7 +193,9 @@ def init_database(
             raise translate_error(exc, f"initialising {table}") from exc
         replication = ReplicationReport(Outcome.SKIPPED, Outcome.SKIPPED)
         if slot is not None:
-            replication = _ensure_replication(conn, table, names, slot, plugin, publication)
+            replication = ensure_publication_and_slot(
+                conn, table, slot=slot, plugin=plugin, publication=publication
+            )
     return InitReport(
         table=table,
         migrations_applied=applied,
@@ -256,61 +207,6 @@ def init_database(
         publication_name=publication if replication.publication is not Outcome.SKIPPED else None,
         plugin=plugin if slot is not None else None,
     )
-
-
-def ensure_replication(
-    dsn: str,
-    outbox: OutboxConfig,
-    *,
-    slot: str,
-    plugin: str = "wal2json",
-    publication: str = "cdc_relay_outbox",
-) -> ReplicationReport:
-    """WAL mode's start-up check: the publication (pgoutput) and the slot, created if missing.
-
-    Applies no migrations: the outbox table must exist (``cdc-relay init``), else
-    ConfigError. Safe when several relays start at once (same lock as init). An existing
-    slot with another plugin, or of another database, is a ConfigError naming the fix.
-    """
-    names = template_names(outbox)
-    _validate_wal_options(slot, plugin, publication)
-    table = validated_table(outbox.table)
-    with connect(dsn, autocommit=True) as conn:
-        try:
-            row = conn.execute(
-                "SELECT to_regclass(%s)", (names["table"].as_string(conn),)
-            ).fetchone()
-        except psycopg.Error as exc:
-            raise translate_error(exc, f"looking up {table}") from exc
-        if row is None or row[0] is None:
-            raise ConfigError(
-                f"outbox table {table} does not exist in {describe_dsn(dsn)}: run "
-                "`cdc-relay init` first, or pass the right --table / --dsn"
-            )
-        return _ensure_replication(conn, table, names, slot, plugin, publication)
-
-
-def _ensure_replication(
-    conn: psycopg.Connection[Any],
-    table: TableRef,
-    names: dict[str, sql.Composable],
-    slot: str,
-    plugin: str,
-    publication: str,
-) -> ReplicationReport:
-    pub = Outcome.SKIPPED
-    if plugin == "pgoutput":
-        try:
-            with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (ADVISORY_LOCK_KEY,))
-                pub = _ensure_publication(conn, publication, table, names)
-        except psycopg.Error as exc:
-            raise translate_error(exc, f"creating publication {publication!r}") from exc
-    try:
-        slot_outcome = _ensure_slot(conn, slot, plugin)
-    except psycopg.Error as exc:
-        raise translate_error(exc, f"checking replication slot {slot!r}") from exc
-    return ReplicationReport(pub, slot_outcome)
 
 
 def _apply_schema(
@@ -407,197 +303,3 @@ def _ensure_trigger(
         )
         return Outcome.DROPPED
     return Outcome.EXISTED if exists else Outcome.ABSENT
-
-
-def _ensure_publication(
-    conn: psycopg.Connection[Any],
-    publication: str,
-    table: TableRef,
-    names: dict[str, sql.Composable],
-) -> Outcome:
-    row = conn.execute(
-        "SELECT puballtables, pubinsert FROM pg_publication WHERE pubname = %s",
-        (publication,),
-    ).fetchone()
-    pub = sql.Identifier(publication)
-    if row is None:
-        conn.execute(
-            sql.SQL("CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert')").format(
-                pub, names["table"]
-            )
-        )
-        return Outcome.CREATED
-    all_tables, publishes_inserts = row
-    if not publishes_inserts:
-        raise ConfigError(
-            f"publication {publication!r} does not publish inserts: run ALTER PUBLICATION "
-            f"{publication} SET (publish = 'insert'), or pass another --publication"
-        )
-    if all_tables:
-        return Outcome.EXISTED
-    member = conn.execute(
-        "SELECT 1 FROM pg_publication_tables "
-        "WHERE pubname = %s AND schemaname = %s AND tablename = %s",
-        (publication, table.schema, table.name),
-    ).fetchone()
-    if member is not None:
-        return Outcome.EXISTED
-    conn.execute(sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(pub, names["table"]))
-    return Outcome.UPDATED
-
-
-def _ensure_slot(conn: psycopg.Connection[Any], slot: str, plugin: str) -> Outcome:
-    info = _slot_info(conn, slot)
-    if info is None:
-        _check_wal_level(conn)
-        try:
-            conn.execute(
-                "SELECT pg_create_logical_replication_slot(%s, %s)", (slot, plugin)
-            )
-        except pgerrors.DuplicateObject:
-            info = _slot_info(conn, slot)  # a concurrent init won the race
-        except psycopg.Error as exc:
-            raise _slot_error(exc, slot, plugin) from exc
-        else:
-            return Outcome.CREATED
-    if info is None:  # created and dropped again between two statements: give up
-        raise DatabaseError(f"replication slot {slot!r} vanished while init was creating it")
-    _check_slot_matches(conn, info, plugin)
-    return Outcome.EXISTED
-
-
-def _check_wal_level(conn: psycopg.Connection[Any]) -> None:
-    row = conn.execute("SELECT current_setting('wal_level')").fetchone()
-    level = row[0] if row else "unknown"
-    if level != "logical":
-        raise DatabaseError(
-            f"wal_level is {level!r}, WAL mode needs 'logical'. Fix: run ALTER SYSTEM SET "
-            "wal_level = logical; then restart PostgreSQL (a reload is not enough). "
-            "Or use polling mode (cdc-relay poll), which needs no slot"
-        )
-
-
-def _slot_error(exc: psycopg.Error, slot: str, plugin: str) -> DatabaseError:
-    message = mask_secrets(" ".join((exc.diag.message_primary or str(exc)).split()))
-    if exc.sqlstate == "58P01" or "could not access file" in message:
-        return DatabaseError(
-            f"cannot create slot {slot!r}: output plugin {plugin!r} is not installed "
-            f"({message}). Fix: install postgresql-<version>-{plugin} on the database "
-            "server (e.g. apt-get install postgresql-15-wal2json), or use --plugin pgoutput"
-        )
-    if "may not be used as an output plugin" in message:
-        return DatabaseError(
-            f"cannot create slot {slot!r}: {message}. Fix: allow the plugin on the server: "
-            "ALTER SYSTEM SET output_plugin_libraries = 'pgoutput', 'test_decoding', "
-            f"'{plugin}'; SELECT pg_reload_conf(); — or use --plugin pgoutput"
-        )
-    error = translate_error(exc, f"creating replication slot {slot!r}")
-    return error if isinstance(error, DatabaseError) else DatabaseError(str(error))
-
-
-def _check_slot_matches(conn: psycopg.Connection[Any], info: SlotInfo, plugin: str) -> None:
-    drop_hint = (
-        f"or drop it with `cdc-relay slot drop --slot {info.name}` (or SELECT "
-        f"pg_drop_replication_slot('{info.name}')); dropping loses its position, events "
-        "committed while no slot exists are not relayed"
-    )
-    if info.slot_type != "logical":
-        raise ConfigError(
-            f"replication slot {info.name!r} is a {info.slot_type} slot, not a logical one: "
-            f"choose another --slot, {drop_hint}"
-        )
-    row = conn.execute("SELECT current_database()").fetchone()
-    current = row[0] if row else None
-    if info.database != current:
-        raise ConfigError(
-            f"replication slot {info.name!r} belongs to database {info.database!r}, not "
-            f"{current!r}: choose another --slot, {drop_hint}"
-        )
-    if info.plugin != plugin:
-        raise ConfigError(
-            f"replication slot {info.name!r} exists with plugin {info.plugin!r}, not "
-            f"{plugin!r}: run with --plugin {info.plugin}, choose another --slot, {drop_hint}"
-        )
-
-
-_SLOT_QUERY = (
-    "SELECT slot_name, plugin, slot_type, database, active, active_pid, "
-    "confirmed_flush_lsn::text, restart_lsn::text "
-    "FROM pg_replication_slots WHERE slot_name = %s"
-)
-
-
-def _slot_info(conn: psycopg.Connection[Any], slot: str) -> SlotInfo | None:
-    row = conn.execute(_SLOT_QUERY, (slot,)).fetchone()
-    if row is None:
-        return None
-    name, plugin, slot_type, database, active, pid, confirmed, restart = row
-    return SlotInfo(
-        name=name,
-        plugin=plugin,
-        slot_type=slot_type,
-        database=database,
-        active=bool(active),
-        active_pid=pid,
-        confirmed_flush_lsn=Lsn.parse(confirmed) if confirmed else None,
-        restart_lsn=Lsn.parse(restart) if restart else None,
-    )
-
-
-@contextmanager
-def _borrow(conninfo: str | psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]:
-    if isinstance(conninfo, psycopg.Connection):
-        yield conninfo
-        return
-    with connect(conninfo, autocommit=True) as conn:
-        yield conn
-
-
-def slot_info(conninfo: str | psycopg.Connection[Any], slot: str) -> SlotInfo | None:
-    """The slot's row of ``pg_replication_slots``, or None if there is no such slot.
-
-    ``conninfo`` is a DSN (a connection is opened and closed) or an open connection.
-    """
-    validate_slot_name(slot)
-    with _borrow(conninfo) as conn:
-        try:
-            return _slot_info(conn, slot)
-        except psycopg.Error as exc:
-            raise translate_error(exc, f"reading replication slot {slot!r}") from exc
-
-
-def slot_exists(conninfo: str | psycopg.Connection[Any], slot: str) -> bool:
-    """True if a replication slot of that name exists (in any database)."""
-    return slot_info(conninfo, slot) is not None
-
-
-def drop_slot(conninfo: str | psycopg.Connection[Any], slot: str) -> bool:
-    """Drop an inactive replication slot; False if it did not exist.
-
-    Refuses (SlotBusy) while a relay or another client streams from it: stop that
-    process first. Dropping loses the slot's position.
-    """
-    validate_slot_name(slot)
-    with _borrow(conninfo) as conn:
-        try:
-            info = _slot_info(conn, slot)
-            if info is None:
-                return False
-            if info.active:
-                raise SlotBusy(_busy_message(slot, info.active_pid))
-            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-        except pgerrors.UndefinedObject:
-            return False  # dropped by someone else in between
-        except pgerrors.ObjectInUse as exc:
-            raise SlotBusy(_busy_message(slot, None)) from exc
-        except psycopg.Error as exc:
-            raise translate_error(exc, f"dropping replication slot {slot!r}") from exc
-    return True
-
-
-def _busy_message(slot: str, pid: int | None) -> str:
-    who = f"process {pid}" if pid else "another process"
-    return (
-        f"replication slot {slot!r} is active ({who} is streaming from it): stop that "
-        "relay (or pg_recvlogical) first, then drop the slot"
-    )

@@ -18,14 +18,14 @@ from cdc_relay.errors import ConfigError, DatabaseError, ServiceUnavailable, Slo
 from cdc_relay.local import PostgresCluster
 from cdc_relay.model import OutboxColumns
 from cdc_relay.outbox import emit
-from cdc_relay.schema import (
+from cdc_relay.replication_setup import (
     Outcome,
     drop_slot,
     ensure_replication,
-    init_database,
     slot_exists,
     slot_info,
 )
+from cdc_relay.schema import init_database
 
 
 def _slot_name() -> str:
