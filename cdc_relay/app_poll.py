@@ -4,7 +4,7 @@ Builds the real parts from frozen configs - one PollingSource and one Kafka sink
 worker, one OutboxMonitor per process, the router - checks the outbox before starting,
 installs the signal handlers and runs the threads. The admin commands are thin wrappers
 over source/polling_admin.py plus their output formatting. Must not contain loop logic (that
-is poller.py) or SQL (source/).
+is poller/) or SQL (source/).
 """
 
 from __future__ import annotations
@@ -21,14 +21,9 @@ from cdc_relay.app import install_signal_handlers
 from cdc_relay.config import KafkaConfig, MetricsConfig, OutboxConfig, PollConfig, RouterConfig
 from cdc_relay.errors import ExitCode
 from cdc_relay.metrics import serve_poll
-from cdc_relay.poller import (
-    PollerSettings,
-    PollStats,
-    PollWorker,
-    Waker,
-    monitor_loop,
-    run_threads,
-)
+from cdc_relay.poller.settlement import PollStats
+from cdc_relay.poller.threads import Waker, monitor_loop, run_threads
+from cdc_relay.poller.worker import PollerSettings, PollWorker
 from cdc_relay.routing import Router
 from cdc_relay.sink.kafka import KafkaSink, kafka_sink_factory
 from cdc_relay.source import polling_admin

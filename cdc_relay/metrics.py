@@ -1,10 +1,10 @@
 """Prometheus metrics, ``/healthz`` and ``/readyz`` (SPEC §8), served from a daemon thread.
 
 The relay loops never touch a Prometheus object: they bump plain counters (``RelayStats``
-in relay.py, ``PollStats`` in poller.py) and the collectors here turn those into metric
-families at scrape time. What the loops cannot know - how far the slot lags behind the
-server's WAL - comes from ``SlotLagProbe``: a timer thread with its own ordinary
-connection that reads ``pg_replication_slots`` / ``pg_current_wal_lsn()`` /
+in relay.py, ``PollStats`` in poller/settlement.py) and the collectors here turn those
+into metric families at scrape time. What the loops cannot know - how far the slot lags
+behind the server's WAL - comes from ``SlotLagProbe``: a timer thread with its own
+ordinary connection that reads ``pg_replication_slots`` / ``pg_current_wal_lsn()`` /
 ``pg_stat_replication`` every few seconds (ops.SlotReader). It never runs on the hot path
 and survives database outages: while it cannot read, the lag gauges are absent and
 ``cdc_relay_slot_probe_success`` is 0.
@@ -45,7 +45,7 @@ from prometheus_client.exposition import choose_encoder
 from cdc_relay.config import MetricsConfig
 from cdc_relay.errors import ConfigError, RelayError
 from cdc_relay.ops import SlotReader, SlotStatus
-from cdc_relay.poller import BATCH_BUCKETS, PollStats
+from cdc_relay.poller.settlement import BATCH_BUCKETS, PollStats
 from cdc_relay.relay import RelayStats
 
 log = logging.getLogger("cdc_relay.metrics")

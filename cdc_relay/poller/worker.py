@@ -1,4 +1,4 @@
-"""Polling mode's loop: claim a batch, route, produce, await every report, settle (SPEC §6).
+"""One polling worker's loop: claim a batch, route, produce, await every report, settle.
 
 One ``PollWorker`` per worker thread, each with its own database connection (a
 ``BatchSource``, see source/polling.py) and its own sink. A batch is one transaction:
@@ -7,37 +7,27 @@ One ``PollWorker`` per worker thread, each with its own database connection (a
    workers and processes never hold the same row);
 2. route and produce all of them, then wait until every produced message has a
    delivery report (bounded by the producer's message timeout);
-3. ``settle`` (pure) sorts the outcome, then one UPDATE marks successes processed,
-   one records failures (attempts + 1, last_error, retry_after; dead_lettered_at at the
-   maximum), and the transaction commits.
+3. ``settle`` (pure, settlement.py) sorts the outcome, then one UPDATE marks successes
+   processed, one records failures (attempts + 1, last_error, retry_after;
+   dead_lettered_at at the maximum), and the transaction commits.
 
-Whose fault is a failure? Only the event's own: a routing error, a rejected or
-permanently refused message, or a retriable failure while other events of the batch
-got through. Broker-wide trouble - no event of the batch acknowledged while deliveries
-failed retriably, fatally or not at all - is not: those rows are released without an
-attempt, the worker stops claiming and waits, with backoff, until a broker answers
-again (FIELD-NOTES 13). A fatal producer error discards the sink; its undelivered
-events are released, never counted. One bad event never aborts its batch.
-
-Strict order (``--strict-order``): the source claims whole aggregate prefixes under
-advisory locks; here, once an event of an aggregate fails, its later events in the
-batch are not produced (or, if already acked, are kept as published) and are released
-without an attempt, so the failed event stays the aggregate's head until it succeeds
-or is dead-lettered.
+After broker-wide trouble (see settlement.py) the worker stops claiming and waits, with
+backoff, until a broker answers again (FIELD-NOTES 13); a fatal producer error discards
+the sink. With ``--strict-order`` the source claims whole aggregate prefixes under
+advisory locks, and once an event of an aggregate fails its later events in the batch
+are not produced.
 
 An event given up on is also copied to the dead-letter topic (best effort: the row's
 ``dead_lettered_at`` is the dead letter; the topic tells consumers, as in WAL mode).
 
-Wake-ups: a ``Waker`` shared by the workers is poked by the monitor thread on every
-NOTIFY; ``interval`` is the fallback tick; while batches come back non-empty the
-worker claims again at once. Must not: run SQL itself, know Kafka types, or sleep
-while holding a claimed batch except to wait for delivery reports.
+Wake-ups: the shared ``Waker`` (threads.py) is poked on every NOTIFY; ``interval`` is
+the fallback tick; while batches come back non-empty the worker claims again at once.
+Must not: run SQL itself, know Kafka types, or sleep while holding a claimed batch
+except to wait for delivery reports.
 """
 
 from __future__ import annotations
 
-import bisect
-import enum
 import logging
 import random
 import threading
@@ -49,6 +39,8 @@ from typing import Protocol
 from cdc_relay.errors import BrokerError, ServiceUnavailable
 from cdc_relay.logs import event_fields
 from cdc_relay.model import Message, OutboxEvent
+from cdc_relay.poller.settlement import PollStats, Result, Settlement, Unsettled, settle
+from cdc_relay.poller.threads import Waker
 from cdc_relay.routing import Router, RoutingError
 from cdc_relay.sink.base import (
     Delivery,
@@ -64,72 +56,6 @@ from cdc_relay.source.polling import AttemptFailure, BackoffPolicy, Completion, 
 log = logging.getLogger("cdc_relay.poller")
 
 
-class Unsettled(enum.Enum):
-    """Why a claimed event has no delivery outcome."""
-
-    HELD = "held back behind an earlier failure of its aggregate"
-    UNREPORTED = "no delivery report (the producer was discarded or timed out)"
-
-
-# Per claimed event: None = acknowledged, a DeliveryError, or Unsettled.
-Result = DeliveryError | Unsettled | None
-
-
-@dataclass(frozen=True, slots=True)
-class Settlement:
-    """What to write for one batch."""
-
-    processed: list[OutboxEvent]
-    failures: list[tuple[OutboxEvent, str]]
-    released: list[OutboxEvent]
-    broker_down: bool
-    discard_sink: bool
-
-
-def settle(events: Sequence[OutboxEvent], results: Sequence[Result], *, strict: bool) -> Settlement:
-    """Sort a batch's outcomes into processed / failed (an attempt) / released (none).
-
-    See the module docstring for whose fault a failure is. With ``strict``, only the
-    first failure of each aggregate counts; its later events are released.
-    """
-    acked = any(result is None for result in results)
-    broker_down = not acked and any(
-        result is Unsettled.UNREPORTED
-        or (isinstance(result, DeliveryError) and result.kind is not ErrorKind.PERMANENT)
-        for result in results
-    )
-    discard = any(
-        result is Unsettled.UNREPORTED
-        or (isinstance(result, DeliveryError) and result.kind is ErrorKind.FATAL)
-        for result in results
-    )
-    processed: list[OutboxEvent] = []
-    failures: list[tuple[OutboxEvent, str]] = []
-    released: list[OutboxEvent] = []
-    blocked: set[tuple[str, str]] = set()
-    for event, result in zip(events, results, strict=True):
-        aggregate = (event.aggregate_type, event.aggregate_id)
-        if result is None:
-            processed.append(event)
-        elif not isinstance(result, DeliveryError) or aggregate in blocked:
-            released.append(event)
-        elif result.kind is ErrorKind.PERMANENT or (
-            result.kind is ErrorKind.RETRIABLE and not broker_down
-        ):
-            failures.append((event, result.reason))
-            if strict:
-                blocked.add(aggregate)
-        else:
-            released.append(event)
-            if strict:
-                blocked.add(aggregate)
-    return Settlement(processed, failures, released, broker_down, discard)
-
-
-# Upper bounds (seconds) of the batch duration histogram (metrics.py exports it).
-BATCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-
-
 class BatchSource(Protocol):
     """What a worker needs from its database connection (source/polling.py)."""
 
@@ -141,63 +67,6 @@ class BatchSource(Protocol):
     def complete(self, processed: Sequence[OutboxEvent], failures: Sequence[AttemptFailure],
                  max_attempts: int) -> Completion: ...
     def release(self) -> None: ...
-
-
-@dataclass
-class PollStats:
-    """Plain counters shared by the workers; metrics and health read them.
-
-    Workers update them under ``lock``; readers may read attributes without it.
-    """
-
-    published: int = 0
-    failed_by_type: dict[str, int] = field(default_factory=dict)
-    dead_lettered: int = 0  # events this process gave up on
-    dead_letters: int = 0  # rows in the dead-letter state (refreshed by the monitor)
-    pending: int = 0  # rows waiting to be published (refreshed by the monitor)
-    batches: int = 0
-    last_batch_duration: float = 0.0
-    # Batches per BATCH_BUCKETS bucket (last: slower than every bound) and their total time.
-    batch_duration_counts: list[int] = field(default_factory=lambda: [0] * (len(BATCH_BUCKETS) + 1))
-    batch_duration_sum: float = 0.0
-    last_tick: float = 0.0  # monotonic time of the last loop turn of any worker
-    connected: bool = False  # every worker has a database connection
-    broker_ok: bool = True  # False while workers wait for the broker
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def record(self, settlement: Settlement, completion: Completion, duration: float) -> None:
-        """Count one settled batch."""
-        with self.lock:
-            self.published += completion.processed
-            for event, _ in settlement.failures:
-                self.failed_by_type[event.event_type] = self.failed_by_type.get(event.event_type, 0) + 1
-            self.dead_lettered += len(completion.dead_lettered)
-            self.batches += 1
-            self.last_batch_duration = duration
-            self.batch_duration_counts[bisect.bisect_left(BATCH_BUCKETS, duration)] += 1
-            self.batch_duration_sum += duration
-
-
-class Waker:
-    """Wakes idle workers: a generation counter, so a wake-up is never lost in between."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._generation = 0
-
-    @property
-    def generation(self) -> int:
-        return self._generation
-
-    def wake(self) -> None:
-        with self._cond:
-            self._generation += 1
-            self._cond.notify_all()
-
-    def wait(self, since: int, timeout: float) -> bool:
-        """Wait until woken after generation ``since``, or ``timeout``; True if woken."""
-        with self._cond:
-            return self._cond.wait_for(lambda: self._generation != since, timeout)
 
 
 @dataclass(frozen=True, slots=True)
@@ -433,77 +302,3 @@ class PollWorker:
         if settlement.broker_down:
             log.warning("broker-wide failure: %d events released without counting an attempt",
                         len(settlement.released))
-
-
-class Monitor(Protocol):
-    """The per-process LISTEN/count connection (source/polling.py OutboxMonitor)."""
-
-    def open(self) -> None: ...
-    def wait(self, timeout: float) -> bool: ...
-    def counts(self) -> tuple[int, int]: ...
-    def close(self) -> None: ...
-
-
-def monitor_loop(monitor: Monitor, waker: Waker, stats: PollStats, stop: threading.Event, *,
-                 listen: bool, refresh_every: float = 5.0, reconnect_max: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-    """Wake the workers on NOTIFY and refresh the pending / dead-letter gauges."""
-    next_count = 0.0
-    delay = 0.5
-    opened = False
-    try:
-        while not stop.is_set():
-            try:
-                if not opened:
-                    monitor.open()
-                    opened = True
-                    waker.wake()  # notifications may have been missed while disconnected
-                if clock() >= next_count:
-                    pending, dead = monitor.counts()
-                    with stats.lock:
-                        stats.pending, stats.dead_letters = pending, dead
-                    next_count = clock() + refresh_every
-                timeout = max(0.0, min(1.0, next_count - clock()))
-                if not listen:
-                    stop.wait(timeout)
-                elif monitor.wait(timeout):
-                    waker.wake()
-                delay = 0.5
-            except ServiceUnavailable as exc:
-                log.warning("monitor connection: %s; reconnecting in %.1fs", exc, delay)
-                monitor.close()
-                opened = False
-                stop.wait(delay)
-                delay = min(delay * 2, reconnect_max)
-    finally:
-        monitor.close()
-
-
-def run_threads(targets: Sequence[tuple[str, Callable[[threading.Event], None]]],
-                stop: threading.Event, waker: Waker) -> None:
-    """Run each target in a thread until ``stop``; an error in one stops all, then re-raises.
-
-    The calling (main) thread only waits, so signal handlers run promptly.
-    """
-    errors: list[BaseException] = []
-
-    def guard(target: Callable[[threading.Event], None]) -> Callable[[], None]:
-        def body() -> None:
-            try:
-                target(stop)
-            except BaseException as exc:
-                errors.append(exc)
-                stop.set()
-        return body
-
-    threads = [threading.Thread(target=guard(target), name=name, daemon=True)
-               for name, target in targets]
-    for thread in threads:
-        thread.start()
-    while not stop.wait(0.5):
-        pass
-    waker.wake()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]

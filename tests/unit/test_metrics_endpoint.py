@@ -27,7 +27,7 @@ from cdc_relay.metrics import (
 )
 from cdc_relay.model import Lsn
 from cdc_relay.ops import SlotStatus
-from cdc_relay.poller import BATCH_BUCKETS, PollStats, Settlement
+from cdc_relay.poller.settlement import BATCH_BUCKETS, PollStats, Settlement
 from cdc_relay.relay import RelayStats
 from cdc_relay.source.polling import Completion
 

@@ -8,7 +8,7 @@ from psycopg import sql
 from cdc_relay.config import OutboxConfig, TableRef
 from cdc_relay.errors import ConfigError
 from cdc_relay.model import OutboxColumns, OutboxEvent
-from cdc_relay.poller import Unsettled, settle
+from cdc_relay.poller.settlement import Unsettled, settle
 from cdc_relay.sink.base import DeliveryError, ErrorKind
 from cdc_relay.source.polling import (
     MAX_ERROR_LENGTH,

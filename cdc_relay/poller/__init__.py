@@ -1,0 +1,15 @@
+"""Polling mode's loop: claim a batch, route, produce, await every report, settle (SPEC §6).
+
+Three modules, each importing only the ones before it:
+
+* ``settlement``: pure. ``settle`` decides whose fault each failure of a batch is;
+  ``PollStats`` holds the counters of settled batches that metrics and health read.
+* ``threads``: how the threads meet. ``Waker`` wakes idle workers, ``monitor_loop``
+  turns NOTIFY into wake-ups and refreshes the gauges, ``run_threads`` runs the workers
+  and the monitor and stops them all on the first error.
+* ``worker``: ``PollWorker``, one worker thread's loop over its own database connection
+  and its own sink.
+
+app_poll.py builds and wires them. Nothing in this package runs SQL (source/ does) or
+knows Kafka types (sink/ does).
+"""

@@ -1,0 +1,133 @@
+"""Polling mode's pure verdict on a batch: whose fault each failure is, and the counters.
+
+``settle`` sorts a batch's claimed events by their delivery results into processed,
+failed (an attempt is counted) and released (no attempt); worker.py writes the verdict.
+
+Whose fault is a failure? Only the event's own: a routing error, a rejected or
+permanently refused message, or a retriable failure while other events of the batch
+got through. Broker-wide trouble - no event of the batch acknowledged while deliveries
+failed retriably, fatally or not at all - is not: those rows are released without an
+attempt and the worker waits for the broker (FIELD-NOTES 13). A fatal producer error,
+or a missing delivery report, means the sink must be discarded; its undelivered events
+are released, never counted. One bad event never aborts its batch.
+
+Strict order (``--strict-order``): once an event of an aggregate fails, its later events
+in the batch are released without an attempt (or, if already acked, kept as published),
+so the failed event stays the aggregate's head until it succeeds or is dead-lettered.
+
+``PollStats`` holds the plain counters the workers and the monitor update and
+metrics.py reads. Must not: do I/O, sleep, or log.
+"""
+
+from __future__ import annotations
+
+import bisect
+import enum
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from cdc_relay.model import OutboxEvent
+from cdc_relay.sink.base import DeliveryError, ErrorKind
+from cdc_relay.source.polling import Completion
+
+
+class Unsettled(enum.Enum):
+    """Why a claimed event has no delivery outcome."""
+
+    HELD = "held back behind an earlier failure of its aggregate"
+    UNREPORTED = "no delivery report (the producer was discarded or timed out)"
+
+
+# Per claimed event: None = acknowledged, a DeliveryError, or Unsettled.
+Result = DeliveryError | Unsettled | None
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """What to write for one batch."""
+
+    processed: list[OutboxEvent]
+    failures: list[tuple[OutboxEvent, str]]
+    released: list[OutboxEvent]
+    broker_down: bool
+    discard_sink: bool
+
+
+def settle(events: Sequence[OutboxEvent], results: Sequence[Result], *, strict: bool) -> Settlement:
+    """Sort a batch's outcomes into processed / failed (an attempt) / released (none).
+
+    See the module docstring for whose fault a failure is. With ``strict``, only the
+    first failure of each aggregate counts; its later events are released.
+    """
+    acked = any(result is None for result in results)
+    broker_down = not acked and any(
+        result is Unsettled.UNREPORTED
+        or (isinstance(result, DeliveryError) and result.kind is not ErrorKind.PERMANENT)
+        for result in results
+    )
+    discard = any(
+        result is Unsettled.UNREPORTED
+        or (isinstance(result, DeliveryError) and result.kind is ErrorKind.FATAL)
+        for result in results
+    )
+    processed: list[OutboxEvent] = []
+    failures: list[tuple[OutboxEvent, str]] = []
+    released: list[OutboxEvent] = []
+    blocked: set[tuple[str, str]] = set()
+    for event, result in zip(events, results, strict=True):
+        aggregate = (event.aggregate_type, event.aggregate_id)
+        if result is None:
+            processed.append(event)
+        elif not isinstance(result, DeliveryError) or aggregate in blocked:
+            released.append(event)
+        elif result.kind is ErrorKind.PERMANENT or (
+            result.kind is ErrorKind.RETRIABLE and not broker_down
+        ):
+            failures.append((event, result.reason))
+            if strict:
+                blocked.add(aggregate)
+        else:
+            released.append(event)
+            if strict:
+                blocked.add(aggregate)
+    return Settlement(processed, failures, released, broker_down, discard)
+
+
+# Upper bounds (seconds) of the batch duration histogram (metrics.py exports it).
+BATCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+@dataclass
+class PollStats:
+    """Plain counters shared by the workers; metrics and health read them.
+
+    Workers update them under ``lock``; readers may read attributes without it.
+    """
+
+    published: int = 0
+    failed_by_type: dict[str, int] = field(default_factory=dict)
+    dead_lettered: int = 0  # events this process gave up on
+    dead_letters: int = 0  # rows in the dead-letter state (refreshed by the monitor)
+    pending: int = 0  # rows waiting to be published (refreshed by the monitor)
+    batches: int = 0
+    last_batch_duration: float = 0.0
+    # Batches per BATCH_BUCKETS bucket (last: slower than every bound) and their total time.
+    batch_duration_counts: list[int] = field(default_factory=lambda: [0] * (len(BATCH_BUCKETS) + 1))
+    batch_duration_sum: float = 0.0
+    last_tick: float = 0.0  # monotonic time of the last loop turn of any worker
+    connected: bool = False  # every worker has a database connection
+    broker_ok: bool = True  # False while workers wait for the broker
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def record(self, settlement: Settlement, completion: Completion, duration: float) -> None:
+        """Count one settled batch."""
+        with self.lock:
+            self.published += completion.processed
+            for event, _ in settlement.failures:
+                self.failed_by_type[event.event_type] = self.failed_by_type.get(event.event_type, 0) + 1
+            self.dead_lettered += len(completion.dead_lettered)
+            self.batches += 1
+            self.last_batch_duration = duration
+            self.batch_duration_counts[bisect.bisect_left(BATCH_BUCKETS, duration)] += 1
+            self.batch_duration_sum += duration
