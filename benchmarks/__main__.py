@@ -42,7 +42,7 @@ from cdc_relay.errors import LocalServiceError
 from cdc_relay.local import PostgresCluster
 
 SMOKE_MODES = "wal-wal2json,poll-notify"
-FLOOR_LINGERS = (5, 0)  # the relay's default linger.ms, and none
+RELAY_LINGER_MS = 5  # the relay's default linger.ms: the floor at every rate uses it
 
 
 def _rates(text: str) -> tuple[int, ...]:
@@ -155,8 +155,10 @@ def _measure(plan: Plan, cluster: PostgresCluster, progress: Progress, workdir: 
     limits["producer_eps"] = round(producer["eps"], 1)
     limits["producer_seconds"] = round(producer["seconds"], 3)
     limits["producer_foreign_cpu_s"] = producer["foreign_cpu_s"]
-    for linger in FLOOR_LINGERS:
-        results["latency_floor"].append(broker_floor(plan, progress, workdir, linger))
+    for rate in plan.rates:
+        results["latency_floor"].append(broker_floor(plan, progress, workdir, rate, RELAY_LINGER_MS))
+    # and what the producer's linger costs at low rates
+    results["latency_floor"].append(broker_floor(plan, progress, workdir, plan.floor_rate, 0))
     for mode in plan.modes:
         try:
             throughput, latency = ModeRun(plan, mode, cluster, progress, workdir).run()

@@ -57,7 +57,8 @@ def _consumer(bootstrap: str, topic: str) -> Consumer:
         "enable.auto.commit": False, "enable.partition.eof": False,
         "fetch.wait.max.ms": FETCH_WAIT_MS, "fetch.error.backoff.ms": 10,
     })
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    partitions = len(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
     consumer.consume(num_messages=1, timeout=0.5)  # first fetches: connections, offsets
     return consumer
 

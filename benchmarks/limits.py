@@ -8,8 +8,9 @@
 * ``producer_limit``: a bare confluent-kafka idempotent producer with the relay's
   producer settings sends N relay-like messages (same size, key and headers) to a fresh
   broker: the broker's and librdkafka's speed with a tight Python loop.
-* ``broker_floor``: bare producer → consumer latency at a fixed rate, the floor under
-  every end-to-end latency figure of this broker.
+* ``broker_floor``: bare producer → consumer latency at a fixed rate, on the same kind
+  of topic for as long as a mode's latency phase: the floor under every end-to-end
+  latency figure of this broker (whose fetches get slower as a partition grows).
 
 Must not: run the relay.
 """
@@ -138,14 +139,13 @@ def producer_limit(plan: Plan, progress: Progress, workdir: Path) -> dict[str, A
     return result
 
 
-def broker_floor(plan: Plan, progress: Progress, workdir: Path,
+def broker_floor(plan: Plan, progress: Progress, workdir: Path, rate: int,
                  linger_ms: int) -> dict[str, Any]:
-    """Bare producer → consumer latency at ``plan.floor_rate`` msg/s on a fresh broker."""
-    rate = plan.floor_rate
+    """Bare producer → consumer latency at ``rate`` msg/s on a fresh broker."""
     progress.phase("broker-floor", f"linger.ms={linger_ms} at {rate}/s",
                    int(rate * (plan.warmup + plan.duration)))
     with Broker() as broker:
-        topic = f"bench.floor{linger_ms}"
+        topic = f"bench.floor{rate}-linger{linger_ms}"
         create_topics(broker.bootstrap, [topic])
         stats = measure(progress, broker.bootstrap, topic, floor_producer_process,
                         (broker.bootstrap, topic, rate, plan.duration, plan.warmup, linger_ms),

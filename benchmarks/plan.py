@@ -53,7 +53,7 @@ FULL_EVENTS = 200_000
 QUICK_EVENTS = 50_000
 FULL_RATES = (100, 1_000, 5_000)
 QUICK_RATES = (100, 1_000, 5_000)
-FULL_DURATION = 20.0
+FULL_DURATION = 10.0
 QUICK_DURATION = 5.0
 EVENTS_PER_BACKLOG_TXN = 100
 # The fixed-rate writer commits at most this many transactions per second; above it,

@@ -65,17 +65,29 @@ def throughput_table(results: Results) -> str:
                    "relay CPU s", "relay peak RSS MB", "other procs CPU s"], rows)
 
 
+def floor_at(results: Results, rate: int, linger_ms: int = 5) -> dict[str, Any] | None:
+    """The broker floor measured at ``rate`` with ``linger_ms``, if any."""
+    for floor in results.get("latency_floor", []):
+        if floor["rate_eps"] == rate and floor.get("producer_linger_ms") == linger_ms:
+            return dict(floor)
+    return None
+
+
 def latency_table(results: Results) -> str:
-    """The latency table (markdown), the broker floor first."""
+    """The latency table (markdown), the broker floors first."""
     rows = []
     for e in [*results.get("latency_floor", []), *results["latency"]]:
+        floor = None if "producer_linger_ms" in e else floor_at(results, e["rate_eps"])
+        over = e["p50_ms"] - floor["p50_ms"] if floor and floor["p50_ms"] is not None else float("nan")
         mode = e["mode"] + (f" (linger.ms={e['producer_linger_ms']})" if "producer_linger_ms" in e else "")
         rows.append([mode, e["rate_eps"], _fmt(e["p50_ms"], 2), _fmt(e["p95_ms"], 2),
-                     _fmt(e["p99_ms"], 2), _fmt(e["max_ms"], 2), e.get("samples", 0),
+                     _fmt(e["p99_ms"], 2), _fmt(e["max_ms"], 2),
+                     "" if "producer_linger_ms" in e else _fmt(over, 2), e.get("samples", 0),
                      e.get("missing", 0), e.get("duplicates", 0),
                      _fmt(e.get("foreign_cpu_s", float("nan")), 1)])
-    return _table(["mode", "rate events/s", "p50 ms", "p95 ms", "p99 ms", "max ms", "samples",
-                   "missing", "duplicates", "other procs CPU s"], rows)
+    return _table(["mode", "rate events/s", "p50 ms", "p95 ms", "p99 ms", "max ms",
+                   "p50 over floor ms", "samples", "missing", "duplicates", "other procs CPU s"],
+                  rows)
 
 
 def limits_table(results: Results) -> str:
@@ -130,8 +142,9 @@ def markdown(results: Results) -> str:
            "## Latency (commit → consumer receipt)", "",
            f"{results['plan']['duration']:g} s measured per rate after a "
            f"{results['plan']['warmup']:g} s warm-up; consumer fetch.wait.max.ms="
-           f"{results['plan']['fetch_wait_max_ms']}. The broker floor (bare producer → consumer) "
-           "is the least any mode can show.", "",
+           f"{results['plan']['fetch_wait_max_ms']}. The broker floor (bare producer → consumer, "
+           "same rate, same duration, the relay's linger.ms=5) is the least any mode can show; "
+           "*p50 over floor* is what the relay and PostgreSQL add.", "",
            latency_table(results), "", "## Targets", "", *targets(results), "",
            "## Plots", "", *[f"- `{p}`" for p in results.get("plots", [])], ""]
     return "\n".join(out)
@@ -149,18 +162,24 @@ def plots(results: Results, out: Path) -> list[str]:
     names = []
     floors = results.get("latency_floor", [])
     modes = list(dict.fromkeys(e["mode"] for e in results["latency"]))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for mode in modes:
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        for entry in results["latency"]:
-            if entry["mode"] == mode:
-                _cdf(ax, entry, f"{entry['rate_eps']:,} events/s")
-        for floor, style in zip(floors, ("--", ":"), strict=False):
-            _cdf(ax, floor, f"broker floor (linger.ms={floor.get('producer_linger_ms')})",
-                 linestyle=style, color="grey")
+        entries = [e for e in results["latency"] if e["mode"] == mode]
+        for color, entry in zip(colors, entries, strict=False):
+            _cdf(ax, entry, f"{entry['rate_eps']:,} events/s", color=color)
+            floor = floor_at(results, entry["rate_eps"])
+            if floor:
+                _cdf(ax, floor, f"broker floor at {entry['rate_eps']:,}/s", color=color,
+                     linestyle="--", alpha=0.6)
+        for floor in floors:
+            if floor.get("producer_linger_ms") == 0:
+                _cdf(ax, floor, f"broker floor at {floor['rate_eps']:,}/s, linger.ms=0",
+                     color="grey", linestyle=":")
         ax.set(xscale="log", xlabel="commit → receipt latency (ms)", ylabel="fraction of events",
-               title=f"Latency CDF: {mode}")
+               title=f"Latency CDF: {mode} (dashed: bare producer → consumer)")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(loc="lower right")
+        ax.legend(loc="lower right", fontsize="small")
         names.append(_save(fig, out, f"latency_cdf_{mode}.png"))
     rates = sorted({e["rate_eps"] for e in results["latency"]})
     if rates:
@@ -169,6 +188,9 @@ def plots(results: Results, out: Path) -> list[str]:
             for entry in results["latency"]:
                 if entry["rate_eps"] == rate:
                     _cdf(ax, entry, entry["mode"])
+            floor = floor_at(results, rate)
+            if floor:
+                _cdf(ax, floor, "broker floor", color="black", linestyle="--")
             ax.set(xscale="log", xlabel="latency (ms)", title=f"{rate:,} events/s")
             ax.grid(True, which="both", alpha=0.3)
             ax.legend(loc="lower right", fontsize="small")
