@@ -154,12 +154,7 @@ def load_config_file(path: str, group: click.Group) -> dict[str, Any]:
     Top-level keys apply to each command that has that option; ``[run]``, ``[poll]``,
     ``[dead-letters.list]``… sections to one command. Unknown keys are errors.
     """
-    try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+    data = _read_toml(path)
     leaves = dict(_leaf_commands(group))
     by_name = {" ".join(p): c for p, c in leaves.items()} | {".".join(p): c for p, c in leaves.items()}
     all_params = set().union(*(_param_names(c) for c in leaves.values()))
@@ -189,6 +184,21 @@ def load_config_file(path: str, group: click.Group) -> dict[str, Any]:
             sections.setdefault(command_path, {})[name] = _to_option_value(value)
 
     section((), data)
+    return _default_map(leaves, shared, sections)
+
+
+def _read_toml(path: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+
+
+def _default_map(leaves: dict[tuple[str, ...], click.Command], shared: dict[str, Any],
+                 sections: dict[tuple[str, ...], dict[str, Any]]) -> dict[str, Any]:
+    """Click's nested ``default_map``: shared keys a command has, then its own section's."""
     default_map: dict[str, Any] = {}
     for command_path, command in leaves.items():
         values = {k: v for k, v in shared.items() if k in _param_names(command)}

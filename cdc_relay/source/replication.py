@@ -83,12 +83,22 @@ class ReplicationStream:
 
     def open(self) -> Lsn:
         """Connect and START_REPLICATION; return the slot's confirmed flush LSN (the resume point)."""
-        slot = self._config.slot
         try:
             conn = psycopg.connect(replication_conninfo(self._config.dsn), autocommit=True)
         except psycopg.Error as exc:
             raise _wrap_connect_error(exc, "cannot open a replication connection") from exc
         self._conn = conn
+        confirmed = self._check_slot(conn)
+        pgconn = conn.pgconn
+        self._start_replication(pgconn)
+        pgconn.nonblocking = 1
+        self._pgconn = pgconn
+        self._socket = pgconn.socket
+        return Lsn.parse(confirmed) if confirmed else Lsn(0)
+
+    def _check_slot(self, conn: psycopg.Connection[tuple[object, ...]]) -> str | None:
+        """The slot's confirmed flush LSN (text); closes and raises if the slot does not fit."""
+        slot = self._config.slot
         try:
             # Replication connections speak only the simple query protocol: bind client-side.
             row = psycopg.ClientCursor(conn).execute(
@@ -112,11 +122,15 @@ class ReplicationStream:
                 f"slot {slot!r} uses plugin {plugin!r}, not {self._config.plugin!r}: pass "
                 f"--plugin {plugin}, or drop it with 'cdc-relay slot drop --slot {slot}'"
             )
+        return None if confirmed is None else str(confirmed)
+
+    def _start_replication(self, pgconn: pq.abc.PGconn) -> None:
+        """Send START_REPLICATION; closes and raises unless the server enters COPY BOTH."""
+        slot = self._config.slot
         options = ", ".join(f'"{name}" {quote_literal(value)}' for name, value in self._options)
         command = f'START_REPLICATION SLOT "{slot}" LOGICAL 0/0'
         if options:
             command += f" ({options})"
-        pgconn = conn.pgconn
         result = pgconn.exec_(command.encode())
         if result.status != pq.ExecStatus.COPY_BOTH:
             sqlstate = (result.error_field(pq.DiagnosticField.SQLSTATE) or b"").decode()
@@ -127,10 +141,6 @@ class ReplicationStream:
             if sqlstate.startswith(_PERMANENT_SQLSTATES) or sqlstate.startswith("58"):
                 raise DatabaseError(f"START_REPLICATION failed: {mask_secrets(message)}")
             raise SourceLost(f"START_REPLICATION failed: {mask_secrets(message)}")
-        pgconn.nonblocking = 1
-        self._pgconn = pgconn
-        self._socket = pgconn.socket
-        return Lsn.parse(confirmed) if confirmed else Lsn(0)
 
     def read(self) -> ServerMessage | None:
         """The next buffered message, or None when none is complete yet (never blocks)."""
