@@ -20,6 +20,7 @@ anyone streams from, or read or write outbox rows.
 from __future__ import annotations
 
 import enum
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -216,10 +217,26 @@ def _ensure_slot(conn: psycopg.Connection[Any], slot: str, plugin: str) -> Outco
             raise _slot_error(exc, slot, plugin) from exc
         else:
             return Outcome.CREATED
+    info = _settled_slot_info(conn, slot, info)
     if info is None:  # created and dropped again between two statements: give up
         raise DatabaseError(f"replication slot {slot!r} vanished while init was creating it")
     _check_slot_matches(conn, info, plugin)
     return Outcome.EXISTED
+
+
+def _settled_slot_info(conn: psycopg.Connection[Any], slot: str,
+                       info: SlotInfo | None, timeout: float = 60.0) -> SlotInfo | None:
+    """Wait while a concurrent session is still creating the slot.
+
+    During pg_create_logical_replication_slot (which waits for running transactions)
+    the slot is already listed, with an empty plugin; judging it then would report a
+    plugin mismatch that is not there.
+    """
+    deadline = time.monotonic() + timeout
+    while info is not None and not info.plugin and time.monotonic() < deadline:
+        time.sleep(0.05)
+        info = _slot_info(conn, slot)
+    return info
 
 
 def _check_wal_level(conn: psycopg.Connection[Any]) -> None:
