@@ -53,7 +53,7 @@ def machine_info(cluster: PostgresCluster) -> dict[str, Any]:
         "python": sys.version.split()[0],
         "postgresql": cluster.execute("SHOW server_version"),
         "postgresql_settings": cluster.execute(
-            "SELECT string_agg(name || '=' || setting, ', ' ORDER BY name) FROM pg_settings "
+            "SELECT string_agg(name || '=' || current_setting(name), ', ' ORDER BY name) FROM pg_settings "
             "WHERE name IN ('fsync', 'full_page_writes', 'shared_buffers', 'synchronous_commit', "
             "'wal_level')"),
         "wal2json": wal2json,
