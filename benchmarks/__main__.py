@@ -11,10 +11,12 @@ from __future__ import annotations
 import datetime
 import json
 import shlex
+import signal
 import sys
 import time
 import traceback
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import click
@@ -115,6 +117,7 @@ def run(out: Path, quick: bool, modes: str | None, events: int | None, smoke: bo
         "load_start": load_average(), "limits": {}, "throughput": [], "latency": [],
         "latency_floor": [], "errors": [],
     }
+    _interrupt_on_signals()
     started = time.monotonic()
     meter = NoiseMeter()
     meter.start()
@@ -127,6 +130,10 @@ def run(out: Path, quick: bool, modes: str | None, events: int | None, smoke: bo
             _measure(plan, cluster, progress, workdir, results)
     except LocalServiceError as exc:
         raise click.ClickException(str(exc)) from exc
+    except KeyboardInterrupt:
+        click.echo("interrupted: everything the benchmark started has been stopped; no results "
+                   "written", err=True)
+        sys.exit(130)
     finally:
         meter.stop()
     results["foreign_cpu_s"] = round(meter.foreign_s, 1)
@@ -140,6 +147,19 @@ def run(out: Path, quick: bool, modes: str | None, events: int | None, smoke: bo
         for error in results["errors"]:
             click.echo(f"error in {error['mode']}: {error['error']}", err=True)
         sys.exit(1)
+
+
+def _interrupt_on_signals() -> None:
+    """SIGINT and SIGTERM raise KeyboardInterrupt, so the ``finally`` blocks stop everything.
+
+    Installed explicitly: a shell starts background jobs with SIGINT ignored, and a CI
+    runner cancels with SIGTERM.
+    """
+    def handler(_signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
 
 
 def _measure(plan: Plan, cluster: PostgresCluster, progress: Progress, workdir: Path,
