@@ -66,6 +66,17 @@ def test_emit_in_a_committed_transaction_stores_one_intact_event(outbox_db: str)
     assert rows == [(event_id, "order", "o-1", "created", PAYLOAD, 0, True, True)]
 
 
+def test_events_of_one_transaction_get_increasing_created_at(outbox_db: str) -> None:
+    # Polling claims ORDER BY created_at: within a transaction it must follow the inserts.
+    with psycopg.connect(outbox_db) as conn:
+        ids = [emit(conn, "order", "o-1", "Step", {"n": n}) for n in range(20)]
+        conn.commit()
+        rows = conn.execute("SELECT id FROM outbox_events ORDER BY created_at").fetchall()
+        distinct = conn.execute("SELECT count(DISTINCT created_at) FROM outbox_events").fetchone()
+    assert [r[0] for r in rows] == ids
+    assert distinct == (20,)
+
+
 def test_emit_accepts_json_bytes_strings_and_numbers(outbox_db: str) -> None:
     given = uuid.uuid4()
     with psycopg.connect(outbox_db) as conn:

@@ -93,7 +93,7 @@ def test_second_init_changes_nothing(db: str) -> None:
     slot = _slot_name()
     first = init_database(db, OutboxConfig(), slot=slot, plugin="pgoutput")
     assert first.changed
-    assert first.migrations_applied == (1, 2, 3)
+    assert first.migrations_applied == (1, 2, 3, 4)
     assert (first.trigger, first.publication, first.slot) == (Outcome.CREATED,) * 3
     before = _catalog(db, "public", slot)
 
@@ -101,9 +101,9 @@ def test_second_init_changes_nothing(db: str) -> None:
 
     assert not second.changed
     assert second.migrations_applied == ()
-    assert second.schema_version == 3
+    assert second.schema_version == 4
     assert (second.trigger, second.publication, second.slot) == (Outcome.EXISTED,) * 3
-    assert str(second).splitlines()[0] == "outbox public.outbox_events: schema up to date (version 3)"
+    assert str(second).splitlines()[0] == "outbox public.outbox_events: schema up to date (version 4)"
     assert _catalog(db, "public", slot) == before
 
 
@@ -145,7 +145,7 @@ def test_custom_schema_and_debezium_columns_work_with_emit(db: str) -> None:
     table = TableRef.parse("Billing.Outbox$Events")
     outbox = OutboxConfig(table, OutboxColumns.debezium())
     report = init_database(db, outbox, slot=None)
-    assert report.migrations_applied == (1, 2, 3)
+    assert report.migrations_applied == (1, 2, 3, 4)
 
     with psycopg.connect(db) as conn:
         event_id = emit(conn, "Order", "o-1", "OrderCreated", {"total": 12.5},
@@ -368,11 +368,11 @@ def test_concurrent_inits_are_safe(db: str) -> None:
         thread.join()
 
     assert errors == []
-    assert sorted(v for r in reports for v in r.migrations_applied) == [1, 2, 3]
+    assert sorted(v for r in reports for v in r.migrations_applied) == [1, 2, 3, 4]
     assert [r.slot for r in reports].count(Outcome.CREATED) == 1
     assert [r.publication for r in reports].count(Outcome.CREATED) == 1
     assert [r.trigger for r in reports].count(Outcome.CREATED) == 1
-    assert _rows(db, "SELECT count(*) FROM ops.cdc_relay_schema_migrations") == [(3,)]
+    assert _rows(db, "SELECT count(*) FROM ops.cdc_relay_schema_migrations") == [(4,)]
 
 
 def test_wal_level_replica_is_refused_with_the_fix() -> None:
