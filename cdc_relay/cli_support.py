@@ -239,8 +239,11 @@ def run_cli(group: click.Group, args: list[str] | None = None) -> int:
         return _fail(where + exc.format_message().rstrip(".") + hint, ExitCode.USAGE)
     except click.ClickException as exc:
         return _fail(exc.format_message(), exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__cause__ or exc.__context__, KeyboardInterrupt):
+            click.echo("interrupted", err=True)  # click turns Ctrl-C into Abort
+            return ExitCode.INTERRUPTED
+        click.echo("aborted", err=True)  # e.g. "no" at a confirmation prompt
         return ExitCode.FAILURE
     except RelayError as exc:
         return _fail(str(exc), exc.exit_code)

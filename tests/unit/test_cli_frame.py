@@ -111,3 +111,26 @@ def test_producer_config_from_a_toml_table(tmp_path: Path) -> None:
     assert default_map["run"]["producer_config"] == ("compression.type=lz4",)
     assert default_map["run"]["brokers"] == "b:9092"
     assert "brokers" not in default_map["init"]
+
+
+def test_ctrl_c_in_a_command_exits_130_and_a_declined_prompt_exits_1(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import click
+
+    @click.group()
+    def group() -> None:
+        pass
+
+    @group.command()
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    @group.command()
+    def declined() -> None:
+        raise click.Abort
+
+    assert run_cli(group, ["interrupted"]) == ExitCode.INTERRUPTED
+    assert "interrupted" in capsys.readouterr().err
+    assert run_cli(group, ["declined"]) == ExitCode.FAILURE
+    assert "aborted" in capsys.readouterr().err
