@@ -67,7 +67,9 @@ def doctor(dsn: str, brokers: str | None, producer_config: tuple[str, ...], slot
            plugin: str, publication: str, table: TableRef, columns: str | None, mode: str,
            output_format: str) -> int:
     """Check the server, role, table, slot and broker; print the fix for each failure."""
-    from cdc_relay.doctor import DoctorOptions, failed, format_checks, format_checks_json, run_doctor
+    from cdc_relay.doctor import run_doctor
+    from cdc_relay.doctor_checks import DoctorOptions
+    from cdc_relay.doctor_report import failed, format_checks, format_checks_json
 
     kafka = None
     if brokers:

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import orjson
 
-from cdc_relay.doctor import (
+from cdc_relay.doctor_checks import (
     Check,
     DoctorOptions,
     Facts,
@@ -14,13 +14,11 @@ from cdc_relay.doctor import (
     ServerFacts,
     TableFacts,
     Verdict,
-    failed,
-    format_checks,
-    format_checks_json,
     server_checks,
     slot_checks,
     table_checks,
 )
+from cdc_relay.doctor_report import failed, format_checks, format_checks_json
 from cdc_relay.model import Lsn
 from cdc_relay.ops import SlotStatus
 

@@ -1,0 +1,287 @@
+"""Doctor's vocabulary and its checks: pure functions from gathered facts to verdicts.
+
+Owns ``Check``/``Verdict``, the options, the facts dataclasses and every check that can
+be decided from those facts alone - wal_level, slot and sender headroom, REPLICATION,
+output_plugin_libraries, the outbox table, its privileges, trigger and publication, the
+slot and its WAL retention - each failure carrying the exact fix to run.
+
+Must not do I/O: no connection, no broker, no environment. Gathering the facts and the
+two checks that need I/O of their own live in ``doctor.py``; rendering in
+``doctor_report.py``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from cdc_relay.config import KafkaConfig, OutboxConfig
+from cdc_relay.db import BOOKKEEPING_COLUMNS
+from cdc_relay.ops import SlotStatus, human_bytes
+from cdc_relay.schema import NOTIFY_TRIGGER
+
+DEFAULT_LIBRARIES = ("pgoutput", "test_decoding")  # output_plugin_libraries' default
+RETENTION_WARN = 0.8  # of max_slot_wal_keep_size
+
+
+class Verdict(enum.Enum):
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One line of doctor's report; ``fix`` says what to run when it is not a pass."""
+
+    name: str
+    verdict: Verdict
+    detail: str
+    fix: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DoctorOptions:
+    """What to check: the relay's own options."""
+
+    dsn: str
+    outbox: OutboxConfig = field(default_factory=OutboxConfig)
+    slot: str = "cdc_relay"
+    plugin: str = "wal2json"
+    publication: str = "cdc_relay_outbox"
+    mode: str = "wal"  # or "poll": skip logical decoding checks
+    kafka: KafkaConfig | None = None
+    broker_timeout: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class ServerFacts:
+    version: str
+    database: str
+    role: str
+    superuser: bool
+    replication: bool
+    wal_level: str
+    max_slots: int
+    max_senders: int
+    keep_size: int  # max_slot_wal_keep_size in bytes, -1 = unlimited
+    slots_used: int
+    senders_used: int
+    plugin_libraries: str | None = None  # output_plugin_libraries; None where the server lacks it
+    libraries_hidden: bool = False  # the setting exists but this role may not read it
+
+
+@dataclass(frozen=True, slots=True)
+class TableFacts:
+    exists: bool
+    owner: bool = False
+    privileges: dict[str, bool] = field(default_factory=dict)
+    trigger: bool = False
+    columns: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class PublicationFacts:
+    exists: bool
+    inserts: bool = False
+    includes_table: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    server: ServerFacts
+    table: TableFacts
+    publication: PublicationFacts
+    slot: SlotStatus | None
+
+
+def quote_ident(name: str) -> str:
+    """A double-quoted SQL identifier, for fixes printed to the user."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def plugin_libraries(server: ServerFacts) -> list[str]:
+    return [part.strip().strip("'\"") for part in (server.plugin_libraries or "").split(",")
+            if part.strip()]
+
+
+def plugin_allowed(server: ServerFacts, plugin: str) -> bool:
+    """False only when the setting is known to leave the plugin out."""
+    return server.plugin_libraries is None or plugin in plugin_libraries(server)
+
+
+def server_checks(server: ServerFacts, slot: SlotStatus | None, plugin: str) -> list[Check]:
+    """wal_level, slot and sender headroom, REPLICATION, output_plugin_libraries."""
+    restart = "then restart PostgreSQL (a reload is not enough)"
+    checks = []
+    if server.wal_level == "logical":
+        checks.append(Check("wal_level", Verdict.PASS, "logical"))
+    else:
+        checks.append(Check("wal_level", Verdict.FAIL,
+                            f"wal_level is {server.wal_level!r}; WAL mode needs 'logical'",
+                            f"ALTER SYSTEM SET wal_level = logical; {restart} "
+                            "- or use polling mode (cdc-relay poll)"))
+    used, most = server.slots_used, server.max_slots
+    if slot is not None or used < most:
+        checks.append(Check("max_replication_slots", Verdict.PASS, f"{used} of {most} in use"))
+    else:
+        checks.append(Check("max_replication_slots", Verdict.FAIL,
+                            f"all {most} replication slots are in use",
+                            "drop unused slots (SELECT pg_drop_replication_slot('<name>')) or "
+                            f"ALTER SYSTEM SET max_replication_slots = {most + 2}; {restart}"))
+    needed = 0 if slot is not None and slot.active else 1
+    if server.max_senders - server.senders_used >= needed:
+        checks.append(Check("max_wal_senders", Verdict.PASS,
+                            f"{server.senders_used} of {server.max_senders} in use"))
+    else:
+        checks.append(Check("max_wal_senders", Verdict.FAIL,
+                            f"all {server.max_senders} WAL senders are in use",
+                            f"ALTER SYSTEM SET max_wal_senders = {server.max_senders + 2}; {restart}"))
+    return [*checks, _replication_check(server), _libraries_check(server, plugin)]
+
+
+def _replication_check(server: ServerFacts) -> Check:
+    if server.superuser:
+        return Check("REPLICATION", Verdict.PASS, f"role {server.role} is a superuser")
+    if server.replication:
+        return Check("REPLICATION", Verdict.PASS, f"role {server.role} has REPLICATION")
+    return Check("REPLICATION", Verdict.FAIL,
+                 f"role {server.role} may not open a replication connection",
+                 f"as a superuser: ALTER ROLE {quote_ident(server.role)} REPLICATION;")
+
+
+def libraries_fix(server: ServerFacts, plugin: str) -> str:
+    wanted = ", ".join(f"'{lib}'" for lib in [*(plugin_libraries(server) or DEFAULT_LIBRARIES),
+                                              plugin])
+    return (f"as a superuser: ALTER SYSTEM SET output_plugin_libraries = {wanted}; "
+            "SELECT pg_reload_conf(); - or use --plugin pgoutput")
+
+
+def _libraries_check(server: ServerFacts, plugin: str) -> Check:
+    name = "output_plugin_libraries"
+    if server.libraries_hidden:
+        return Check(name, Verdict.SKIP, f"not readable by role {server.role} (needs "
+                     "pg_read_all_settings); the probe below shows whether the plugin loads")
+    if server.plugin_libraries is None:
+        return Check(name, Verdict.PASS, "not restricted by this server version")
+    if plugin_allowed(server, plugin):
+        return Check(name, Verdict.PASS, f"allows {plugin} ({server.plugin_libraries})")
+    return Check(name, Verdict.FAIL, f"{server.plugin_libraries!r} does not allow {plugin}",
+                 libraries_fix(server, plugin))
+
+
+def table_checks(facts: Facts, options: DoctorOptions) -> list[Check]:
+    """The outbox table, its columns, privileges, trigger and (pgoutput) publication."""
+    table, info, poll = options.outbox.table, facts.table, options.mode == "poll"
+    if not info.exists:
+        return [Check("outbox table", Verdict.FAIL, f"{table} does not exist",
+                      f"cdc-relay init --dsn DSN --table {table}" + (" --no-slot" if poll else ""))]
+    columns = options.outbox.columns
+    missing = [getattr(columns, role) for role in columns.__dataclass_fields__
+               if getattr(columns, role) not in info.columns]
+    bookkeeping = [c for c in BOOKKEEPING_COLUMNS if c not in info.columns]
+    if missing:
+        table_check = Check("outbox table", Verdict.FAIL, f"{table} lacks {', '.join(missing)}",
+                            "map the columns: --columns debezium or --columns FIELD=COLUMN,...")
+    elif bookkeeping and poll:
+        table_check = Check("outbox table", Verdict.FAIL, f"{table} lacks {', '.join(bookkeeping)}",
+                            f"cdc-relay init --dsn DSN --table {table} --no-slot (adds them)")
+    else:
+        table_check = Check("outbox table", Verdict.PASS, f"{table} has the event columns"
+                            + (" (no polling columns: WAL mode only)" if bookkeeping else ""))
+    checks = [table_check, _privileges_check(facts, options), _trigger_check(info, poll)]
+    if not poll and options.plugin == "pgoutput":
+        checks.append(_publication_check(facts, options))
+    return checks
+
+
+def _privileges_check(facts: Facts, options: DoctorOptions) -> Check:
+    privileges, poll = facts.table.privileges, options.mode == "poll"
+    have = ", ".join(f"{p} {'yes' if ok else 'no'}" for p, ok in privileges.items())
+    needed = ("SELECT", "UPDATE") if poll else ("SELECT",)
+    lacking = [p for p in needed if not privileges.get(p)]
+    if not lacking:
+        return Check("table privileges", Verdict.PASS, have)
+    why = "polling claims and marks rows" if poll else "status and dead-letters read the table"
+    return Check("table privileges", Verdict.FAIL if poll else Verdict.WARN,
+                 f"{have}: {why}",
+                 f"GRANT {', '.join(lacking)} ON {options.outbox.table} TO "
+                 f"{quote_ident(facts.server.role)};")
+
+
+def _trigger_check(info: TableFacts, poll: bool) -> Check:
+    if info.trigger:
+        return Check("notify trigger", Verdict.PASS, f"{NOTIFY_TRIGGER} wakes pollers on insert")
+    if not poll:
+        return Check("notify trigger", Verdict.PASS, "absent (WAL mode does not need it)")
+    return Check("notify trigger", Verdict.WARN, "absent: pollers wake only every --interval",
+                 "cdc-relay init --dsn DSN --no-slot (without --no-trigger)")
+
+
+def _publication_check(facts: Facts, options: DoctorOptions) -> Check:
+    pub, table, info = options.publication, options.outbox.table, facts.publication
+    can_fix = facts.table.owner or facts.server.superuser
+    if not info.exists:
+        return Check("publication", Verdict.WARN if can_fix else Verdict.FAIL,
+                     f"{pub} does not exist" + ("; the relay creates it on start" if can_fix else ""),
+                     f"as the table's owner: CREATE PUBLICATION {quote_ident(pub)} FOR TABLE "
+                     f"{table} WITH (publish = 'insert');")
+    if not info.inserts:
+        return Check("publication", Verdict.FAIL, f"{pub} does not publish inserts",
+                     f"ALTER PUBLICATION {quote_ident(pub)} SET (publish = 'insert');")
+    if not info.includes_table:
+        return Check("publication", Verdict.WARN if can_fix else Verdict.FAIL,
+                     f"{pub} does not include {table}",
+                     f"ALTER PUBLICATION {quote_ident(pub)} ADD TABLE {table};")
+    return Check("publication", Verdict.PASS, f"{pub} publishes inserts of {table}")
+
+
+def slot_checks(facts: Facts, options: DoctorOptions) -> list[Check]:
+    """The slot exists, is logical, of this database, with this plugin, not invalidated."""
+    slot, name = facts.slot, options.slot
+    drop = f"cdc-relay slot drop --dsn DSN --slot {name} (loses its position)"
+    if slot is None:
+        return [Check("slot", Verdict.WARN, f"{name} does not exist; the relay creates it on "
+                      "start (events committed before then are not relayed)",
+                      f"cdc-relay init --dsn DSN --slot {name} --plugin {options.plugin}")]
+    problem = None
+    if slot.slot_type != "logical":
+        problem = f"{name} is a {slot.slot_type} slot, not a logical one"
+    elif slot.database != facts.server.database:
+        problem = f"{name} belongs to database {slot.database}, not {facts.server.database}"
+    elif slot.plugin != options.plugin:
+        problem = f"{name} uses plugin {slot.plugin}, not {options.plugin}"
+    if problem is not None:
+        return [Check("slot", Verdict.FAIL, problem, f"choose another --slot, or {drop}")]
+    if slot.wal_status == "lost":
+        return [Check("slot", Verdict.FAIL, f"{name} is invalidated: the WAL it needs was removed "
+                      "(max_slot_wal_keep_size exceeded); it can never stream again",
+                      f"{drop}, then cdc-relay init; republish events committed since "
+                      f"{slot.confirmed_flush_lsn} from the outbox table")]
+    state = f"active (pid {slot.active_pid})" if slot.active else "inactive"
+    lag = human_bytes(slot.lag_bytes or 0)
+    return [Check("slot", Verdict.PASS, f"{name}: {slot.plugin}, {state}, confirmed "
+                  f"{slot.confirmed_flush_lsn}, lag {lag}"), _retention_check(slot, facts.server)]
+
+
+def _retention_check(slot: SlotStatus, server: ServerFacts) -> Check:
+    retained = slot.retained_bytes or 0
+    keep_fix = ("ALTER SYSTEM SET max_slot_wal_keep_size = '<size, e.g. 10GB>'; "
+                "SELECT pg_reload_conf();")
+    if server.keep_size < 0:
+        return Check("WAL retention", Verdict.WARN,
+                     f"retains {human_bytes(retained)}; max_slot_wal_keep_size is unlimited, so a "
+                     "stalled slot keeps WAL until the disk fills", keep_fix)
+    limit = human_bytes(server.keep_size)
+    if slot.wal_status == "unreserved":
+        return Check("WAL retention", Verdict.FAIL,
+                     f"retains {human_bytes(retained)}, beyond max_slot_wal_keep_size ({limit}): "
+                     "the next checkpoint may invalidate the slot",
+                     "get the relay streaming and caught up now, or raise max_slot_wal_keep_size")
+    if retained > RETENTION_WARN * server.keep_size:
+        return Check("WAL retention", Verdict.WARN,
+                     f"retains {human_bytes(retained)} of {limit} allowed",
+                     "check the relay is streaming (cdc-relay status); raise "
+                     "max_slot_wal_keep_size if the lag is expected")
+    return Check("WAL retention", Verdict.PASS, f"retains {human_bytes(retained)} of {limit} allowed")
