@@ -1,7 +1,7 @@
 """``cdc-relay demo``: the whole pipeline on throwaway local services, with live latency.
 
 Owns the demo's run: check the prerequisites, start a private PostgreSQL cluster and a
-memory-only broker (cdc_relay.local), initialise the outbox (the code behind ``cdc-relay
+memory-only broker (cdc_relay.local, local_broker), initialise the outbox (the code behind ``cdc-relay
 init``), start the **real relay as a subprocess** (``cdc-relay run`` or ``poll``, as a
 user would: the demo shows the shipped command, not an in-process shortcut), write
 sample orders at a steady rate - the ``orders`` row and its event (``outbox.emit``) in
@@ -40,7 +40,8 @@ from confluent_kafka.cimpl import NewTopic
 
 from cdc_relay.config import OutboxConfig, TableRef
 from cdc_relay.errors import LocalServiceError, RelayError
-from cdc_relay.local import Broker, PostgresCluster
+from cdc_relay.local import PostgresCluster
+from cdc_relay.local_broker import Broker
 from cdc_relay.local_helpers import find_pg_bin_dir, tansu_binary
 from cdc_relay.outbox import emit
 

@@ -1,20 +1,18 @@
-"""Throwaway local services for tests, the demo and benchmarks (SPEC §9).
+"""A throwaway local PostgreSQL cluster for tests, the demo and benchmarks (SPEC §9).
 
-Owns: starting a private PostgreSQL cluster (``initdb`` into a temp dir,
-logical WAL, trust auth, a free 127.0.0.1 port, run as the ``postgres`` user when we are
-root) and a memory-only Kafka-protocol broker; the fault knobs both need (stop,
-restart, kill, pause/resume); and an ``atexit`` registry so that no server outlives the
-interpreter that started it.
+Owns: starting a private PostgreSQL cluster (``initdb`` into a temp dir, logical WAL,
+trust auth, a free 127.0.0.1 port, run as the ``postgres`` user when we are root), the
+fault knobs (stop, restart, kill, pause/resume) and SQL through its own ``psql``. The
+memory-only Kafka-protocol broker is cdc_relay.local_broker; the ``atexit`` registry
+that kills both at exit is cdc_relay.local_registry.
 
 Must not: touch a server it did not start (the machine's own PostgreSQL on 5432), or
-import the relay's drivers. PostgreSQL is driven through its own ``psql``; the broker's
-readiness is probed with a raw Kafka ApiVersions request. Finding binaries and other
-service-free pieces live in cdc_relay.local_helpers. Linux only (reads ``/proc``).
+import the relay's drivers. Finding binaries and other service-free pieces live in
+cdc_relay.local_helpers. Linux only (reads ``/proc``).
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import pwd
@@ -26,49 +24,26 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import Any, Self
 
 from cdc_relay.errors import LocalServiceError
 from cdc_relay.local_helpers import (
     HOST,
-    PG_ROOTS,
     alive,
     bin_dir_version,
     children,
     clean_env,
     find_pg_bin_dir,
     free_port,
-    kafka_api_versions_ok,
-    parse_pg_version,
     render_settings,
     signal_all,
     tail,
-    tansu_binary,
     wait_gone,
 )
-
-__all__ = ["PG_ROOTS", "Broker", "LocalServiceError", "PostgresCluster", "find_pg_bin_dir",
-           "free_port", "parse_pg_version", "tansu_binary"]
+from cdc_relay.local_registry import track, untrack
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
-
-class _Service(Protocol):
-    def _emergency_stop(self) -> None: ...
-
-
-_LIVE: set[_Service] = set()
-
-
-@atexit.register
-def _stop_all() -> None:
-    """Kill every service still running when the interpreter exits."""
-    for service in list(_LIVE):
-        with contextlib.suppress(Exception):
-            service._emergency_stop()
-
-
-# ---------------------------------------------------------------- PostgreSQL
 
 class PostgresCluster:
     """A private PostgreSQL cluster in a temp dir, with logical WAL and trust auth."""
@@ -184,7 +159,7 @@ class PostgresCluster:
                     "to run as root: apt-get install postgresql-15 creates it") from exc
             self._user = {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
         self._tmp = Path(tempfile.mkdtemp(prefix="cdc-relay-pg-"))
-        _LIVE.add(self)
+        track(self)
         if self._user:
             os.chown(self._tmp, self._user["user"], self._user["group"])
         settings = {"port": str(self._port or free_port()), "listen_addresses": HOST,
@@ -257,7 +232,7 @@ class PostgresCluster:
             shutil.rmtree(self._tmp, ignore_errors=True)
         self._tmp = None
         self._running = False
-        _LIVE.discard(self)
+        untrack(self)
 
     def __enter__(self) -> Self:
         return self.start()
@@ -341,120 +316,3 @@ def _check_name(name: str) -> str:
     if not _NAME_RE.match(name):
         raise ValueError(f"not a plain database name: {name!r}")
     return name
-
-
-# ---------------------------------------------------------------- broker
-
-class Broker:
-    """A memory-only Tansu broker on 127.0.0.1: a restart loses every topic."""
-
-    def __init__(self, *, port: int | None = None) -> None:
-        self._port = port
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._tmp: Path | None = None
-        self._paused = False
-
-    @property
-    def host(self) -> str:
-        return HOST
-
-    @property
-    def port(self) -> int:
-        if self._port is None:
-            raise LocalServiceError("the broker has no port yet: call start()")
-        return self._port
-
-    @property
-    def bootstrap(self) -> str:
-        """``bootstrap.servers`` for clients: ``127.0.0.1:<port>``."""
-        return f"{self.host}:{self.port}"
-
-    @property
-    def log_path(self) -> Path:
-        if self._tmp is None:
-            raise LocalServiceError("the broker was never started: call start()")
-        return self._tmp / "tansu.log"
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
-
-    def start(self, timeout: float = 30.0) -> Self:
-        """Start the broker and wait until it answers a Kafka ApiVersions request."""
-        if self._proc is not None:
-            return self
-        binary = tansu_binary()
-        if self._tmp is None:
-            self._tmp = Path(tempfile.mkdtemp(prefix="cdc-relay-broker-"))
-            _LIVE.add(self)
-        if self._port is None:
-            self._port = free_port()
-        url = f"tcp://{self.host}:{self._port}"
-        with open(self.log_path, "ab") as log:
-            self._proc = subprocess.Popen(
-                [str(binary), "broker", "--listener-url", url, "--advertised-listener-url",
-                 url, "--storage-engine", "memory://tansu/"], stdin=subprocess.DEVNULL,
-                stdout=log, stderr=subprocess.STDOUT, cwd=self._tmp, start_new_session=True,
-                env=clean_env(RUST_LOG="warn"))
-        deadline = time.monotonic() + timeout
-        while not kafka_api_versions_ok(self.host, self._port):
-            if self._proc.poll() is not None or time.monotonic() > deadline:
-                self.kill()
-                raise LocalServiceError(f"the Tansu broker did not start on {url}; "
-                                        f"{self.log_path}:\n{tail(self.log_path)}")
-            time.sleep(0.02)
-        return self
-
-    def stop(self) -> None:
-        """SIGTERM, then SIGKILL after 2 s (it waits ~5 s while clients are connected)."""
-        if self._proc is None:
-            return
-        if not self._paused:
-            self._proc.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._proc.wait(2.0)
-        self.kill()
-
-    def kill(self) -> None:
-        """SIGKILL the broker (nothing is on disk, so nothing is lost that stop() keeps)."""
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc.wait(15)
-            self._proc = None
-        self._paused = False
-
-    def restart(self) -> None:
-        """Kill and start again on the same port: every topic and producer id is gone."""
-        self.kill()
-        self.start()
-
-    def pause(self) -> None:
-        """SIGSTOP the broker: connections stay open, nothing is answered."""
-        if self._proc is not None:
-            self._proc.send_signal(signal.SIGSTOP)
-            self._paused = True
-
-    def resume(self) -> None:
-        """SIGCONT what pause() stopped."""
-        if self._proc is not None and self._paused:
-            self._proc.send_signal(signal.SIGCONT)
-        self._paused = False
-
-    def cleanup(self) -> None:
-        """Kill the broker and remove its temp dir."""
-        self._emergency_stop()
-
-    def _emergency_stop(self) -> None:
-        with contextlib.suppress(Exception):
-            self.kill()
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-        self._tmp = None
-        _LIVE.discard(self)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.cleanup()

@@ -1,11 +1,11 @@
-"""Helpers for cdc_relay.local: binary discovery, ports, process signals, a Kafka probe.
+"""Helpers for cdc_relay.local and local_broker: binary discovery, ports, process signals, a Kafka probe.
 
 Owns the pieces of the throwaway-services code that need no running service, so unit
 tests can exercise them: where PostgreSQL's server binaries and the Tansu broker are,
 which major version a binary directory holds, how settings are written to
 postgresql.conf, and small Linux ``/proc`` helpers (is a pid alive, its children).
 
-Must not: start or stop a service (that is cdc_relay.local) or import a driver.
+Must not: start or stop a service (that is cdc_relay.local and cdc_relay.local_broker) or import a driver.
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from cdc_relay.local import Broker, PostgresCluster
+from cdc_relay.local import PostgresCluster
+from cdc_relay.local_broker import Broker
 
 _INTEGRATION_DIR = Path(__file__).parent / "integration"
 

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import psycopg
 
-from cdc_relay.local import Broker
+from cdc_relay.local_broker import Broker
 from cdc_relay.local_helpers import free_port
 from cdc_relay.outbox import emit
 from tests.integration.wal_support import init_db, start_relay

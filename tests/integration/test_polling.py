@@ -17,7 +17,7 @@ import orjson
 import psycopg
 import pytest
 
-from cdc_relay.local import Broker
+from cdc_relay.local_broker import Broker
 from cdc_relay.outbox import emit
 from tests.support import CliProcess, KafkaCollector, Msg, run_cli, wait_for
 

@@ -1,4 +1,4 @@
-"""The service-free parts of cdc_relay.local: discovery, ports, settings, error messages."""
+"""The service-free parts of cdc_relay.local and local_broker: discovery, ports, settings, error messages."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from cdc_relay.errors import LocalServiceError
-from cdc_relay.local import Broker, PostgresCluster
+from cdc_relay.local import PostgresCluster
+from cdc_relay.local_broker import Broker
 from cdc_relay.local_helpers import (
     find_pg_bin_dir,
     free_port,

@@ -16,7 +16,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from cdc_relay.local import Broker, PostgresCluster
+from cdc_relay.local import PostgresCluster
+from cdc_relay.local_broker import Broker
 from cdc_relay.outbox import emit
 from tests.integration.wal_support import (
     Expected,
