@@ -44,7 +44,7 @@ from cdc_relay.doctor_checks import (
 from cdc_relay.errors import RelayError, ServiceUnavailable
 from cdc_relay.ops import read_slot_status
 from cdc_relay.schema import NOTIFY_TRIGGER
-from cdc_relay.sink.kafka import check_brokers
+from cdc_relay.sink.kafka_client import check_brokers
 
 PROBE_TIMEOUT = "10s"  # creating a slot waits for running transactions: bound it
 

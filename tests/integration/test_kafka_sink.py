@@ -14,14 +14,8 @@ from cdc_relay.errors import BrokerError
 from cdc_relay.local_broker import Broker
 from cdc_relay.model import Message
 from cdc_relay.sink.base import Delivery, ErrorKind, ProduceRejected
-from cdc_relay.sink.kafka import (
-    KafkaSink,
-    check_brokers,
-    classify,
-    describe_settings,
-    kafka_sink_factory,
-    producer_settings,
-)
+from cdc_relay.sink.kafka import KafkaSink, kafka_sink_factory
+from cdc_relay.sink.kafka_client import check_brokers, classify, describe_settings, producer_settings
 from tests.support import KafkaCollector
 
 
