@@ -1,52 +1,33 @@
-"""Polling mode's SQL side: claim a batch, mark it processed, record failures (SPEC §6).
+"""Polling mode's connection side: claim a batch, mark it processed, record failures (SPEC §6).
 
-Owns every statement polling mode runs against the outbox table (``OutboxQueries``;
-the monitor and admin commands in polling_admin.py reuse them) and the transaction
-of one batch: ``PollingSource.claim`` opens it (the claimed rows stay locked), and
-``complete`` (mark successes processed, record failures, commit) or ``release``
-(roll back: nothing counted) ends it. Statements are built once per table from
-``psycopg.sql.Identifier`` names, so configurable column names (``OutboxColumns``)
-are respected and never interpolated raw.
+Owns the transaction of one batch on one poller's connection: ``PollingSource.claim``
+opens it (the claimed rows stay locked), and ``complete`` (mark successes processed,
+record failures, commit) or ``release`` (roll back: nothing counted) ends it. The
+statements themselves, the strict-order claim's design and how rows become
+OutboxEvents are in polling_sql.py (``OutboxQueries``).
 
-The retry policy's arithmetic is the pure ``backoff_delay``; strict per-aggregate order
-is ``claim`` with ``strict_order=True``, whose pure part is ``ready_prefix``:
-
-* candidates are pending rows in ``created_at`` order whose aggregate has no earlier
-  pending row that is waiting for a retry (a failed event blocks its aggregate) and is
-  not locked by another poller right now (``pg_locks``: a hint, the lock decides);
-* each candidate aggregate is locked with a transaction-level advisory lock
-  (``pg_try_advisory_xact_lock(hashtext(table), hashtext(aggregate))``); an aggregate
-  another poller holds is skipped, so two pollers never interleave one aggregate;
-* under the lock, the aggregate's pending rows are read again (fresh snapshot) and only
-  the prefix of rows ready to send is claimed, so nothing overtakes a row in backoff.
-
-Order is ``created_at`` (the inserting transaction's start time), then ``ctid``: the
-schema has no insertion sequence, so the events of one transaction are ordered by heap
-position - insertion order for freshly appended rows, not a guarantee once free space
-is reused. A row that failed sorts first among its transaction's rows.
-
-Rows become OutboxEvents exactly as WAL mode makes them: the payload is the column's
-text output (``payload::text``: jsonb's normal form, the bytes WAL mode sends),
-``created_at`` is floor epoch milliseconds, ``attempt`` is ``attempts + 1``.
+The retry policy's arithmetic is the pure ``backoff_delay``; ``truncate_error`` keeps
+``last_error`` to one readable line.
 
 Must not: talk to the broker, route, decide which failures count (the poller does),
-or sleep. psycopg errors leave this module as RelayErrors (``translate_error``).
+build SQL text (polling_sql.py), or sleep. psycopg errors leave this module as
+RelayErrors (``translate_error``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg import sql
 from psycopg.rows import TupleRow
 
 from cdc_relay.config import OutboxConfig
-from cdc_relay.db import connect, translate_error, validated_columns, validated_table
+from cdc_relay.db import connect, translate_error
 from cdc_relay.errors import RelayError
 from cdc_relay.model import OutboxEvent
+from cdc_relay.source.polling_sql import Candidate, OutboxQueries, event_from_row, ready_prefix
 
 MAX_ERROR_LENGTH = 2000  # last_error is for people; a broker's essay is cut here
 
@@ -76,56 +57,11 @@ def backoff_delay(failures_before: int, policy: BackoffPolicy, rand: float) -> f
     return min(max(jittered, 0.0), policy.maximum)
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """A pending row read under its aggregate's lock (strict order)."""
-
-    key: int
-    ready: bool
-    row: tuple[Any, ...]
-
-
-def ready_prefix(candidates: Iterable[Candidate], limit: int) -> list[tuple[Any, ...]]:
-    """The rows to claim: per aggregate, the rows before its first not-ready row.
-
-    ``candidates`` come in claim order (created_at, ...); the result keeps it and
-    holds at most ``limit`` rows. A row that waits for its retry blocks every later
-    row of its aggregate, so an aggregate's events are never published out of order.
-    """
-    blocked: set[int] = set()
-    taken: list[tuple[Any, ...]] = []
-    for candidate in candidates:
-        if len(taken) >= limit:
-            break
-        if candidate.key in blocked:
-            continue
-        if not candidate.ready:
-            blocked.add(candidate.key)
-            continue
-        taken.append(candidate.row)
-    return taken
-
-
 def truncate_error(reason: str) -> str:
     """``last_error`` text: one line, at most MAX_ERROR_LENGTH characters."""
     text = " ".join(reason.split())
     return text if len(text) <= MAX_ERROR_LENGTH else text[: MAX_ERROR_LENGTH - 1] + "…"
 
-
-def event_from_row(row: Sequence[Any]) -> OutboxEvent:
-    """A claim row (id_text, aggregate_type, aggregate_id, event_type, payload, ms, attempts)."""
-    return OutboxEvent(
-        id=row[0],
-        aggregate_type=row[1],
-        aggregate_id=row[2],
-        event_type=row[3],
-        payload=row[4].encode(),
-        created_at_ms=row[5],
-        attempt=row[6] + 1,
-    )
-
-
-# ---------------------------------------------------------------- statements
 
 @dataclass(frozen=True, slots=True)
 class AttemptFailure:
@@ -134,148 +70,6 @@ class AttemptFailure:
     event: OutboxEvent
     reason: str
     delay: float
-
-
-class OutboxQueries:
-    """Every polling-mode statement for one outbox table, built from quoted names only."""
-
-    def __init__(self, outbox: OutboxConfig) -> None:
-        table = validated_table(outbox.table)
-        cols = validated_columns(outbox.columns)
-        c = {role: sql.Identifier(getattr(cols, role)) for role in cols.__dataclass_fields__}
-        self.table_name = str(table)
-        t = sql.Identifier(table.schema, table.name)
-        names: dict[str, sql.Composable] = {"t": t, **{f"c_{k}": v for k, v in c.items()}}
-
-        def q(text: str, **extra: sql.Composable) -> sql.Composed:
-            return sql.SQL(text).format(**names, **extra)
-
-        self.pending_where = q("processed_at IS NULL AND dead_lettered_at IS NULL")
-        self._ready = "attempts < %(max)s AND (retry_after IS NULL OR retry_after <= now())"
-        self.event_columns = q(
-            # Aliased: ORDER BY would otherwise see two output columns named like the id.
-            "{c_id}::text AS cdc_event_id, {c_aggregate_type}::text AS cdc_aggregate_type,"
-            " {c_aggregate_id}::text AS cdc_aggregate_id, {c_event_type}::text AS cdc_event_type,"
-            " {c_payload}::text AS cdc_payload,"
-            " CASE WHEN isfinite({c_created_at})"
-            " THEN floor(extract(epoch FROM {c_created_at}) * 1000)::bigint END AS cdc_created_ms,"
-            " attempts AS cdc_attempts, {c_id} AS cdc_raw_id"
-        )
-        self.aggregate_key = q(
-            "hashtext(length({c_aggregate_type}::text)::text || ':' || {c_aggregate_type}::text"
-            " || '|' || {c_aggregate_id}::text)"
-        )
-        # created_at is the transaction's start time, so the events of one transaction tie:
-        # ctid (heap order: insertion order for fresh rows) breaks the tie. In strict order
-        # a row that already failed sorts first within its tie (its UPDATE moved it to a
-        # later ctid). Both orders let the planner walk the pending index on created_at.
-        self.order = q("{c_created_at}, ctid")
-        self.strict_order = q("{c_created_at}, attempts DESC, ctid")
-        self.names = names
-        self.q = q
-
-    def claim(self) -> sql.Composed:
-        """Oldest ready rows, locked; rows another poller holds are skipped."""
-        return self.q(
-            "SELECT {cols} FROM {t} WHERE {pending} AND " + self._ready
-            + " ORDER BY {order} LIMIT %(limit)s FOR UPDATE SKIP LOCKED",
-            cols=self.event_columns, pending=self.pending_where, order=self.order)
-
-    def strict_candidates(self) -> sql.Composed:
-        """Aggregate keys of the oldest ready rows whose aggregate is not blocked.
-
-        The waiting rows are few (those in backoff), so they are collected once
-        (MATERIALIZED) and each candidate is checked against that short list - whatever
-        the planner believes about a freshly filled table.
-        """
-        return self.q(
-            "WITH waiting AS MATERIALIZED (SELECT {c_aggregate_type} AS agg_type,"
-            " {c_aggregate_id} AS agg_id, {c_created_at} AS created, {c_id} AS row_id"
-            " FROM {t} WHERE {pending} AND (retry_after > now() OR attempts >= %(max)s)),"
-            # Aggregates other pollers hold now: skipping them lets a second poller find
-            # work beyond the first one's batch instead of coming back empty-handed.
-            " held AS MATERIALIZED (SELECT objid FROM pg_locks WHERE locktype = 'advisory'"
-            " AND objsubid = 2 AND classid = hashtext(%(ns)s)::oid AND pid <> pg_backend_pid())"
-            " SELECT {key} FROM {t} r WHERE {pending} AND " + self._ready
-            + " AND NOT EXISTS (SELECT 1 FROM waiting b WHERE b.agg_type = r.{c_aggregate_type}"
-            " AND b.agg_id = r.{c_aggregate_id}"
-            # <= : a waiting row blocks the rest of its own transaction's events too.
-            " AND b.created <= r.{c_created_at} AND b.row_id <> r.{c_id})"
-            " AND NOT EXISTS (SELECT 1 FROM held h WHERE h.objid = ({key})::oid)"
-            " ORDER BY {order} LIMIT %(limit)s",
-            key=self.aggregate_key, pending=self.pending_where, order=self.strict_order)
-
-    def lock_aggregates(self) -> sql.Composed:
-        """Try each aggregate's transaction-level advisory lock; return the ones we got."""
-        return self.q(
-            "SELECT k FROM unnest(%(keys)s::int4[]) AS u(k)"
-            " WHERE pg_try_advisory_xact_lock(hashtext(%(ns)s), k)")
-
-    def strict_rows(self) -> sql.Composed:
-        """The oldest pending rows of the locked aggregates, with key and readiness.
-
-        Not locked here: the advisory locks keep other strict pollers away, and only the
-        rows actually taken are locked (``lock_rows``) - locking a whole backlog of busy
-        aggregates per batch would write to every one of those rows.
-        """
-        return self.q(
-            "SELECT {key}, " + self._ready + ", {cols} FROM {t} WHERE {pending}"
-            " AND {key} = ANY(%(keys)s::int4[]) ORDER BY {order} LIMIT %(window)s",
-            key=self.aggregate_key, cols=self.event_columns, pending=self.pending_where,
-            order=self.strict_order)
-
-    def lock_rows(self) -> sql.Composed:
-        return self.q("SELECT 1 FROM {t} WHERE {c_id} = ANY(%(ids)s) FOR UPDATE")
-
-    def mark_processed(self) -> sql.Composed:
-        return self.q("UPDATE {t} SET processed_at = now() WHERE {c_id} = ANY(%(ids)s)")
-
-    def record_failures(self) -> sql.Composed:
-        return self.q(
-            "UPDATE {t} AS t SET attempts = t.attempts + 1, last_error = f.err,"
-            " retry_after = now() + f.delay * interval '1 second',"
-            " dead_lettered_at = CASE WHEN t.attempts + 1 >= %(max)s THEN now() END"
-            " FROM unnest(%(ids)s, %(errs)s::text[], %(delays)s::float8[]) AS f(id, err, delay)"
-            " WHERE t.{c_id} = f.id RETURNING t.{c_id}::text, t.dead_lettered_at IS NOT NULL"
-        )
-
-    def count_pending(self) -> sql.Composed:
-        return self.q("SELECT count(*) FROM {t} WHERE {pending}", pending=self.pending_where)
-
-    def count_dead_letters(self) -> sql.Composed:
-        return self.q("SELECT count(*) FROM {t} WHERE dead_lettered_at IS NOT NULL")
-
-    def list_dead_letters(self) -> sql.Composed:
-        return self.q(
-            "SELECT {c_id}::text, {c_aggregate_type}::text, {c_aggregate_id}::text,"
-            " {c_event_type}::text, attempts, last_error, {c_created_at}, dead_lettered_at"
-            " FROM {t} WHERE dead_lettered_at IS NOT NULL"
-            " ORDER BY dead_lettered_at, {c_id} LIMIT %(limit)s"
-        )
-
-    def retry_dead_letters(self, *, all_rows: bool) -> sql.Composed:
-        which = "" if all_rows else " AND {c_id}::text = ANY(%(ids)s::text[])"
-        return self.q(
-            "UPDATE {t} SET dead_lettered_at = NULL, attempts = 0, retry_after = NULL"
-            " WHERE dead_lettered_at IS NOT NULL" + which + " RETURNING {c_id}::text"
-        )
-
-    def cleanup_batch(self, *, wal_mode: bool = False) -> sql.Composed:
-        if wal_mode:
-            # WAL mode never sets processed_at: the WAL already carried every committed
-            # row, so rows are deleted by age (dead letters of a poller still stay).
-            return self.q(
-                "DELETE FROM {t} WHERE {c_id} IN (SELECT {c_id} FROM {t}"
-                " WHERE dead_lettered_at IS NULL"
-                " AND {c_created_at} < now() - %(older)s * interval '1 second'"
-                " LIMIT %(batch)s FOR UPDATE SKIP LOCKED)"
-            )
-        return self.q(
-            "DELETE FROM {t} WHERE {c_id} IN (SELECT {c_id} FROM {t}"
-            " WHERE processed_at IS NOT NULL"
-            " AND processed_at < now() - %(older)s * interval '1 second'"
-            " LIMIT %(batch)s FOR UPDATE SKIP LOCKED)"
-        )
 
 
 # ---------------------------------------------------------------- connections

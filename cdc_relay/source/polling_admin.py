@@ -4,7 +4,7 @@ Owns the statements that are not part of a batch: the LISTEN/count connection ev
 ``cdc-relay poll`` process keeps (``OutboxMonitor``: wakes the workers, refreshes the
 pending and dead-letter gauges, checks the table before the workers start), and the
 ``dead-letters list|retry`` and ``cleanup`` commands. The statements themselves come
-from ``OutboxQueries`` (source/polling.py), so every name is a quoted identifier.
+from ``OutboxQueries`` (source/polling_sql.py), so every name is a quoted identifier.
 
 Must not: claim or settle batches (source/polling.py), format output (app_poll.py), or
 retry: a failure is a RelayError for the caller to report or retry.
@@ -29,7 +29,7 @@ from cdc_relay.db import (
     validated_table,
 )
 from cdc_relay.errors import ConfigError, RelayError
-from cdc_relay.source.polling import OutboxQueries
+from cdc_relay.source.polling_sql import OutboxQueries
 
 
 @dataclass(frozen=True, slots=True)
