@@ -313,7 +313,7 @@ class _Session:
             if kind == KEEPALIVE:
                 tracker.idle_position(Lsn(position))
                 if data:
-                    self._maybe_send_status(0, force=True)
+                    self._maybe_send_status(self.relay._clock(), force=True)
                 continue
             change = decode(data, Lsn(position))  # type: ignore[arg-type]
             if change is None:
