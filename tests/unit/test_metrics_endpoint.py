@@ -16,15 +16,13 @@ from cdc_relay.errors import ConfigError, ServiceUnavailable
 from cdc_relay.metrics import (
     Endpoints,
     MetricsServer,
-    PollCollector,
     SlotLagProbe,
-    WalCollector,
-    make_registry,
     poll_health,
     poll_ready,
     wal_health,
     wal_ready,
 )
+from cdc_relay.metrics_collectors import PollCollector, WalCollector, make_registry
 from cdc_relay.model import Lsn
 from cdc_relay.ops import SlotStatus
 from cdc_relay.poller.settlement import BATCH_BUCKETS, PollStats, Settlement

@@ -1,0 +1,168 @@
+"""Prometheus collectors: the relay's plain counters turned into metric families at scrape time.
+
+Owns every metric name, help text and label the relay exposes: ``WalCollector`` reads
+``RelayStats`` (relay.py) and the slot figures of the lag probe, ``PollCollector`` reads
+``PollStats`` (poller/settlement.py), ``make_registry`` adds the process, platform and
+GC collectors. The slot gauges are absent while the probe cannot read or the slot does
+not exist.
+
+Must not: mutate the stats, open a connection, start a thread or serve HTTP - the lag
+probe and the endpoint are cdc_relay.metrics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any, Protocol
+
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+from cdc_relay.ops import SlotStatus
+from cdc_relay.poller.settlement import BATCH_BUCKETS, PollStats
+from cdc_relay.relay import RelayStats
+
+
+class SlotFigures(Protocol):
+    """What the collectors read from the slot lag probe (metrics.SlotLagProbe)."""
+
+    @property
+    def ok(self) -> bool:
+        """The last read succeeded."""
+
+    @property
+    def succeeded_at(self) -> float:
+        """Wall-clock time of the last successful read (0: never)."""
+
+    @property
+    def latest(self) -> SlotStatus | None:
+        """The slot as last read; None when it does not exist (or was not read yet)."""
+
+
+def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, value=value)
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+def _failed(by_type: dict[str, int]) -> CounterMetricFamily:
+    family = CounterMetricFamily(
+        "outbox_events_failed", "Failed delivery attempts, by event type.",
+        labels=["event_type"])
+    for event_type, count in sorted(by_type.items()):
+        family.add_metric([event_type], count)
+    return family
+
+
+def slot_metrics(probe: SlotFigures) -> Iterator[Metric]:
+    """The probe's figures; absent while it cannot read or the slot does not exist."""
+    yield _gauge("cdc_relay_slot_probe_success",
+                 "1 if the last read of pg_replication_slots succeeded.", 1 if probe.ok else 0)
+    if probe.succeeded_at:
+        yield _gauge("cdc_relay_slot_probe_timestamp_seconds",
+                     "Unix time of the last successful read of the slot's lag.", probe.succeeded_at)
+    status = probe.latest
+    if not probe.ok or status is None:
+        return
+    yield _gauge("cdc_relay_slot_active", "1 while a client streams from the slot.",
+                 1 if status.active else 0)
+    if status.lag_bytes is not None:
+        yield _gauge("cdc_relay_slot_lag_bytes",
+                     "WAL bytes between the server's position and the slot's confirmed LSN.",
+                     status.lag_bytes)
+    if status.retained_bytes is not None:
+        yield _gauge("cdc_relay_wal_retained_bytes",
+                     "WAL the slot keeps on the server (restart LSN to current position).",
+                     status.retained_bytes)
+    if status.safe_wal_size is not None:
+        yield _gauge("cdc_relay_slot_safe_wal_size_bytes",
+                     "WAL that can still be written before the slot is invalidated.",
+                     status.safe_wal_size)
+    if status.lag_seconds is not None:
+        yield _gauge("cdc_relay_replication_lag_seconds",
+                     "pg_stat_replication.flush_lag of the slot's walsender (0 when caught up).",
+                     status.lag_seconds)
+
+
+class WalCollector:
+    """WAL mode's metrics, read from RelayStats (and the lag probe) at scrape time."""
+
+    def __init__(self, stats: RelayStats, probe: SlotFigures | None) -> None:
+        self._stats = stats
+        self._probe = probe
+
+    def collect(self) -> Iterable[Metric]:
+        stats = self._stats
+        yield _counter("outbox_events_published", "Events the broker acknowledged.",
+                       stats.published)
+        yield _failed(dict(stats.failed_by_type))  # dict(): a C-level copy, safe vs. the loop
+        yield _counter("outbox_events_dead_lettered",
+                       "Events sent to the dead-letter topic by this process.", stats.dead_lettered)
+        yield _gauge("outbox_dead_letters",
+                     "Dead letters: in WAL mode, events this process sent to the dead-letter "
+                     "topic.", stats.dead_lettered)
+        yield _gauge("cdc_relay_inflight_events", "Events produced and not yet acknowledged.",
+                     stats.inflight)
+        yield _gauge("cdc_relay_confirmed_lsn", "The LSN last confirmed to PostgreSQL.",
+                     stats.confirmed_lsn)
+        yield _gauge("cdc_relay_streaming", "1 while the replication stream is open.",
+                     1 if stats.streaming else 0)
+        yield _counter("cdc_relay_restarts",
+                       "Stream or producer restarts (reconnects, new producers).", stats.restarts)
+        if self._probe is not None:
+            yield from slot_metrics(self._probe)
+
+
+def batch_histogram(counts: list[int], total: float) -> HistogramMetricFamily:
+    """``outbox_batch_duration_seconds`` from per-bucket counts (last = above every bound)."""
+    buckets: list[tuple[str, float]] = []
+    cumulative = 0
+    for bound, count in zip((*map(str, BATCH_BUCKETS), "+Inf"), counts, strict=True):
+        cumulative += count
+        buckets.append((bound, cumulative))
+    return HistogramMetricFamily("outbox_batch_duration_seconds",
+                                 "Claim-to-commit time of polling batches.",
+                                 buckets=buckets, sum_value=total)
+
+
+class PollCollector:
+    """Polling mode's metrics, read from PollStats at scrape time."""
+
+    def __init__(self, stats: PollStats) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterable[Metric]:
+        stats = self._stats
+        with stats.lock:
+            published, failed = stats.published, dict(stats.failed_by_type)
+            dead_lettered, dead, pending = stats.dead_lettered, stats.dead_letters, stats.pending
+            counts, total = list(stats.batch_duration_counts), stats.batch_duration_sum
+        yield _counter("outbox_events_published", "Events the broker acknowledged.", published)
+        yield _failed(failed)
+        yield _counter("outbox_events_dead_lettered",
+                       "Events this process gave up on (now dead letters).", dead_lettered)
+        yield _gauge("outbox_dead_letters", "Rows in the dead-letter state.", dead)
+        yield _gauge("outbox_events_pending", "Rows waiting to be published.", pending)
+        yield batch_histogram(counts, total)
+        yield _gauge("cdc_relay_poller_connected", "1 while every worker has its connection.",
+                     1 if stats.connected else 0)
+        yield _gauge("cdc_relay_broker_ok", "0 while workers wait for the broker.",
+                     1 if stats.broker_ok else 0)
+
+
+def make_registry(*collectors: Any) -> CollectorRegistry:
+    """A private registry: our collectors plus process, platform and GC metrics."""
+    registry = CollectorRegistry(auto_describe=False)
+    for collector in collectors:
+        registry.register(collector)
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    return registry
