@@ -163,7 +163,9 @@ class WalRelay:
         finally:
             self.stats.streaming = False
             if sink is not None:
-                sink.close(self._timings.shutdown_timeout)
+                # The session already waited (shutdown_timeout) for in-flight acks; what is
+                # still unacked was not confirmed and will be replayed. Keep exit < 30 s.
+                sink.close(1.0)
 
     def _new_sink(self) -> Sink:
         """A fresh producer, warmed up; failing to build one is retried like a producer failure."""

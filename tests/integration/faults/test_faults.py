@@ -205,6 +205,27 @@ def test_sigterm_flushes_and_exits_0_and_a_second_signal_exits_at_once(
             private_broker.resume()
 
 
+def test_sigterm_with_the_broker_frozen_exits_0_without_confirming_unacked_events(
+    db: str, private_broker: Broker, topic_prefix: str
+) -> None:
+    init_db(db)
+    with start_relay(db, private_broker.bootstrap, topic_prefix,
+                     extra=("--message-timeout", "120s")) as relay:
+        private_broker.pause()
+        try:
+            expected = write_workload(db, transactions=5, seed=61, rollback_every=0)
+            time.sleep(1)  # the relay has read them and is waiting for acks
+            # Bounded shutdown: the acks never come, the process still exits cleanly.
+            assert relay.stop(signal.SIGTERM, timeout=40) == 0, relay.stderr
+        finally:
+            private_broker.resume()
+    with start_relay(db, private_broker.bootstrap, topic_prefix) as again, \
+            KafkaCollector(private_broker.bootstrap, topic_prefix) as collector:
+        messages = collect_ids(collector, topic_prefix, expected.ids)
+        assert again.stop() == 0
+    assert_contract(messages, expected, topic_prefix)
+
+
 def test_repeated_kill_9_during_continuous_writes_loses_nothing(
     db: str, broker: Broker, topic_prefix: str
 ) -> None:
