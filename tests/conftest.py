@@ -16,6 +16,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -31,26 +32,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
 
 
-@pytest.fixture(scope="session")
-def pg_cluster() -> Iterator[PostgresCluster]:
-    """A PostgreSQL cluster for the whole session (wal_level=logical, trust auth)."""
-    cluster = PostgresCluster()
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.cleanup()
+S = TypeVar("S", PostgresCluster, Broker)
 
 
-@pytest.fixture(scope="session")
-def broker() -> Iterator[Broker]:
-    """A memory-only Kafka-protocol broker for the whole session."""
-    service = Broker()
+def _running(service: S) -> Iterator[S]:
+    """Start ``service``, yield it, and clean it up even when the test failed."""
     try:
         service.start()
         yield service
     finally:
         service.cleanup()
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[PostgresCluster]:
+    """A PostgreSQL cluster for the whole session (wal_level=logical, trust auth)."""
+    yield from _running(PostgresCluster())
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[Broker]:
+    """A memory-only Kafka-protocol broker for the whole session."""
+    yield from _running(Broker())
 
 
 @pytest.fixture
@@ -73,20 +76,10 @@ def topic_prefix() -> str:
 @pytest.fixture
 def private_pg_cluster() -> Iterator[PostgresCluster]:
     """A cluster of this test's own, for fault injection (kill, pause, restart)."""
-    cluster = PostgresCluster()
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.cleanup()
+    yield from _running(PostgresCluster())
 
 
 @pytest.fixture
 def private_broker() -> Iterator[Broker]:
     """A broker of this test's own, for fault injection (kill, pause, restart)."""
-    service = Broker()
-    try:
-        service.start()
-        yield service
-    finally:
-        service.cleanup()
+    yield from _running(Broker())

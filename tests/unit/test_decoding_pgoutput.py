@@ -6,14 +6,9 @@ turn the same rows into identical OutboxEvents.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import json
 import re
 import struct
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any
 
 import orjson
 import pytest
@@ -25,64 +20,22 @@ from cdc_relay.decoding.pgoutput import PgOutputDecoder, plugin_options
 from cdc_relay.decoding.wal2json import Wal2JsonDecoder
 from cdc_relay.errors import DecodeError
 from cdc_relay.model import Begin, Commit, Lsn, OutboxColumns, OutboxEvent
+from tests.unit.decoding_fixtures import (
+    AT,
+    DEBEZIUM,
+    OUTBOX,
+    WIDE,
+    as_row,
+    decode_all,
+    events,
+    expected_rows,
+    load,
+)
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-EXPECTED = json.loads((FIXTURES / "expected_outbox.json").read_text(encoding="utf-8"))
-OUTBOX = TableRef("public", "outbox_events")
-DEBEZIUM = TableRef("public", "outbox_debezium")
-WIDE = TableRef("public", "outbox_wide")
-AT = Lsn.parse("16/B374D848")
 OUTBOX_COLUMNS = [
     "id", "aggregate_type", "aggregate_id", "event_type", "payload", "attempts",
     "created_at", "processed_at", "retry_after", "last_error", "dead_lettered_at",
 ]  # fmt: skip
-
-
-def load(name: str) -> list[tuple[Lsn, bytes]]:
-    lines = (FIXTURES / name).read_text(encoding="utf-8").splitlines()
-    binary = name.startswith("pgoutput")
-    out = []
-    for line in lines:
-        message = json.loads(line)
-        payload = message["payload"]
-        raw = base64.b64decode(payload) if binary else payload.encode()
-        out.append((Lsn.parse(message["wal_start"]), raw))
-    return out
-
-
-def expected_rows(table: TableRef, partial: bool = False) -> list[dict[str, Any]]:
-    rows = EXPECTED["rows"][: EXPECTED["rows_before_batch"]] if partial else EXPECTED["rows"]
-    return [row for row in rows if row["table"] == str(table)]
-
-
-def as_row(event: OutboxEvent, table: TableRef) -> dict[str, Any]:
-    row: dict[str, Any] = {
-        "table": str(table),
-        "id": event.id,
-        "aggregate_type": event.aggregate_type,
-        "aggregate_id": event.aggregate_id,
-        "event_type": event.event_type,
-        "created_at_ms": event.created_at_ms,
-    }
-    if len(event.payload) > 4096:
-        row["payload_len"] = len(event.payload)
-        row["payload_sha256"] = hashlib.sha256(event.payload).hexdigest()
-    else:
-        row["payload"] = event.payload.decode()
-    return row
-
-
-def decode_all(name: str, table: TableRef, columns: OutboxColumns) -> list[Any]:
-    decoder: PgOutputDecoder | Wal2JsonDecoder
-    if name.startswith("pgoutput"):
-        decoder = PgOutputDecoder(table, columns)
-    else:
-        decoder = Wal2JsonDecoder(table, columns)
-    return [decoder.decode(payload, wal_start) for wal_start, payload in load(name)]
-
-
-def events(changes: list[Any]) -> list[OutboxEvent]:
-    return [change for change in changes if isinstance(change, OutboxEvent)]
 
 
 # ---------------------------------------------------------------- message builders

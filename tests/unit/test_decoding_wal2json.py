@@ -6,10 +6,8 @@ wal2json 2.5; expected_outbox.json is the database's own account of each committ
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -21,52 +19,18 @@ from cdc_relay.config import TableRef
 from cdc_relay.decoding.wal2json import TimestampParser, Wal2JsonDecoder, plugin_options
 from cdc_relay.errors import DecodeError
 from cdc_relay.model import Begin, Commit, Lsn, OutboxColumns, OutboxEvent
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-EXPECTED = json.loads((FIXTURES / "expected_outbox.json").read_text(encoding="utf-8"))
-OUTBOX = TableRef("public", "outbox_events")
-DEBEZIUM = TableRef("public", "outbox_debezium")
-WIDE = TableRef("public", "outbox_wide")
-AT = Lsn.parse("16/B374D848")
-
-
-def load(name: str) -> list[tuple[Lsn, bytes]]:
-    lines = (FIXTURES / name).read_text(encoding="utf-8").splitlines()
-    return [
-        (Lsn.parse(m["wal_start"]), m["payload"].encode())
-        for m in (json.loads(line) for line in lines)
-    ]
-
-
-def expected_rows(table: TableRef, partial: bool = False) -> list[dict[str, Any]]:
-    rows = EXPECTED["rows"][: EXPECTED["rows_before_batch"]] if partial else EXPECTED["rows"]
-    return [row for row in rows if row["table"] == str(table)]
-
-
-def as_row(event: OutboxEvent, table: TableRef) -> dict[str, Any]:
-    row: dict[str, Any] = {
-        "table": str(table),
-        "id": event.id,
-        "aggregate_type": event.aggregate_type,
-        "aggregate_id": event.aggregate_id,
-        "event_type": event.event_type,
-        "created_at_ms": event.created_at_ms,
-    }
-    if len(event.payload) > 4096:
-        row["payload_len"] = len(event.payload)
-        row["payload_sha256"] = hashlib.sha256(event.payload).hexdigest()
-    else:
-        row["payload"] = event.payload.decode()
-    return row
-
-
-def decode_all(name: str, table: TableRef, columns: OutboxColumns) -> list[Any]:
-    decoder = Wal2JsonDecoder(table, columns)
-    return [decoder.decode(payload, wal_start) for wal_start, payload in load(name)]
-
-
-def events(changes: list[Any]) -> list[OutboxEvent]:
-    return [change for change in changes if isinstance(change, OutboxEvent)]
+from tests.unit.decoding_fixtures import (
+    AT,
+    DEBEZIUM,
+    FIXTURES,
+    OUTBOX,
+    WIDE,
+    as_row,
+    decode_all,
+    events,
+    expected_rows,
+    load,
+)
 
 
 def insert_message(columns: dict[str, Any], **extra: Any) -> bytes:
