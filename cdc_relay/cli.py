@@ -13,26 +13,28 @@ import click
 from cdc_relay import __version__
 from cdc_relay.cli_support import (
     DURATION,
-    IDENTIFIER,
     columns_option,
     dsn_option,
+    format_option,
     kafka_options,
     load_config_file,
     main_entry,
     observability_options,
     option,
+    outbox_config,
+    plugin_option,
+    publication_option,
+    slot_option,
     table_option,
 )
 from cdc_relay.config import (
     FlowConfig,
     KafkaConfig,
     MetricsConfig,
-    OutboxConfig,
     PollConfig,
     ReplicationConfig,
     RouterConfig,
     TableRef,
-    parse_columns,
     parse_producer_config,
 )
 from cdc_relay.logs import setup_logging
@@ -47,25 +49,6 @@ def cli(ctx: click.Context, config_file: str | None) -> None:
     """Transactional-outbox relay: PostgreSQL outbox inserts -> Kafka, at least once."""
     if config_file:
         ctx.default_map = load_config_file(config_file, cli)
-
-
-def slot_option(f: Any) -> Any:
-    return option("--slot", default="cdc_relay", show_default=True,
-                  help="Logical replication slot name.")(f)
-
-
-def plugin_option(f: Any) -> Any:
-    return option("--plugin", type=click.Choice(["wal2json", "pgoutput"]), default="wal2json",
-                  show_default=True, help="Logical decoding output plugin.")(f)
-
-
-def publication_option(f: Any) -> Any:
-    return option("--publication", type=IDENTIFIER, default="cdc_relay_outbox", show_default=True,
-                  help="Publication on the outbox table (pgoutput only).")(f)
-
-
-def outbox_config(table: TableRef, columns: str | None) -> OutboxConfig:
-    return OutboxConfig(table=table, columns=parse_columns(columns))
 
 
 @cli.command()
@@ -183,8 +166,7 @@ def dead_letters() -> None:
 @columns_option
 @option("--limit", type=click.IntRange(1), default=100, show_default=True,
         help="Show at most this many (oldest first).")
-@option("--format", "output_format", type=click.Choice(["table", "json"]), default="table",
-        show_default=True)
+@format_option
 def dead_letters_list(dsn: str, table: TableRef, columns: str | None, limit: int,
                       output_format: str) -> None:
     """List dead letters: id, aggregate, event type, attempts, last error, times."""

@@ -12,7 +12,7 @@ import time
 
 import click
 
-from cdc_relay.cli_support import option
+from cdc_relay.cli_support import option, plugin_option
 from cdc_relay.errors import ExitCode
 
 
@@ -40,8 +40,7 @@ class StatusLine:
         help="Events written per second (the defaults run ~20 s).")
 @option("--mode", type=click.Choice(["wal", "poll"]), default="wal", show_default=True,
         help="Relay mode: WAL (cdc-relay run) or polling (cdc-relay poll).")
-@option("--plugin", type=click.Choice(["wal2json", "pgoutput"]), default="wal2json",
-        show_default=True, help="Logical decoding plugin (WAL mode).")
+@plugin_option
 def demo(events: int, rate: float, mode: str, plugin: str) -> int:
     """Throwaway PostgreSQL + local broker + the relay + sample orders, with live latency."""
     from cdc_relay.demo import DemoConfig, run_demo

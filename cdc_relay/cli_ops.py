@@ -8,43 +8,35 @@ and may come from the ``--config`` file like every other command's.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from typing import Any, TypeVar
 
 import click
 
-from cdc_relay.cli_support import IDENTIFIER, columns_option, dsn_option, option, table_option
-from cdc_relay.config import KafkaConfig, OutboxConfig, TableRef, parse_columns, parse_producer_config
+from cdc_relay.cli_support import (
+    columns_option,
+    dsn_option,
+    format_option,
+    option,
+    outbox_config,
+    plugin_option,
+    publication_option,
+    slot_option,
+    table_option,
+)
+from cdc_relay.config import KafkaConfig, TableRef, parse_producer_config
 from cdc_relay.errors import ConfigError, ExitCode
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _slot_option(f: F) -> F:
-    return option("--slot", default="cdc_relay", show_default=True,
-                  help="Logical replication slot name.")(f)
-
-
-def _format_option(f: F) -> F:
-    return option("--format", "output_format", type=click.Choice(["table", "json"]),
-                  default="table", show_default=True, help="Output for people or for scripts.")(f)
-
-
-def _outbox(table: TableRef, columns: str | None) -> OutboxConfig:
-    return OutboxConfig(table=table, columns=parse_columns(columns))
 
 
 @click.command()
 @dsn_option
-@_slot_option
+@slot_option
 @table_option
 @columns_option
-@_format_option
+@format_option
 def status(dsn: str, slot: str, table: TableRef, columns: str | None, output_format: str) -> None:
     """Slot position and lag, WAL retained, pending outbox rows, dead letters."""
     from cdc_relay.ops import status as read_status
 
-    report = read_status(dsn, slot, _outbox(table, columns))
+    report = read_status(dsn, slot, outbox_config(table, columns))
     click.echo(report.to_json() if output_format == "json" else "\n".join(report.lines()))
 
 
@@ -53,16 +45,14 @@ def status(dsn: str, slot: str, table: TableRef, columns: str | None, output_for
 @option("--brokers", default=None, help="Also check that a broker answers (HOST:PORT[,...]).")
 @option("--producer-config", multiple=True, metavar="KEY=VALUE",
         help="librdkafka settings for the broker check (SASL/SSL), as given to the relay.")
-@_slot_option
-@option("--plugin", type=click.Choice(["wal2json", "pgoutput"]), default="wal2json",
-        show_default=True, help="Logical decoding output plugin the relay uses.")
-@option("--publication", type=IDENTIFIER, default="cdc_relay_outbox", show_default=True,
-        help="Publication on the outbox table (pgoutput only).")
+@slot_option
+@plugin_option
+@publication_option
 @table_option
 @columns_option
 @option("--mode", type=click.Choice(["wal", "poll"]), default="wal", show_default=True,
         help="Which relay mode to check for (poll skips the logical decoding checks).")
-@_format_option
+@format_option
 def doctor(dsn: str, brokers: str | None, producer_config: tuple[str, ...], slot: str,
            plugin: str, publication: str, table: TableRef, columns: str | None, mode: str,
            output_format: str) -> int:
@@ -74,7 +64,7 @@ def doctor(dsn: str, brokers: str | None, producer_config: tuple[str, ...], slot
     kafka = None
     if brokers:
         kafka = KafkaConfig(brokers=brokers, producer_config=parse_producer_config(producer_config))
-    checks = run_doctor(DoctorOptions(dsn=dsn, outbox=_outbox(table, columns), slot=slot,
+    checks = run_doctor(DoctorOptions(dsn=dsn, outbox=outbox_config(table, columns), slot=slot,
                                       plugin=plugin, publication=publication, mode=mode,
                                       kafka=kafka))
     click.echo(format_checks_json(checks) if output_format == "json" else format_checks(checks))
@@ -88,7 +78,7 @@ def slot() -> None:
 
 @slot.command("drop")
 @dsn_option
-@_slot_option
+@slot_option
 @click.option("--yes", is_flag=True, default=False,
               help="Do not ask for confirmation (needed when stdin is not a terminal).")
 def slot_drop(dsn: str, slot: str, yes: bool) -> None:

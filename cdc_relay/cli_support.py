@@ -17,7 +17,13 @@ from typing import Any, TypeVar
 
 import click
 
-from cdc_relay.config import TableRef, parse_duration, validate_identifier
+from cdc_relay.config import (
+    OutboxConfig,
+    TableRef,
+    parse_columns,
+    parse_duration,
+    validate_identifier,
+)
 from cdc_relay.errors import ConfigError, ExitCode, RelayError, mask_secrets
 from cdc_relay.logs import JsonFormatter
 
@@ -108,6 +114,31 @@ def kafka_options(f: F) -> F:
                help="Topic name pattern; placeholders {aggregate_type}, {event_type}, "
                     "{schema}, {table}.")(f)
     return brokers_option(f)
+
+
+def slot_option(f: F) -> F:
+    return option("--slot", default="cdc_relay", show_default=True,
+                  help="Logical replication slot name.")(f)
+
+
+def plugin_option(f: F) -> F:
+    return option("--plugin", type=click.Choice(["wal2json", "pgoutput"]), default="wal2json",
+                  show_default=True, help="Logical decoding output plugin.")(f)
+
+
+def publication_option(f: F) -> F:
+    return option("--publication", type=IDENTIFIER, default="cdc_relay_outbox", show_default=True,
+                  help="Publication on the outbox table (pgoutput only).")(f)
+
+
+def format_option(f: F) -> F:
+    return option("--format", "output_format", type=click.Choice(["table", "json"]),
+                  default="table", show_default=True, help="Output for people or for scripts.")(f)
+
+
+def outbox_config(table: TableRef, columns: str | None) -> OutboxConfig:
+    """The OutboxConfig of ``--table`` and ``--columns``."""
+    return OutboxConfig(table=table, columns=parse_columns(columns))
 
 
 def observability_options(f: F) -> F:
