@@ -1,1 +1,0 @@
-"""Sources: the replication-protocol stream (WAL mode) and the polling claimer."""
