@@ -1,7 +1,7 @@
 """cdc-relay's benchmark harness: WAL mode vs polling vs the machine's limits (SPEC §10).
 
 ``python -m benchmarks run [--quick] [--modes …] [--events N] --out DIR`` starts its own
-throwaway PostgreSQL cluster and a fresh memory-only broker per mode (cdc_relay.local, local_broker),
+throwaway PostgreSQL cluster and a fresh memory-only broker per mode (cdc_relay.local.postgres, local_broker),
 runs the real ``cdc-relay run`` / ``cdc-relay poll`` as subprocesses, and writes
 ``results.json``, ``report.md`` and PNG plots to DIR. See benchmarks/README.md for what
 is measured and how to read it.

@@ -41,7 +41,7 @@ from benchmarks.progress import Progress
 from benchmarks.report import write_all
 from benchmarks.runner import ModeRun
 from cdc_relay.errors import LocalServiceError
-from cdc_relay.local import PostgresCluster
+from cdc_relay.local.postgres import PostgresCluster
 
 SMOKE_MODES = "wal-wal2json,poll-notify"
 RELAY_LINGER_MS = 5  # the relay's default linger.ms: the floor at every rate uses it

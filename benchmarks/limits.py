@@ -39,8 +39,8 @@ from benchmarks.workload import TABLE, preload
 from cdc_relay.config import TableRef
 from cdc_relay.decoding.pgoutput import plugin_options as pgoutput_options
 from cdc_relay.decoding.wal2json import plugin_options as wal2json_options
-from cdc_relay.local import PostgresCluster
-from cdc_relay.local_broker import Broker
+from cdc_relay.local.broker import Broker
+from cdc_relay.local.postgres import PostgresCluster
 
 _PUBLICATION = "bench_limits"
 

@@ -14,8 +14,8 @@ import confluent_kafka
 import psycopg
 
 import cdc_relay
-from cdc_relay.local import PostgresCluster
-from cdc_relay.local_helpers import tansu_binary
+from cdc_relay.local.helpers import tansu_binary
+from cdc_relay.local.postgres import PostgresCluster
 
 
 def _first_line(cmd: list[str]) -> str:

@@ -18,7 +18,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from cdc_relay.local_helpers import children
+from cdc_relay.local.helpers import children
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 

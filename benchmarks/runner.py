@@ -39,8 +39,8 @@ from benchmarks.procs import CTX, RelayProcess, finish, run_cli, spawn, wait_eve
 from benchmarks.procstat import postmaster_pid, tree_cpu_seconds
 from benchmarks.progress import Progress
 from benchmarks.workload import TABLE, preload, rate_writer, rows
-from cdc_relay.local import PostgresCluster
-from cdc_relay.local_broker import Broker
+from cdc_relay.local.broker import Broker
+from cdc_relay.local.postgres import PostgresCluster
 from cdc_relay.outbox import insert_statement
 
 TOPIC_PATTERN = "bench.{aggregate_type}"

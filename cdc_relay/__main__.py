@@ -1,5 +1,5 @@
 """``python -m cdc_relay`` runs the CLI."""
 
-from cdc_relay.cli import main
+from cdc_relay.cli.main import main
 
 main()

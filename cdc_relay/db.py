@@ -36,17 +36,13 @@ from cdc_relay.errors import (
     SlotBusy,
     mask_secrets,
 )
-from cdc_relay.model import OutboxColumns
+from cdc_relay.model import BOOKKEEPING_COLUMNS, OutboxColumns
 
 # Only applied when neither the DSN, the caller nor PGCONNECT_TIMEOUT sets one: an
 # unreachable host should fail a command in seconds, not hang on the OS's TCP timeout.
 DEFAULT_CONNECT_TIMEOUT = 10
 
 MAX_IDENTIFIER = 63  # NAMEDATALEN - 1; longer names are silently truncated by PostgreSQL
-
-# Columns the relay itself owns in the outbox table (not configurable).
-BOOKKEEPING_COLUMNS = ("attempts", "processed_at", "retry_after", "last_error", "dead_lettered_at")
-
 
 def describe_dsn(dsn: str) -> str:
     """``host:port/dbname`` of a DSN, for messages; never includes the password."""

@@ -40,6 +40,11 @@ class ServiceUnavailable(RelayError):
     exit_code = ExitCode.UNAVAILABLE
 
 
+
+class SourceLost(ServiceUnavailable):
+    """The replication connection failed or closed; resume from the slot after a backoff."""
+
+
 class DatabaseError(ServiceUnavailable):
     """PostgreSQL reported an error that stops the command."""
 

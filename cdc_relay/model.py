@@ -122,3 +122,36 @@ class Message:
     value: bytes
     headers: list[tuple[str, bytes]] = field(default_factory=list)
     timestamp_ms: int | None = None
+
+
+# Columns the relay itself owns in the outbox table (not configurable).
+BOOKKEEPING_COLUMNS = ("attempts", "processed_at", "retry_after", "last_error", "dead_lettered_at")
+NOTIFY_TRIGGER = "cdc_relay_notify"  # polling's wake-up trigger (names are per table)
+
+
+@dataclass(frozen=True, slots=True)
+class SlotStatus:
+    """A slot's row of ``pg_replication_slots`` plus its lag against the server."""
+
+    name: str
+    plugin: str | None
+    slot_type: str
+    database: str | None
+    active: bool
+    active_pid: int | None
+    confirmed_flush_lsn: Lsn | None
+    restart_lsn: Lsn | None
+    lag_bytes: int | None  # current WAL position - confirmed flush LSN
+    lag_seconds: float | None  # walsender flush_lag; None while no walsender streams it
+    retained_bytes: int | None  # current WAL position - restart LSN: WAL kept for the slot
+    wal_status: str | None  # reserved / extended / unreserved / lost
+    safe_wal_size: int | None  # bytes writable before invalidation; None = unlimited
+
+
+def human_bytes(value: float) -> str:
+    """``1536`` -> ``1.5 KiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")

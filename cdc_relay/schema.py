@@ -37,7 +37,8 @@ from cdc_relay.db import (
     validated_table,
 )
 from cdc_relay.errors import ConfigError
-from cdc_relay.replication_setup import (
+from cdc_relay.model import NOTIFY_TRIGGER
+from cdc_relay.wal.setup import (
     ADVISORY_LOCK_KEY,
     Outcome,
     ReplicationReport,
@@ -48,7 +49,6 @@ from cdc_relay.replication_setup import (
 MIGRATIONS_TABLE = "cdc_relay_schema_migrations"
 PROCESSED_EVENTS_TABLE = "processed_events"
 NOTIFY_FUNCTION = "cdc_relay_notify"
-NOTIFY_TRIGGER = "cdc_relay_notify"  # trigger names are per table: no need to derive
 # Waiting for the outbox's ACCESS EXCLUSIVE lock (ALTER TABLE) queues every insert
 # behind us; give up instead of stalling the application behind a long transaction.
 LOCK_TIMEOUT = "30s"

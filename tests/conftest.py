@@ -20,8 +20,8 @@ from typing import TypeVar
 
 import pytest
 
-from cdc_relay.local import PostgresCluster
-from cdc_relay.local_broker import Broker
+from cdc_relay.local.broker import Broker
+from cdc_relay.local.postgres import PostgresCluster
 
 _INTEGRATION_DIR = Path(__file__).parent / "integration"
 

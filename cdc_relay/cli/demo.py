@@ -1,4 +1,4 @@
-"""``cdc-relay demo``: the click command only (the run itself is cdc_relay.demo).
+"""``cdc-relay demo``: the click command only (the run itself is cdc_relay.demo.run).
 
 Registered on the ``cli`` group by cli.py. Exit codes: 0 when every event arrived,
 1 when one was lost or the demo failed, 130 on Ctrl-C (after stopping everything).
@@ -12,7 +12,7 @@ import time
 
 import click
 
-from cdc_relay.cli_support import option, plugin_option
+from cdc_relay.cli.options import option, plugin_option
 from cdc_relay.errors import ExitCode
 
 
@@ -43,7 +43,7 @@ class StatusLine:
 @plugin_option
 def demo(events: int, rate: float, mode: str, plugin: str) -> int:
     """Throwaway PostgreSQL + local broker + the relay + sample orders, with live latency."""
-    from cdc_relay.demo import DemoConfig, run_demo
+    from cdc_relay.demo.run import DemoConfig, run_demo
 
     try:
         summary = run_demo(DemoConfig(events=events, rate=rate, mode=mode, plugin=plugin),

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from cdc_relay import __version__
-from cdc_relay.cli_support import (
+from cdc_relay.cli.options import (
     DURATION,
     columns_option,
     dsn_option,
@@ -91,7 +91,7 @@ def run(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, mess
         plugin: str, publication: str, status_interval: float, max_inflight: int,
         metrics_port: int | None, metrics_host: str, log_level: str, log_format: str) -> int:
     """WAL mode: stream outbox inserts from a logical replication slot to Kafka."""
-    from cdc_relay.app import WalSettings, run_wal
+    from cdc_relay.wal.app import WalSettings, run_wal
 
     setup_logging(log_level, log_format)  # first: a config error is then a log line too
     settings = WalSettings(
@@ -138,7 +138,7 @@ def poll(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, mes
          no_notify: bool, strict_order: bool, metrics_port: int | None, metrics_host: str,
          log_level: str, log_format: str) -> int:
     """Polling mode: claim outbox rows (SKIP LOCKED), publish them, mark them processed."""
-    from cdc_relay.app_poll import PollSettings, run_poll
+    from cdc_relay.polling.app import PollSettings, run_poll
 
     setup_logging(log_level, log_format)  # first: a config error is then a log line too
     settings = PollSettings(
@@ -170,7 +170,7 @@ def dead_letters() -> None:
 def dead_letters_list(dsn: str, table: TableRef, columns: str | None, limit: int,
                       output_format: str) -> None:
     """List dead letters: id, aggregate, event type, attempts, last error, times."""
-    from cdc_relay.app_poll import dead_letters_json, dead_letters_table, list_dead_letters
+    from cdc_relay.polling.app import dead_letters_json, dead_letters_table, list_dead_letters
 
     rows = list_dead_letters(dsn, outbox_config(table, columns), limit)
     click.echo(dead_letters_json(rows) if output_format == "json" else dead_letters_table(rows))
@@ -186,7 +186,7 @@ def dead_letters_list(dsn: str, table: TableRef, columns: str | None, limit: int
 def dead_letters_retry(dsn: str, table: TableRef, columns: str | None, ids: tuple[Any, ...],
                        retry_all: bool) -> None:
     """Requeue dead letters: attempts reset, published by the next poll."""
-    from cdc_relay.app_poll import retry_dead_letters
+    from cdc_relay.polling.app import retry_dead_letters
 
     if bool(ids) == retry_all:
         raise click.UsageError("give either --id UUID (repeatable) or --all")
@@ -209,7 +209,7 @@ def dead_letters_retry(dsn: str, table: TableRef, columns: str | None, ids: tupl
 def cleanup(dsn: str, table: TableRef, columns: str | None, older_than: float, batch: int,
             wal_mode: bool) -> None:
     """Delete processed outbox rows older than a duration (pending and dead letters stay)."""
-    from cdc_relay.app_poll import cleanup as cleanup_rows
+    from cdc_relay.polling.app import cleanup as cleanup_rows
 
     deleted = cleanup_rows(dsn, outbox_config(table, columns), older_than, batch, wal_mode=wal_mode)
     click.echo(f"deleted {deleted} {'' if wal_mode else 'processed '}row(s)")
@@ -222,11 +222,11 @@ def main() -> None:
 
 # ---------------------------------------------------------------- operations (issue 5)
 
-from cdc_relay.cli_ops import doctor, slot, status  # noqa: E402 - registered after the group
+from cdc_relay.cli.ops import doctor, slot, status  # noqa: E402 - registered after the group
 
 cli.add_command(status)
 cli.add_command(doctor)
 cli.add_command(slot)
-from cdc_relay.cli_demo import demo  # noqa: E402 - registered after the group
+from cdc_relay.cli.demo import demo  # noqa: E402 - registered after the group
 
 cli.add_command(demo)

@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from cdc_relay.cli_support import (
+from cdc_relay.cli.options import (
     columns_option,
     dsn_option,
     format_option,
@@ -34,7 +34,7 @@ from cdc_relay.errors import ConfigError, ExitCode
 @format_option
 def status(dsn: str, slot: str, table: TableRef, columns: str | None, output_format: str) -> None:
     """Slot position and lag, WAL retained, pending outbox rows, dead letters."""
-    from cdc_relay.ops import status as read_status
+    from cdc_relay.ops.status import status as read_status
 
     report = read_status(dsn, slot, outbox_config(table, columns))
     click.echo(report.to_json() if output_format == "json" else "\n".join(report.lines()))
@@ -57,9 +57,9 @@ def doctor(dsn: str, brokers: str | None, producer_config: tuple[str, ...], slot
            plugin: str, publication: str, table: TableRef, columns: str | None, mode: str,
            output_format: str) -> int:
     """Check the server, role, table, slot and broker; print the fix for each failure."""
-    from cdc_relay.doctor import run_doctor
-    from cdc_relay.doctor_checks import DoctorOptions
-    from cdc_relay.doctor_report import failed, format_checks, format_checks_json
+    from cdc_relay.ops.doctor.checks import DoctorOptions
+    from cdc_relay.ops.doctor.gather import run_doctor
+    from cdc_relay.ops.doctor.report import failed, format_checks, format_checks_json
 
     kafka = None
     if brokers:
@@ -85,7 +85,7 @@ def slot_drop(dsn: str, slot: str, yes: bool) -> None:
     """Drop the slot: its position is lost, the server frees the WAL it retained."""
     from cdc_relay.config import validate_slot_name
     from cdc_relay.db import describe_dsn
-    from cdc_relay.ops import drop_replication_slot
+    from cdc_relay.ops.status import drop_replication_slot
 
     validate_slot_name(slot)
     if not yes:

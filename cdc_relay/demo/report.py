@@ -2,17 +2,17 @@
 
 Owns the numbers a person watching the demo sees - throughput, nearest-rank p50/p99
 latency over a recent window, and the summary (written, received, duplicates, lost, out
-of order) - computed from the ``Book`` that cdc_relay.demo_traffic fills.
+of order) - computed from the ``Book`` that cdc_relay.demo.traffic fills.
 
 Must not write, consume or start anything, nor print: it returns strings and values,
-and cdc_relay.demo decides where they go.
+and cdc_relay.demo.run decides where they go.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cdc_relay.demo_traffic import Book
+from cdc_relay.demo.traffic import Book
 
 
 def percentile(values: list[float], fraction: float) -> float:

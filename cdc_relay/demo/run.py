@@ -1,12 +1,12 @@
 """``cdc-relay demo``: the whole pipeline on throwaway local services, with live latency.
 
 Owns the demo's run: check the prerequisites, start a private PostgreSQL cluster and a
-memory-only broker (cdc_relay.local, cdc_relay.local_broker), initialise the outbox (the
+memory-only broker (cdc_relay.local.postgres, cdc_relay.local.broker), initialise the outbox (the
 code behind ``cdc-relay init``), start the **real relay as a subprocess** (``cdc-relay
 run`` or ``poll``, as a user would: the demo shows the shipped command, not an
-in-process shortcut), stream the sample traffic through it (cdc_relay.demo_traffic:
+in-process shortcut), stream the sample traffic through it (cdc_relay.demo.traffic:
 orders written at a steady rate, consumed back from Kafka) while redrawing the live line
-(cdc_relay.demo_report), then print the summary. Latency is commit → receipt (the
+(cdc_relay.demo.report), then print the summary. Latency is commit → receipt (the
 writer thread stamps after COMMIT, the consumer on receipt). The run ends by itself; an
 event that never arrived is *lost*.
 
@@ -34,12 +34,12 @@ import psycopg
 from confluent_kafka import Consumer
 
 from cdc_relay.config import OutboxConfig, TableRef
-from cdc_relay.demo_report import DemoSummary, status_line, summarize
-from cdc_relay.demo_traffic import ORDERS_DDL, TOPIC, Book, OrderWriter, consume_one, subscribe
+from cdc_relay.demo.report import DemoSummary, status_line, summarize
+from cdc_relay.demo.traffic import ORDERS_DDL, TOPIC, Book, OrderWriter, consume_one, subscribe
 from cdc_relay.errors import LocalServiceError, RelayError
-from cdc_relay.local import PostgresCluster
-from cdc_relay.local_broker import Broker
-from cdc_relay.local_helpers import find_pg_bin_dir, tansu_binary
+from cdc_relay.local.broker import Broker
+from cdc_relay.local.helpers import find_pg_bin_dir, tansu_binary
+from cdc_relay.local.postgres import PostgresCluster
 
 SLOT = "cdc_relay"
 

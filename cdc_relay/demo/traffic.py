@@ -7,8 +7,8 @@ and the ``Book`` that pairs each commit with its receipt (latency, duplicates, p
 order). Like ``cdc_relay.outbox``, this is application-side code importing psycopg and
 confluent-kafka itself.
 
-Must not start or stop services or the relay (cdc_relay.demo), nor print anything
-(cdc_relay.demo_report renders what the Book recorded).
+Must not start or stop services or the relay (cdc_relay.demo.run), nor print anything
+(cdc_relay.demo.report renders what the Book recorded).
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 
 Owns: starting Tansu on a free 127.0.0.1 port, waiting until it answers a raw Kafka
 ApiVersions request, and the fault knobs (stop, kill, restart, pause/resume). It tracks
-itself in cdc_relay.local_registry so that it never outlives the interpreter.
+itself in cdc_relay.local.registry so that it never outlives the interpreter.
 
 Must not: touch a broker it did not start, or import the relay's drivers (no
-confluent_kafka here). PostgreSQL is cdc_relay.local.
+confluent_kafka here). PostgreSQL is cdc_relay.local.postgres.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from types import TracebackType
 from typing import Self
 
 from cdc_relay.errors import LocalServiceError
-from cdc_relay.local_helpers import HOST, clean_env, free_port, kafka_api_versions_ok, tail, tansu_binary
-from cdc_relay.local_registry import track, untrack
+from cdc_relay.local.helpers import HOST, clean_env, free_port, kafka_api_versions_ok, tail, tansu_binary
+from cdc_relay.local.registry import track, untrack
 
 
 class Broker:

@@ -1,11 +1,12 @@
-"""Helpers for cdc_relay.local and local_broker: binary discovery, ports, process signals, a Kafka probe.
+"""Helpers for local.postgres and local.broker: binary discovery, ports, process signals, a Kafka probe.
 
 Owns the pieces of the throwaway-services code that need no running service, so unit
 tests can exercise them: where PostgreSQL's server binaries and the Tansu broker are,
 which major version a binary directory holds, how settings are written to
 postgresql.conf, and small Linux ``/proc`` helpers (is a pid alive, its children).
 
-Must not: start or stop a service (that is cdc_relay.local and cdc_relay.local_broker) or import a driver.
+Must not: start or stop a service (that is local.postgres and local.broker) or import a
+driver.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def render_settings(settings: Mapping[str, str]) -> str:
             raise ValueError(f"not a PostgreSQL setting name: {key!r}")
         escaped = str(value).replace("\\", "\\\\").replace("'", "''")
         lines.append(f"{key} = '{escaped}'")
-    return "\n# cdc_relay.local\n" + "\n".join(lines) + "\n"
+    return "\n# cdc_relay.local.postgres\n" + "\n".join(lines) + "\n"
 
 
 def has_server_binaries(directory: Path) -> bool:

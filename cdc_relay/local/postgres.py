@@ -3,12 +3,12 @@
 Owns: starting a private PostgreSQL cluster (``initdb`` into a temp dir, logical WAL,
 trust auth, a free 127.0.0.1 port, run as the ``postgres`` user when we are root), the
 fault knobs (stop, restart, kill, pause/resume) and SQL through its own ``psql``. The
-memory-only Kafka-protocol broker is cdc_relay.local_broker; the ``atexit`` registry
-that kills both at exit is cdc_relay.local_registry.
+memory-only Kafka-protocol broker is cdc_relay.local.broker; the ``atexit`` registry
+that kills both at exit is cdc_relay.local.registry.
 
 Must not: touch a server it did not start (the machine's own PostgreSQL on 5432), or
 import the relay's drivers. Finding binaries and other service-free pieces live in
-cdc_relay.local_helpers. Linux only (reads ``/proc``).
+cdc_relay.local.helpers. Linux only (reads ``/proc``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from cdc_relay.errors import LocalServiceError
-from cdc_relay.local_helpers import (
+from cdc_relay.local.helpers import (
     HOST,
     alive,
     bin_dir_version,
@@ -40,7 +40,7 @@ from cdc_relay.local_helpers import (
     tail,
     wait_gone,
 )
-from cdc_relay.local_registry import track, untrack
+from cdc_relay.local.registry import track, untrack
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 

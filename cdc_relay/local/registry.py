@@ -2,7 +2,7 @@
 
 Owns: the set of services that are running (or hold a temp dir) and the ``atexit`` hook
 that kills each one, so that no server outlives the interpreter that started it.
-``PostgresCluster`` (cdc_relay.local) and ``Broker`` (cdc_relay.local_broker) track
+``PostgresCluster`` (cdc_relay.local.postgres) and ``Broker`` (cdc_relay.local.broker) track
 themselves when they first create something and untrack once it is gone.
 
 Must not: start services, or know how to stop one beyond calling its

@@ -22,9 +22,9 @@ import psycopg
 from cdc_relay.config import OutboxConfig, TableRef, validate_slot_name
 from cdc_relay.db import connect, describe_dsn, translate_error, validated_table
 from cdc_relay.errors import ConfigError, RelayError
-from cdc_relay.model import Lsn
-from cdc_relay.replication_setup import drop_slot
-from cdc_relay.source.polling_admin import count_pending
+from cdc_relay.model import Lsn, SlotStatus, human_bytes
+from cdc_relay.polling.admin import count_pending
+from cdc_relay.wal.setup import drop_slot
 
 # One row always: the server's position, then the slot's columns (NULL without a slot).
 # flush_lag is NULL once the walsender has caught up and gone idle: that reads as 0.
@@ -41,25 +41,6 @@ FROM (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
 LEFT JOIN pg_replication_slots AS s ON s.slot_name = %s
 LEFT JOIN pg_stat_replication AS r ON r.pid = s.active_pid
 """
-
-
-@dataclass(frozen=True, slots=True)
-class SlotStatus:
-    """A slot's row of ``pg_replication_slots`` plus its lag against the server."""
-
-    name: str
-    plugin: str | None
-    slot_type: str
-    database: str | None
-    active: bool
-    active_pid: int | None
-    confirmed_flush_lsn: Lsn | None
-    restart_lsn: Lsn | None
-    lag_bytes: int | None  # current WAL position - confirmed flush LSN
-    lag_seconds: float | None  # walsender flush_lag; None while no walsender streams it
-    retained_bytes: int | None  # current WAL position - restart LSN: WAL kept for the slot
-    wal_status: str | None  # reserved / extended / unreserved / lost
-    safe_wal_size: int | None  # bytes writable before invalidation; None = unlimited
 
 
 def _lsn(text: str | None) -> Lsn | None:
@@ -164,15 +145,6 @@ class StatusReport:
 
 def _count(value: int | None) -> str:
     return "n/a (no polling columns)" if value is None else str(value)
-
-
-def human_bytes(value: float) -> str:
-    """``1536`` -> ``1.5 KiB``."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
 
 
 def _slot_rows(slot: SlotStatus) -> list[tuple[str, str]]:

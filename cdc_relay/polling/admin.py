@@ -22,14 +22,14 @@ from psycopg.rows import TupleRow
 
 from cdc_relay.config import OutboxConfig
 from cdc_relay.db import (
-    BOOKKEEPING_COLUMNS,
     connect,
     translate_error,
     validated_columns,
     validated_table,
 )
 from cdc_relay.errors import ConfigError, RelayError
-from cdc_relay.source.polling_sql import OutboxQueries
+from cdc_relay.model import BOOKKEEPING_COLUMNS
+from cdc_relay.polling.sql import OutboxQueries
 
 
 @dataclass(frozen=True, slots=True)

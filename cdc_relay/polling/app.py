@@ -17,18 +17,18 @@ from datetime import datetime
 
 import orjson
 
-from cdc_relay.app import install_signal_handlers
 from cdc_relay.config import KafkaConfig, MetricsConfig, OutboxConfig, PollConfig, RouterConfig
 from cdc_relay.errors import ExitCode
-from cdc_relay.metrics import serve_poll
-from cdc_relay.poller.settlement import PollStats
-from cdc_relay.poller.threads import Waker, monitor_loop, run_threads
-from cdc_relay.poller.worker import PollerSettings, PollWorker
+from cdc_relay.ops.metrics.endpoint import serve_poll
+from cdc_relay.polling import admin as polling_admin
+from cdc_relay.polling.admin import DeadLetter, OutboxMonitor
+from cdc_relay.polling.claims import PollingSource
+from cdc_relay.polling.settlement import BackoffPolicy, PollStats
+from cdc_relay.polling.threads import Waker, monitor_loop, run_threads
+from cdc_relay.polling.worker import PollerSettings, PollWorker
 from cdc_relay.routing import Router
+from cdc_relay.signals import install_signal_handlers
 from cdc_relay.sink.kafka import KafkaSink, kafka_sink_factory
-from cdc_relay.source import polling_admin
-from cdc_relay.source.polling import BackoffPolicy, PollingSource
-from cdc_relay.source.polling_admin import DeadLetter, OutboxMonitor
 
 log = logging.getLogger("cdc_relay")
 

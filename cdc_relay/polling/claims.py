@@ -17,7 +17,6 @@ RelayErrors (``translate_error``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -27,61 +26,10 @@ from cdc_relay.config import OutboxConfig
 from cdc_relay.db import connect, translate_error
 from cdc_relay.errors import RelayError
 from cdc_relay.model import OutboxEvent
-from cdc_relay.source.polling_sql import Candidate, OutboxQueries, event_from_row, ready_prefix
-
-MAX_ERROR_LENGTH = 2000  # last_error is for people; a broker's essay is cut here
-
-
-# ---------------------------------------------------------------- pure parts
-
-@dataclass(frozen=True, slots=True)
-class BackoffPolicy:
-    """``retry_after = now() + min(base * 2**failures, maximum) * (1 ± jitter)``."""
-
-    base: float = 1.0
-    maximum: float = 300.0
-    jitter: float = 0.1
-
-
-def backoff_delay(failures_before: int, policy: BackoffPolicy, rand: float) -> float:
-    """Seconds until a failed event may be tried again.
-
-    ``failures_before`` is how many attempts had failed before this one (the row's
-    ``attempts`` when it was claimed), so the first failure waits ``base``.
-    ``rand`` in [0, 1) picks the jitter; the result stays within [0, maximum].
-    """
-    exponent = max(0, failures_before)
-    # 2.0**1100 overflows a float: past ~60 doublings every base is above any maximum.
-    delay = policy.maximum if exponent > 60 else min(policy.base * 2.0**exponent, policy.maximum)
-    jittered = delay * (1.0 + policy.jitter * (2.0 * rand - 1.0))
-    return min(max(jittered, 0.0), policy.maximum)
-
-
-def truncate_error(reason: str) -> str:
-    """``last_error`` text: one line, at most MAX_ERROR_LENGTH characters."""
-    text = " ".join(reason.split())
-    return text if len(text) <= MAX_ERROR_LENGTH else text[: MAX_ERROR_LENGTH - 1] + "…"
-
-
-@dataclass(frozen=True, slots=True)
-class AttemptFailure:
-    """A failed attempt to record: the event, why, and the backoff chosen for it."""
-
-    event: OutboxEvent
-    reason: str
-    delay: float
-
+from cdc_relay.polling.settlement import AttemptFailure, Completion, truncate_error
+from cdc_relay.polling.sql import Candidate, OutboxQueries, event_from_row, ready_prefix
 
 # ---------------------------------------------------------------- connections
-
-@dataclass(frozen=True, slots=True)
-class Completion:
-    """What ``complete`` wrote: ids marked processed, ids that became dead letters."""
-
-    processed: int
-    failed: int
-    dead_lettered: tuple[str, ...]
-
 
 class PollingSource:
     """One poller's connection: claims a batch in a transaction and ends it.

@@ -29,7 +29,56 @@ from dataclasses import dataclass, field
 
 from cdc_relay.model import OutboxEvent
 from cdc_relay.sink.base import DeliveryError, ErrorKind
-from cdc_relay.source.polling import Completion
+
+MAX_ERROR_LENGTH = 2000  # last_error is for people; a broker's essay is cut here
+
+
+@dataclass(frozen=True, slots=True)
+class BackoffPolicy:
+    """``retry_after = now() + min(base * 2**failures, maximum) * (1 ± jitter)``."""
+
+    base: float = 1.0
+    maximum: float = 300.0
+    jitter: float = 0.1
+
+
+def backoff_delay(failures_before: int, policy: BackoffPolicy, rand: float) -> float:
+    """Seconds until a failed event may be tried again.
+
+    ``failures_before`` is how many attempts had failed before this one (the row's
+    ``attempts`` when it was claimed), so the first failure waits ``base``.
+    ``rand`` in [0, 1) picks the jitter; the result stays within [0, maximum].
+    """
+    exponent = max(0, failures_before)
+    # 2.0**1100 overflows a float: past ~60 doublings every base is above any maximum.
+    delay = policy.maximum if exponent > 60 else min(policy.base * 2.0**exponent, policy.maximum)
+    jittered = delay * (1.0 + policy.jitter * (2.0 * rand - 1.0))
+    return min(max(jittered, 0.0), policy.maximum)
+
+
+def truncate_error(reason: str) -> str:
+    """``last_error`` text: one line, at most MAX_ERROR_LENGTH characters."""
+    text = " ".join(reason.split())
+    return text if len(text) <= MAX_ERROR_LENGTH else text[: MAX_ERROR_LENGTH - 1] + "…"
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptFailure:
+    """A failed attempt to record: the event, why, and the backoff chosen for it."""
+
+    event: OutboxEvent
+    reason: str
+    delay: float
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """What ``complete`` wrote: ids marked processed, ids that became dead letters."""
+
+    processed: int
+    failed: int
+    dead_lettered: tuple[str, ...]
+
 
 
 class Unsettled(enum.Enum):

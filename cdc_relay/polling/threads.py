@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from cdc_relay.errors import ServiceUnavailable
-from cdc_relay.poller.settlement import PollStats
+from cdc_relay.polling.settlement import PollStats
 
 log = logging.getLogger("cdc_relay.poller")
 

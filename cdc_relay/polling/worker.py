@@ -39,8 +39,18 @@ from typing import Protocol
 from cdc_relay.errors import BrokerError, ServiceUnavailable
 from cdc_relay.logs import event_fields
 from cdc_relay.model import Message, OutboxEvent
-from cdc_relay.poller.settlement import PollStats, Result, Settlement, Unsettled, settle
-from cdc_relay.poller.threads import Waker
+from cdc_relay.polling.settlement import (
+    AttemptFailure,
+    BackoffPolicy,
+    Completion,
+    PollStats,
+    Result,
+    Settlement,
+    Unsettled,
+    backoff_delay,
+    settle,
+)
+from cdc_relay.polling.threads import Waker
 from cdc_relay.routing import Router, RoutingError
 from cdc_relay.sink.base import (
     Delivery,
@@ -51,7 +61,6 @@ from cdc_relay.sink.base import (
     Sink,
     SinkFactory,
 )
-from cdc_relay.source.polling import AttemptFailure, BackoffPolicy, Completion, backoff_delay
 
 log = logging.getLogger("cdc_relay.poller")
 

@@ -8,11 +8,8 @@ endpoint. Components get frozen configs from here and never read the environment
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import threading
 from dataclasses import dataclass, field
-from types import FrameType
 
 from cdc_relay.config import (
     FlowConfig,
@@ -27,29 +24,15 @@ from cdc_relay.decoding.pgoutput import plugin_options as pgoutput_options
 from cdc_relay.decoding.wal2json import Wal2JsonDecoder
 from cdc_relay.decoding.wal2json import plugin_options as wal2json_options
 from cdc_relay.errors import ExitCode
-from cdc_relay.metrics import serve_wal
 from cdc_relay.model import Lsn
-from cdc_relay.relay import Decoder, LoopTimings, ReplicationSource, WalRelay
+from cdc_relay.ops.metrics.endpoint import serve_wal
 from cdc_relay.routing import Router
+from cdc_relay.signals import install_signal_handlers
 from cdc_relay.sink.kafka import kafka_sink_factory
-from cdc_relay.source.replication import ReplicationStream
+from cdc_relay.wal.loop import Decoder, LoopTimings, ReplicationSource, WalRelay
+from cdc_relay.wal.stream import ReplicationStream
 
 log = logging.getLogger("cdc_relay")
-
-
-def install_signal_handlers(stop: threading.Event) -> None:
-    """First SIGTERM/SIGINT: stop gracefully (flush, confirm). Second: exit at once."""
-
-    def handler(signum: int, _frame: FrameType | None) -> None:
-        name = signal.Signals(signum).name
-        if stop.is_set():
-            log.warning("%s again: exiting now without flushing", name)
-            os._exit(ExitCode.INTERRUPTED)
-        log.info("%s: stopping (flushing and confirming; send it again to exit at once)", name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
 
 
 def make_decoder(repl: ReplicationConfig, outbox: OutboxConfig) -> tuple[Decoder, list[tuple[str, str]]]:
@@ -93,7 +76,7 @@ def build_wal_relay(settings: WalSettings) -> WalRelay:
 
 def run_wal(settings: WalSettings) -> int:
     """``cdc-relay run``: ensure the slot, stream until a signal, exit 0 after a clean stop."""
-    from cdc_relay.replication_setup import ensure_replication
+    from cdc_relay.wal.setup import ensure_replication
 
     stop = threading.Event()
     install_signal_handlers(stop)  # first: a SIGTERM during start-up is a clean stop too

@@ -29,7 +29,7 @@ from typing import Protocol
 
 from cdc_relay.acks import AckTracker
 from cdc_relay.config import FlowConfig
-from cdc_relay.errors import ConfigError, RelayError, SlotBusy
+from cdc_relay.errors import ConfigError, RelayError, SlotBusy, SourceLost
 from cdc_relay.logs import event_fields
 from cdc_relay.model import Begin, Change, Commit, Lsn, Message, OutboxEvent
 from cdc_relay.routing import Router, RoutingError
@@ -42,8 +42,7 @@ from cdc_relay.sink.base import (
     Sink,
     SinkFactory,
 )
-from cdc_relay.source.protocol import KEEPALIVE, ServerMessage
-from cdc_relay.source.replication import SourceLost
+from cdc_relay.wal.protocol import KEEPALIVE, ServerMessage
 
 log = logging.getLogger("cdc_relay.relay")
 

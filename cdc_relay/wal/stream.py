@@ -23,9 +23,9 @@ from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from cdc_relay.config import ReplicationConfig
-from cdc_relay.errors import DatabaseError, ServiceUnavailable, SlotBusy, mask_secrets
+from cdc_relay.errors import DatabaseError, ServiceUnavailable, SlotBusy, SourceLost, mask_secrets
 from cdc_relay.model import Lsn
-from cdc_relay.source.protocol import XLOG_DATA, XLOG_HEADER_SIZE, ServerMessage, parse, status_update
+from cdc_relay.wal.protocol import XLOG_DATA, XLOG_HEADER_SIZE, ServerMessage, parse, status_update
 
 log = logging.getLogger("cdc_relay.replication")
 
@@ -43,10 +43,6 @@ _TCP_DEFAULTS = {
 }
 # SQLSTATE classes a retry will not fix: bad credentials, missing database, privileges.
 _PERMANENT_SQLSTATES = ("28", "3D", "42")
-
-
-class SourceLost(ServiceUnavailable):
-    """The replication connection failed or closed; resume from the slot after a backoff."""
 
 
 def replication_conninfo(dsn: str) -> str:

@@ -13,8 +13,8 @@ from typing import Any
 import orjson
 import psycopg
 
-from cdc_relay.local_broker import Broker
-from cdc_relay.local_helpers import free_port
+from cdc_relay.local.broker import Broker
+from cdc_relay.local.helpers import free_port
 from cdc_relay.outbox import emit
 from tests.integration.wal_support import init_db, start_relay
 from tests.support import KafkaCollector, run_cli, wait_for

@@ -11,7 +11,7 @@ from confluent_kafka import KafkaError
 
 from cdc_relay.config import KafkaConfig
 from cdc_relay.errors import BrokerError
-from cdc_relay.local_broker import Broker
+from cdc_relay.local.broker import Broker
 from cdc_relay.model import Message
 from cdc_relay.sink.base import Delivery, ErrorKind, ProduceRejected
 from cdc_relay.sink.kafka import KafkaSink, kafka_sink_factory

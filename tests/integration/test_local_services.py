@@ -9,8 +9,8 @@ import psycopg
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from cdc_relay.local import PostgresCluster
-from cdc_relay.local_broker import Broker
+from cdc_relay.local.broker import Broker
+from cdc_relay.local.postgres import PostgresCluster
 from tests.support import KafkaCollector, wait_for
 
 

@@ -15,9 +15,9 @@ import psycopg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from cdc_relay.local import PostgresCluster
-from cdc_relay.local_broker import Broker
-from cdc_relay.local_helpers import free_port
+from cdc_relay.local.broker import Broker
+from cdc_relay.local.helpers import free_port
+from cdc_relay.local.postgres import PostgresCluster
 from cdc_relay.outbox import emit
 from tests.integration.wal_support import collect_ids, init_db, start_relay, write_workload
 from tests.support import CliProcess, KafkaCollector, run_cli, wait_for

@@ -17,7 +17,7 @@ import orjson
 import psycopg
 import pytest
 
-from cdc_relay.local_broker import Broker
+from cdc_relay.local.broker import Broker
 from cdc_relay.outbox import emit
 from tests.support import CliProcess, KafkaCollector, Msg, run_cli, wait_for
 
@@ -168,7 +168,7 @@ def test_a_poller_that_cannot_reach_any_broker_claims_nothing(
 
 
 def _free_port() -> int:
-    from cdc_relay.local_helpers import free_port
+    from cdc_relay.local.helpers import free_port
     return free_port()
 
 

@@ -15,17 +15,17 @@ from psycopg import sql
 from cdc_relay.config import OutboxConfig, TableRef
 from cdc_relay.db import connect
 from cdc_relay.errors import ConfigError, DatabaseError, ServiceUnavailable, SlotBusy
-from cdc_relay.local import PostgresCluster
+from cdc_relay.local.postgres import PostgresCluster
 from cdc_relay.model import OutboxColumns
 from cdc_relay.outbox import emit
-from cdc_relay.replication_setup import (
+from cdc_relay.schema import init_database
+from cdc_relay.wal.setup import (
     Outcome,
     drop_slot,
     ensure_replication,
     slot_exists,
     slot_info,
 )
-from cdc_relay.schema import init_database
 
 
 def _slot_name() -> str:

@@ -8,7 +8,7 @@ import threading
 import psycopg
 import pytest
 
-from cdc_relay.local_broker import Broker
+from cdc_relay.local.broker import Broker
 from cdc_relay.outbox import emit
 from tests.integration.wal_support import (
     Expected,

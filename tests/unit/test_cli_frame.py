@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from cdc_relay.cli import cli
-from cdc_relay.cli_support import run_cli
+from cdc_relay.cli.main import cli
+from cdc_relay.cli.options import run_cli
 from cdc_relay.errors import ExitCode
 
 CLOSED = "host=127.0.0.1 port=1 dbname=x user=u password=hunter2 connect_timeout=2"
@@ -103,7 +103,7 @@ def test_unreachable_database_is_one_line_without_the_password(
 
 
 def test_producer_config_from_a_toml_table(tmp_path: Path) -> None:
-    from cdc_relay.cli_support import load_config_file
+    from cdc_relay.cli.options import load_config_file
 
     config = tmp_path / "relay.toml"
     config.write_text('brokers = "b:9092"\n[run.producer_config]\n"compression.type" = "lz4"\n')

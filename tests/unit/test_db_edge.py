@@ -14,7 +14,7 @@ from cdc_relay.errors import (
     ServiceUnavailable,
     SlotBusy,
 )
-from cdc_relay.replication_setup import _slot_error
+from cdc_relay.wal.setup import _slot_error
 
 
 def _closed_port() -> int:

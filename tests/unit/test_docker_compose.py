@@ -17,7 +17,7 @@ import click
 import pytest
 import yaml
 
-from cdc_relay.cli import cli
+from cdc_relay.cli.main import cli
 
 DOCKER = Path(__file__).resolve().parents[2] / "docker"
 COMPOSE = yaml.safe_load((DOCKER / "compose.yaml").read_text(encoding="utf-8"))

@@ -6,7 +6,8 @@ from dataclasses import replace
 
 import orjson
 
-from cdc_relay.doctor_checks import (
+from cdc_relay.model import Lsn, SlotStatus
+from cdc_relay.ops.doctor.checks import (
     Check,
     DoctorOptions,
     Facts,
@@ -18,9 +19,7 @@ from cdc_relay.doctor_checks import (
     slot_checks,
     table_checks,
 )
-from cdc_relay.doctor_report import failed, format_checks, format_checks_json
-from cdc_relay.model import Lsn
-from cdc_relay.ops import SlotStatus
+from cdc_relay.ops.doctor.report import failed, format_checks, format_checks_json
 
 SERVER = ServerFacts(version="15.20", database="app", role="relay", superuser=False,
                      replication=True, wal_level="logical", max_slots=10, max_senders=10,

@@ -1,4 +1,4 @@
-"""The service-free parts of cdc_relay.local and local_broker: discovery, ports, settings, error messages."""
+"""The service-free parts of cdc_relay.local: discovery, ports, settings, error messages."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 
 from cdc_relay.errors import LocalServiceError
-from cdc_relay.local import PostgresCluster
-from cdc_relay.local_broker import Broker
-from cdc_relay.local_helpers import (
+from cdc_relay.local.broker import Broker
+from cdc_relay.local.helpers import (
     find_pg_bin_dir,
     free_port,
     kafka_api_versions_ok,
@@ -18,6 +17,7 @@ from cdc_relay.local_helpers import (
     render_settings,
     tansu_binary,
 )
+from cdc_relay.local.postgres import PostgresCluster
 
 
 def _fake_bin(directory: Path, version_line: str = "") -> Path:

@@ -13,7 +13,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cdc_relay.config import MetricsConfig
 from cdc_relay.errors import ConfigError, ServiceUnavailable
-from cdc_relay.metrics import (
+from cdc_relay.model import Lsn, SlotStatus
+from cdc_relay.ops.metrics.collectors import PollCollector, WalCollector, make_registry
+from cdc_relay.ops.metrics.endpoint import (
     Endpoints,
     MetricsServer,
     SlotLagProbe,
@@ -22,12 +24,8 @@ from cdc_relay.metrics import (
     wal_health,
     wal_ready,
 )
-from cdc_relay.metrics_collectors import PollCollector, WalCollector, make_registry
-from cdc_relay.model import Lsn
-from cdc_relay.ops import SlotStatus
-from cdc_relay.poller.settlement import BATCH_BUCKETS, PollStats, Settlement
-from cdc_relay.relay import RelayStats
-from cdc_relay.source.polling import Completion
+from cdc_relay.polling.settlement import BATCH_BUCKETS, Completion, PollStats, Settlement
+from cdc_relay.wal.loop import RelayStats
 
 SLOT = SlotStatus(name="cdc_relay", plugin="wal2json", slot_type="logical", database="app",
                   active=True, active_pid=42, confirmed_flush_lsn=Lsn(100), restart_lsn=Lsn(50),

@@ -10,12 +10,11 @@ from dataclasses import dataclass, replace
 from cdc_relay.config import RouterConfig
 from cdc_relay.errors import ServiceUnavailable
 from cdc_relay.model import OutboxEvent
-from cdc_relay.poller.settlement import PollStats
-from cdc_relay.poller.threads import Waker, monitor_loop
-from cdc_relay.poller.worker import PollerSettings, PollWorker
+from cdc_relay.polling.settlement import AttemptFailure, BackoffPolicy, Completion, PollStats
+from cdc_relay.polling.threads import Waker, monitor_loop
+from cdc_relay.polling.worker import PollerSettings, PollWorker
 from cdc_relay.routing import Router
 from cdc_relay.sink.base import ErrorKind
-from cdc_relay.source.polling import AttemptFailure, BackoffPolicy, Completion
 from cdc_relay.testing import FakeSink, FakeSinkFactory
 
 

@@ -8,10 +8,16 @@ from psycopg import sql
 from cdc_relay.config import OutboxConfig, TableRef
 from cdc_relay.errors import ConfigError
 from cdc_relay.model import OutboxColumns, OutboxEvent
-from cdc_relay.poller.settlement import Unsettled, settle
+from cdc_relay.polling.settlement import (
+    MAX_ERROR_LENGTH,
+    BackoffPolicy,
+    Unsettled,
+    backoff_delay,
+    settle,
+    truncate_error,
+)
+from cdc_relay.polling.sql import Candidate, OutboxQueries, event_from_row, ready_prefix
 from cdc_relay.sink.base import DeliveryError, ErrorKind
-from cdc_relay.source.polling import MAX_ERROR_LENGTH, BackoffPolicy, backoff_delay, truncate_error
-from cdc_relay.source.polling_sql import Candidate, OutboxQueries, event_from_row, ready_prefix
 
 POLICY = BackoffPolicy(base=1.0, maximum=300.0, jitter=0.1)
 

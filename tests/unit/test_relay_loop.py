@@ -18,11 +18,11 @@ from cdc_relay.config import FlowConfig, RouterConfig, TableRef
 from cdc_relay.decoding.wal2json import Wal2JsonDecoder
 from cdc_relay.errors import DecodeError, SlotBusy
 from cdc_relay.model import Lsn, Message, OutboxColumns
-from cdc_relay.relay import LoopTimings, WalRelay
 from cdc_relay.routing import Router
 from cdc_relay.sink.base import DeliveryError, DeliveryHandler, ErrorKind, ProduceRejected
-from cdc_relay.source.protocol import KEEPALIVE, XLOG_DATA, ServerMessage
 from cdc_relay.testing import FakeSink, FakeSinkFactory, shuffled
+from cdc_relay.wal.loop import LoopTimings, WalRelay
+from cdc_relay.wal.protocol import KEEPALIVE, XLOG_DATA, ServerMessage
 
 TABLE = TableRef("public", "outbox_events")
 FAST = LoopTimings(status_interval=0.05, reconnect_min=0, reconnect_max=0, slot_busy_retry=0,

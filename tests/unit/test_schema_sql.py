@@ -13,8 +13,8 @@ from cdc_relay.db import derived_name, validated_columns
 from cdc_relay.errors import ConfigError
 from cdc_relay.model import OutboxColumns
 from cdc_relay.outbox import insert_statement
-from cdc_relay.replication_setup import Outcome
 from cdc_relay.schema import InitReport, migrations, render, template_names
+from cdc_relay.wal.setup import Outcome
 
 ODD = OutboxConfig(
     TableRef("Weird$Schema", "select"),

@@ -16,9 +16,7 @@ import enum
 from dataclasses import dataclass, field
 
 from cdc_relay.config import KafkaConfig, OutboxConfig
-from cdc_relay.db import BOOKKEEPING_COLUMNS
-from cdc_relay.ops import SlotStatus, human_bytes
-from cdc_relay.schema import NOTIFY_TRIGGER
+from cdc_relay.model import BOOKKEEPING_COLUMNS, NOTIFY_TRIGGER, SlotStatus, human_bytes
 
 DEFAULT_LIBRARIES = ("pgoutput", "test_decoding")  # output_plugin_libraries' default
 RETENTION_WARN = 0.8  # of max_slot_wal_keep_size

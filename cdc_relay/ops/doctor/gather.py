@@ -27,7 +27,9 @@ from psycopg import errors as pgerrors
 
 from cdc_relay.config import validate_slot_name
 from cdc_relay.db import connect, describe_dsn, translate_error, validated_table
-from cdc_relay.doctor_checks import (
+from cdc_relay.errors import RelayError, ServiceUnavailable
+from cdc_relay.model import NOTIFY_TRIGGER
+from cdc_relay.ops.doctor.checks import (
     Check,
     DoctorOptions,
     Facts,
@@ -41,9 +43,7 @@ from cdc_relay.doctor_checks import (
     slot_checks,
     table_checks,
 )
-from cdc_relay.errors import RelayError, ServiceUnavailable
-from cdc_relay.ops import read_slot_status
-from cdc_relay.schema import NOTIFY_TRIGGER
+from cdc_relay.ops.status import read_slot_status
 from cdc_relay.sink.kafka_client import check_brokers
 
 PROBE_TIMEOUT = "10s"  # creating a slot waits for running transactions: bound it

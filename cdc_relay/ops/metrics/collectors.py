@@ -7,7 +7,7 @@ GC collectors. The slot gauges are absent while the probe cannot read or the slo
 not exist.
 
 Must not: mutate the stats, open a connection, start a thread or serve HTTP - the lag
-probe and the endpoint are cdc_relay.metrics.
+probe and the endpoint are cdc_relay.ops.metrics.endpoint.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from prometheus_client.core import (
     Metric,
 )
 
-from cdc_relay.ops import SlotStatus
-from cdc_relay.poller.settlement import BATCH_BUCKETS, PollStats
-from cdc_relay.relay import RelayStats
+from cdc_relay.model import SlotStatus
+from cdc_relay.polling.settlement import BATCH_BUCKETS, PollStats
+from cdc_relay.wal.loop import RelayStats
 
 
 class SlotFigures(Protocol):

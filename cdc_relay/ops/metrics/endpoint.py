@@ -39,10 +39,11 @@ from prometheus_client.exposition import choose_encoder
 
 from cdc_relay.config import MetricsConfig
 from cdc_relay.errors import ConfigError, RelayError
-from cdc_relay.metrics_collectors import PollCollector, WalCollector, make_registry
-from cdc_relay.ops import SlotReader, SlotStatus
-from cdc_relay.poller.settlement import PollStats
-from cdc_relay.relay import RelayStats
+from cdc_relay.model import SlotStatus
+from cdc_relay.ops.metrics.collectors import PollCollector, WalCollector, make_registry
+from cdc_relay.ops.status import SlotReader
+from cdc_relay.polling.settlement import PollStats
+from cdc_relay.wal.loop import RelayStats
 
 log = logging.getLogger("cdc_relay.metrics")
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from cdc_relay.local import PostgresCluster
-from cdc_relay.local_broker import Broker
+from cdc_relay.local.broker import Broker
+from cdc_relay.local.postgres import PostgresCluster
 from cdc_relay.outbox import emit
 from tests.integration.wal_support import (
     Expected,
