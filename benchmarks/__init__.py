@@ -1,4 +1,4 @@
-"""cdc-relay's benchmark harness: WAL mode vs polling vs the machine's limits (SPEC §10).
+"""cdc-relay's benchmark harness: WAL mode vs polling vs the machine's limits (benchmarks/README.md).
 
 ``python -m benchmarks run [--quick] [--modes …] [--events N] --out DIR`` starts its own
 throwaway PostgreSQL cluster and a fresh memory-only broker per mode (cdc_relay.local.postgres, local_broker),

@@ -6,9 +6,9 @@ core's worth of Python to itself like the relay does. They talk to the parent th
 shared counters (``multiprocessing.Value``), events, and a pickle file of results.
 
 Consumers use ``assign()`` from the beginning of pre-created topics (the local broker's
-group join is slow: SPEC §9), count distinct event ids from the ``id`` header (never the
+group join is slow: docs/design.md, test services), count distinct event ids from the ``id`` header (never the
 high watermark), and fetch with a low ``fetch.wait.max.ms``: this broker holds a fetch
-until that time has passed (FIELD-NOTES 11), so the consumer's setting is part of every
+until that time has passed (benchmarks/README.md, latency), so the consumer's setting is part of every
 latency figure - the broker floor measured here shows how much.
 
 Must not: touch PostgreSQL.
@@ -133,7 +133,7 @@ def producer_limit_process(bootstrap: str, topic: str, events: int, out_path: st
                            sent: Synchronized[int]) -> None:
     """Child: produce ``events`` relay-like messages with the relay's producer settings.
 
-    The producer is warmed first (its first ack waits for a producer id: FIELD-NOTES 9);
+    The producer is warmed first (its first ack waits for a producer id: docs/design.md, WAL mode);
     the time runs from the first ``produce()`` to the last delivery report.
     """
     messages = [_message(n) for n in range(events)]

@@ -17,7 +17,7 @@ poll-notify    ``--no-slot`` (the NOTIFY trigger is on)    ``poll --interval 1s`
 =============  ==========================================  ============================
 
 WAL modes and plain polling run without the NOTIFY trigger (they do not need it, and
-it costs inserts: FIELD-NOTES 15); only poll-notify pays for it.
+it costs inserts: docs/design.md, polling mode); only poll-notify pays for it.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ QUICK_DURATION = 5.0
 EVENTS_PER_BACKLOG_TXN = 100
 # The fixed-rate writer commits at most this many transactions per second; above it,
 # each transaction carries ceil(rate / MAX_TXN_RATE) events (one client cannot commit
-# 5,000 single-row transactions a second here: FIELD-NOTES, 4.8k).
+# 5,000 single-row transactions a second here: about 4.8k were measured).
 MAX_TXN_RATE = 1_000
 
 

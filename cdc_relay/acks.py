@@ -1,4 +1,4 @@
-"""The acknowledgement invariant (SPEC §5), in one place.
+"""The acknowledgement invariant (docs/design.md, the acknowledgement invariant), in one place.
 
 The AckTracker turns "event N was produced", "event N was delivered" and "a transaction
 ended at LSN L" into the one LSN that is safe to confirm to PostgreSQL: the slot's

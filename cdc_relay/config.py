@@ -113,7 +113,7 @@ _TOPIC_FIELDS = ("aggregate_type", "event_type", "table", "schema")
 
 @dataclass(frozen=True, slots=True)
 class RouterConfig:
-    """How events become topics (SPEC §4)."""
+    """How events become topics (docs/design.md, the message contract)."""
 
     topic_pattern: str = "outbox.event.{aggregate_type}"
     dead_letter_topic: str = "outbox.dead-letters"
@@ -144,12 +144,12 @@ def parse_producer_config(items: tuple[str, ...] | list[str]) -> dict[str, str]:
 
 @dataclass(frozen=True, slots=True)
 class KafkaConfig:
-    """The Kafka sink: brokers and librdkafka properties (SPEC §4)."""
+    """The Kafka sink: brokers and librdkafka properties (docs/design.md, the message contract)."""
 
     brokers: str
     producer_config: dict[str, str] = field(default_factory=dict)
     # Far below librdkafka's 300 s default: a timed-out message means "replay from the
-    # slot with a new producer" (FIELD-NOTES pitfall 1).
+    # slot with a new producer" (docs/design.md, failure rules).
     message_timeout_ms: int = 30_000
 
     def __post_init__(self) -> None:
@@ -159,7 +159,7 @@ class KafkaConfig:
 
 @dataclass(frozen=True, slots=True)
 class ReplicationConfig:
-    """The logical replication stream (SPEC §5)."""
+    """The logical replication stream (docs/design.md, WAL mode)."""
 
     dsn: str
     slot: str = "cdc_relay"
@@ -179,7 +179,7 @@ class ReplicationConfig:
 
 @dataclass(frozen=True, slots=True)
 class FlowConfig:
-    """Bounds on what WAL mode keeps in flight (backpressure, SPEC §5)."""
+    """Bounds on what WAL mode keeps in flight (backpressure, docs/design.md, WAL mode)."""
 
     max_inflight_events: int = 50_000
     max_inflight_bytes: int = 64 * 1024 * 1024
@@ -187,7 +187,7 @@ class FlowConfig:
 
 @dataclass(frozen=True, slots=True)
 class PollConfig:
-    """Polling mode (SPEC §6)."""
+    """Polling mode (docs/design.md, polling mode): batches, retries, wake-up."""
 
     dsn: str
     batch_size: int = 100
@@ -212,7 +212,7 @@ class PollConfig:
 
 @dataclass(frozen=True, slots=True)
 class MetricsConfig:
-    """The Prometheus / health endpoint (SPEC §8); port None = disabled."""
+    """The Prometheus / health endpoint (docs/design.md, observability); port None = disabled."""
 
     port: int | None = None
     host: str = "127.0.0.1"

@@ -1,4 +1,4 @@
-"""Consumer side of the outbox: drop redelivered events (SPEC §3, §4).
+"""Consumer side of the outbox: drop redelivered events (docs/design.md).
 
 Delivery is at-least-once, so a consumer sees some events twice. Each Kafka message
 carries the event's UUID in its ``id`` header (``event_id_from_headers``); the consumer

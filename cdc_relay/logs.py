@@ -2,7 +2,7 @@
 
 Owns the root handler configuration and the record fields convention: event-level lines
 pass ``extra=event_fields(event)`` so that every such line carries ``event_id``,
-``event_type``, ``aggregate_id`` and ``attempt`` (SPEC §8); lifecycle lines pass slot,
+``event_type``, ``aggregate_id`` and ``attempt`` (docs/design.md, observability); lifecycle lines pass slot,
 LSNs and counts the same way. It must not be imported for side effects: nothing is
 configured until ``setup_logging`` is called by the composition root.
 """

@@ -2,7 +2,7 @@
 
 Pure values only. This module imports no driver (no psycopg, no confluent_kafka) so
 that decoders, the router and the ack tracker stay testable without services, and so
-that other sinks (roadmap, SPEC §11) can reuse the same vocabulary.
+that other sinks (docs/design.md, roadmap) can reuse the same vocabulary.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ ZERO_LSN = Lsn(0)
 class OutboxColumns:
     """Names of the outbox table's columns.
 
-    The defaults follow SPEC §3; Debezium's outbox table works by configuration
+    The defaults follow docs/design.md, the outbox table; Debezium's outbox table works by configuration
     (``id``, ``aggregatetype``, ``aggregateid``, ``type``, ``payload``).
     """
 

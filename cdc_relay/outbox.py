@@ -1,4 +1,4 @@
-"""Application side of the outbox: insert one event in the caller's transaction (SPEC §3).
+"""Application side of the outbox: insert one event in the caller's transaction (docs/design.md).
 
 ``emit`` (psycopg ``Connection``) and ``emit_async`` (``AsyncConnection``) share one
 statement builder and one argument builder; only the ``execute`` call differs. The

@@ -1,4 +1,4 @@
-"""Routing: turn an OutboxEvent into the Message both relay modes publish (SPEC §4).
+"""Routing: turn an OutboxEvent into the Message both relay modes publish (docs/design.md).
 
 This module owns the message contract, so WAL mode and polling mode emit identical
 messages: the topic from ``--topic-pattern``, the key (``aggregate_id`` as UTF-8, so one
@@ -12,7 +12,7 @@ the key, the id header and the Message itself are built per event.
 
 It must not do I/O or decide what happens to a bad event. An event whose topic is not a
 legal Kafka topic name raises RoutingError; the loops turn that into a dead letter and
-go on, never into a crash (SPEC §4). Configuration that can only ever produce illegal
+go on, never into a crash (docs/design.md). Configuration that can only ever produce illegal
 topics (a bad dead-letter topic, a pattern with illegal literal characters) is a
 ConfigError at construction instead, so it fails at start-up, not per event.
 """

@@ -1,6 +1,6 @@
 """``cdc-relay init``: apply the sql/ migrations, then the WAL-mode publication and slot.
 
-Owns the outbox's own database objects (SPEC §3): the outbox table, its indexes, the
+Owns the outbox's own database objects (docs/design.md, the outbox table): the outbox table, its indexes, the
 dead-letter view, the NOTIFY trigger, ``processed_events`` and the migration
 bookkeeping table; and ``init_database``, which also asks replication_setup.py for the
 pgoutput publication and the logical replication slot (that module owns those, and

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepare this checkout for the tests, the demo and the benchmarks (SPEC §9):
+# Prepare this checkout for the tests, the demo and the benchmarks (docs/design.md, test services):
 #   * .venv with cdc-relay installed editable, extras test,dev,bench (skipped when
 #     pyproject.toml has not changed since the last install);
 #   * PostgreSQL server binaries and wal2json for its newest installed major version,

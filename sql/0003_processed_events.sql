@@ -1,4 +1,4 @@
--- cdc-relay migration 0003: consumer-side deduplication (SPEC §3, cdc_relay/consumer.py).
+-- cdc-relay migration 0003: consumer-side deduplication (docs/design.md, the outbox table, cdc_relay/consumer.py).
 --
 -- Template: names in braces are filled with quoted identifiers by cdc_relay/schema.py.
 -- A consumer inserts the event id inside the transaction that applies the event; the

@@ -2,7 +2,7 @@
 
 KafkaCollector reads with ``assign()`` (no consumer group: the local broker's group join
 is slow) and counts messages instead of trusting high watermarks (the local broker
-reports them wrong after a batch, SPEC §9). Nothing here starts a service; the fixtures
+reports them wrong after a batch, docs/design.md, test services). Nothing here starts a service; the fixtures
 in conftest.py do.
 """
 

@@ -8,7 +8,7 @@ binary parsing of Begin / Relation / Insert / Commit.
 
 Must not: do I/O, import a driver, or skip anything it cannot read. A truncated buffer,
 an unknown message type, an Insert for a relation it was never told about, or NULL in a
-required column raises ``DecodeError`` naming the LSN (SPEC §5: never confirm past a
+required column raises ``DecodeError`` naming the LSN (docs/design.md, WAL mode: never confirm past a
 change that was not understood). Well-formed messages that are not outbox inserts
 (Origin, Type, Truncate, Update, Delete, Message, other tables' inserts) decode to None.
 

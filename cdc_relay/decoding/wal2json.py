@@ -8,7 +8,7 @@ events for the same row.
 
 Must not: do I/O, import a driver, or skip anything it cannot read. Every malformed
 message raises ``DecodeError`` naming the LSN: the relay then stops without confirming
-past it (SPEC §5). Messages that are well formed but not outbox inserts (other tables,
+past it (docs/design.md, WAL mode). Messages that are well formed but not outbox inserts (other tables,
 U, D, T, M) decode to None.
 
 Row positions: an ``I`` message's ``lsn`` is the start of the row's WAL record, and the
@@ -82,7 +82,7 @@ def plugin_options(table: TableRef) -> list[tuple[str, str]]:
     * ``include-timestamp 0``, ``include-type-oids 0``: not needed (these are the
       defaults; stated so they stay off).
     * ``actions insert``: UPDATE, DELETE and TRUNCATE of outbox rows are ignored by
-      contract (SPEC §5), so wal2json does not even format them. Safe: B/C still come
+      contract (docs/design.md, WAL mode), so wal2json does not even format them. Safe: B/C still come
       for every transaction.
     * ``add-tables <schema.table>``: only the outbox table's rows are formatted; other
       tables' rows cost the walsender a name comparison, not a JSON document.

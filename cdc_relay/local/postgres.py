@@ -1,4 +1,4 @@
-"""A throwaway local PostgreSQL cluster for tests, the demo and benchmarks (SPEC §9).
+"""A throwaway local PostgreSQL cluster for tests, the demo and benchmarks (docs/design.md, test services).
 
 Owns: starting a private PostgreSQL cluster (``initdb`` into a temp dir, logical WAL,
 trust auth, a free 127.0.0.1 port, run as the ``postgres`` user when we are root), the

@@ -1,4 +1,4 @@
-"""Polling mode's loop: claim a batch, route, produce, await every report, settle (SPEC §6).
+"""Polling mode's loop: claim a batch, route, produce, await every report, settle (docs/design.md).
 
 Three modules, each importing only the ones before it:
 

@@ -1,4 +1,4 @@
-"""Polling mode's connection side: claim a batch, mark it processed, record failures (SPEC §6).
+"""Polling mode's connection side: claim a batch, mark it processed, record failures (docs/design.md).
 
 Owns the transaction of one batch on one poller's connection: ``PollingSource.claim``
 opens it (the claimed rows stay locked), and ``complete`` (mark successes processed,

@@ -7,7 +7,7 @@ Whose fault is a failure? Only the event's own: a routing error, a rejected or
 permanently refused message, or a retriable failure while other events of the batch
 got through. Broker-wide trouble - no event of the batch acknowledged while deliveries
 failed retriably, fatally or not at all - is not: those rows are released without an
-attempt and the worker waits for the broker (FIELD-NOTES 13). A fatal producer error,
+attempt and the worker waits for the broker (docs/design.md, failure rules). A fatal producer error,
 or a missing delivery report, means the sink must be discarded; its undelivered events
 are released, never counted. One bad event never aborts its batch.
 

@@ -12,7 +12,7 @@ One ``PollWorker`` per worker thread, each with its own database connection (a
    dead_lettered_at at the maximum), and the transaction commits.
 
 After broker-wide trouble (see settlement.py) the worker stops claiming and waits, with
-backoff, until a broker answers again (FIELD-NOTES 13); a fatal producer error discards
+backoff, until a broker answers again (docs/design.md, failure rules); a fatal producer error discards
 the sink. With ``--strict-order`` the source claims whole aggregate prefixes under
 advisory locks, and once an event of an aggregate fails its later events in the batch
 are not produced.

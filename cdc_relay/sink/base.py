@@ -1,6 +1,6 @@
 """The Sink protocol: what the relay loops need from a message broker.
 
-No broker types leak through here (SPEC §11: NATS, RabbitMQ, ... later). A sink accepts
+No broker types leak through here (docs/design.md, roadmap: NATS, RabbitMQ, ... later). A sink accepts
 messages tagged with an opaque token and reports, later and in any order, one Delivery
 per token. Errors are classified so the loops can act without knowing the broker:
 

@@ -17,7 +17,7 @@ report can only reach the handler while *this* sink is polled. ``close()`` flush
 (acks found then are reported as usual), then purges what is left and swallows the
 purge reports: after ``close()`` no failure of that generation reaches the handler -
 every undelivered token of it is simply "not delivered" (a counted log line says how
-many), so a discarded producer never triggers a second restart (FIELD-NOTES pitfall 2).
+many), so a discarded producer never triggers a second restart (docs/design.md, failure rules).
 
 Secrets: settings are logged through ``describe_settings`` (secret-valued keys masked)
 and every librdkafka line and error text passes through ``mask_secrets``.
@@ -131,7 +131,7 @@ class KafkaSink:
 
         librdkafka requests the producer id on a 500 ms timer, or when a metadata
         response arrives from a connected (non-bootstrap) broker. Without help the first
-        ack therefore takes ~0.5 s (FIELD-NOTES pitfall 9). Asking for metadata until a
+        ack therefore takes ~0.5 s (docs/design.md, WAL mode). Asking for metadata until a
         real broker - not the bootstrap connection - answers triggers the request at
         once (~60 ms here). Raises BrokerError if no broker answers within ``timeout``.
         """

@@ -8,13 +8,13 @@ masking logger librdkafka writes through, building a Producer, and the broker pr
 (dead-letter, replay, count an attempt): the loops do that. With the rest of ``sink/``
 it is the only place that imports confluent_kafka.
 
-Producer defaults (SPEC §4), each overridable with ``--producer-config`` (the user wins;
+Producer defaults (docs/design.md), each overridable with ``--producer-config`` (the user wins;
 weakening acks or idempotence is logged as a warning):
 
 * ``acks=all``, ``enable.idempotence=true``: no loss, no duplicates or reordering from
   the producer's own retries.
 * ``message.timeout.ms`` from KafkaConfig (30 s, not librdkafka's 300 s: a timed-out
-  message means "new producer, replay" - FIELD-NOTES pitfall 1).
+  message means "new producer, replay" - docs/design.md, failure rules).
 * ``linger.ms=5`` (librdkafka's own default): batches fill under load at the cost of at
   most 5 ms latency at low rates; ``linger.ms=0`` trades throughput for latency.
 * ``queue.buffering.max.messages=100000``, ``queue.buffering.max.kbytes=65536`` (64 MB
@@ -153,8 +153,8 @@ _DIGITS = re.compile(r"\d+")
 class _MaskingLogger:
     """What confluent-kafka calls ``log(level, fmt, *args)`` on, masking secrets on the way.
 
-    librdkafka's lines appear only while the producer is polled or flushed (FIELD-NOTES
-    16). ``demote`` logs them at DEBUG: for probes whose failure is reported otherwise.
+    librdkafka's lines appear only while the producer is polled or flushed (docs/design.md,
+    observability). ``demote`` logs them at DEBUG: for probes whose failure is reported otherwise.
     """
 
     # librdkafka repeats a connection failure for every broker and retry (hundreds of

@@ -1,4 +1,4 @@
-"""WAL mode's loop: read → decode → route → produce → poll → confirm (SPEC §5).
+"""WAL mode's loop: read → decode → route → produce → poll → confirm (docs/design.md, WAL mode).
 
 One synchronous loop per process. It talks only to small protocols - a replication
 source, a decoder, the router, a sink - so it is driven by fakes in unit tests and by

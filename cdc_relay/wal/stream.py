@@ -1,4 +1,4 @@
-"""The logical replication stream over psycopg 3's low-level connection (SPEC §5).
+"""The logical replication stream over psycopg 3's low-level connection (docs/design.md, WAL mode).
 
 psycopg 3 has no replication helper, so this module drives the protocol itself:
 ``START_REPLICATION SLOT … LOGICAL 0/0 (options)`` on a ``replication=database``

@@ -1,4 +1,4 @@
-"""The throwaway services behave as the other integration tests assume (SPEC §9)."""
+"""The throwaway services behave as the other integration tests assume (docs/design.md, test services)."""
 
 from __future__ import annotations
 

@@ -121,7 +121,7 @@ def collect_ids(collector: KafkaCollector, prefix: str, ids: set[str], timeout: 
 
 
 def assert_contract(messages: list[Msg], expected: Expected, prefix: str) -> None:
-    """Every committed event arrived with SPEC §4's contract; no rolled-back one did;
+    """Every committed event arrived with the message contract (docs/design.md); no rolled-back one did;
     per-aggregate order holds (first deliveries, in commit order)."""
     by_id = {str(e["id"]): e for e in expected.events}
     received = [m for m in messages if not m.topic.endswith(".dlq")]

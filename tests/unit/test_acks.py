@@ -1,4 +1,4 @@
-"""The acknowledgement invariant: property tests of AckTracker (SPEC §5, STYLE 2)."""
+"""The acknowledgement invariant: property tests of AckTracker (docs/design.md)."""
 
 from __future__ import annotations
 

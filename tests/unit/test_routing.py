@@ -1,4 +1,4 @@
-"""The router's message contract (SPEC §4): topic, key, value, headers, timestamp, dead letters."""
+"""The router's message contract (docs/design.md): topic, key, value, headers, timestamp, dead letters."""
 
 from __future__ import annotations
 

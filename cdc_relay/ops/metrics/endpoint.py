@@ -1,4 +1,4 @@
-"""Prometheus metrics, ``/healthz`` and ``/readyz`` (SPEC §8), served from a daemon thread.
+"""Prometheus metrics, ``/healthz`` and ``/readyz`` (docs/design.md), served from a daemon thread.
 
 The relay loops never touch a Prometheus object: they bump plain counters (``RelayStats``
 in relay.py, ``PollStats`` in poller/settlement.py) and the collectors of
@@ -16,7 +16,7 @@ backing off it is alive, so 200. ``/readyz`` answers 200 only while the replicat
 stream (or every poller) is connected and the producer is usable.
 
 The HTTP server is ``http.server`` with access logging switched off: a request must not
-put a plain-text line on stderr (FIELD-NOTES 16). Must not: mutate the stats, block the
+put a plain-text line on stderr (docs/design.md, observability). Must not: mutate the stats, block the
 loops, or open a connection per scrape.
 """
 
