@@ -24,6 +24,8 @@ from cdc_relay.cli.options import (
     outbox_config,
     plugin_option,
     publication_option,
+    sink_options,
+    sink_settings,
     slot_option,
     table_option,
 )
@@ -46,7 +48,7 @@ from cdc_relay.logs import setup_logging
 @click.version_option(__version__, prog_name="cdc-relay")
 @click.pass_context
 def cli(ctx: click.Context, config_file: str | None) -> None:
-    """Transactional-outbox relay: PostgreSQL outbox inserts -> Kafka, at least once."""
+    """Transactional-outbox relay: PostgreSQL outbox inserts -> Kafka, RabbitMQ or NATS, at least once."""
     if config_file:
         ctx.default_map = load_config_file(config_file, cli)
 
@@ -75,6 +77,7 @@ def init(dsn: str, table: TableRef, columns: str | None, slot: str, plugin: str,
 
 @cli.command()
 @dsn_option
+@sink_options
 @kafka_options
 @table_option
 @columns_option
@@ -86,14 +89,17 @@ def init(dsn: str, table: TableRef, columns: str | None, slot: str, plugin: str,
 @option("--max-inflight", type=click.IntRange(1), default=50_000, show_default=True,
         help="Stop reading WAL while this many events await broker acks.")
 @observability_options
-def run(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, message_timeout: float,
-        producer_config: tuple[str, ...], table: TableRef, columns: str | None, slot: str,
+def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_pattern: str,
+        dead_letter_topic: str, message_timeout: float, producer_config: tuple[str, ...],
+        table: TableRef, columns: str | None, slot: str,
         plugin: str, publication: str, status_interval: float, max_inflight: int,
         metrics_port: int | None, metrics_host: str, log_level: str, log_format: str) -> int:
-    """WAL mode: stream outbox inserts from a logical replication slot to Kafka."""
+    """WAL mode: stream outbox inserts from a logical replication slot to the broker."""
     from cdc_relay.wal.app import WalSettings, run_wal
 
     setup_logging(log_level, log_format)  # first: a config error is then a log line too
+    other = sink_settings(sink, brokers, sink_config, producer_config, topic_pattern=topic_pattern,
+                          dead_letter_topic=dead_letter_topic, message_timeout=message_timeout)
     settings = WalSettings(
         replication=ReplicationConfig(dsn=dsn, slot=slot, plugin=plugin, publication=publication,
                                       status_interval=status_interval),
@@ -103,6 +109,7 @@ def run(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, mess
                           message_timeout_ms=int(message_timeout * 1000)),
         flow=FlowConfig(max_inflight_events=max_inflight),
         metrics=MetricsConfig(port=metrics_port, host=metrics_host),
+        sink=other,
     )
     return run_wal(settings)
 
@@ -111,6 +118,7 @@ def run(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, mess
 
 @cli.command()
 @dsn_option
+@sink_options
 @kafka_options
 @table_option
 @columns_option
@@ -132,8 +140,9 @@ def run(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, mess
         help="Never publish an aggregate's event before its earlier ones (slower; "
              "use it on every poller of the table).")
 @observability_options
-def poll(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, message_timeout: float,
-         producer_config: tuple[str, ...], table: TableRef, columns: str | None, batch_size: int,
+def poll(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_pattern: str,
+         dead_letter_topic: str, message_timeout: float, producer_config: tuple[str, ...],
+         table: TableRef, columns: str | None, batch_size: int,
          interval: float, max_attempts: int, backoff_base: float, backoff_max: float, workers: int,
          no_notify: bool, strict_order: bool, metrics_port: int | None, metrics_host: str,
          log_level: str, log_format: str) -> int:
@@ -141,6 +150,8 @@ def poll(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, mes
     from cdc_relay.polling.app import PollSettings, run_poll
 
     setup_logging(log_level, log_format)  # first: a config error is then a log line too
+    other = sink_settings(sink, brokers, sink_config, producer_config, topic_pattern=topic_pattern,
+                          dead_letter_topic=dead_letter_topic, message_timeout=message_timeout)
     settings = PollSettings(
         poll=PollConfig(dsn=dsn, batch_size=batch_size, interval=interval,
                         max_attempts=max_attempts, backoff_base=backoff_base,
@@ -151,6 +162,7 @@ def poll(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, mes
         kafka=KafkaConfig(brokers=brokers, producer_config=parse_producer_config(producer_config),
                           message_timeout_ms=int(message_timeout * 1000)),
         metrics=MetricsConfig(port=metrics_port, host=metrics_host),
+        sink=other,
     )
     return run_poll(settings)
 

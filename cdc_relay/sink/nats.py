@@ -24,6 +24,7 @@ sink/ imports nats.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
 import threading
@@ -120,7 +121,7 @@ class NatsSink(BackgroundSink):
                               "--brokers and that nats-server runs with JetStream)") from exc
         except BrokerError:
             raise
-        except Exception as exc:  # noqa: BLE001 - any client error is "not reachable"
+        except Exception as exc:
             raise BrokerError(f"cannot connect to NATS at {where}: "
                               f"{mask_secrets(str(exc) or type(exc).__name__)} (check --brokers "
                               "and the credentials)") from exc
@@ -157,10 +158,8 @@ class NatsSink(BackgroundSink):
         loop, thread = self._loop, self._thread
         if loop is None or thread is None:
             return
-        try:
+        with contextlib.suppress(Exception):  # closing anyway
             asyncio.run_coroutine_threadsafe(self._disconnect(), loop).result(5.0)
-        except Exception:  # noqa: BLE001 - closing anyway
-            pass
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5.0)
         if not thread.is_alive():
@@ -221,7 +220,7 @@ class NatsSink(BackgroundSink):
                 try:
                     future = await js.publish_async(message.topic, message.value,
                                                     headers=headers(message))
-                except Exception as exc:  # noqa: BLE001 - reported per message
+                except Exception as exc:
                     self._fail(f"publish failed: {exc!r}")
                     return
                 future.add_done_callback(partial(self._on_ack, seq, message.topic))
@@ -254,7 +253,7 @@ async def _probe(config: NatsConfig, timeout: float) -> list[SinkProbe]:
     where = ",".join(mask_secrets(s) for s in config.servers)
     try:
         nc = await asyncio.wait_for(nats.connect(**connect_options(config)), timeout)
-    except Exception as exc:  # noqa: BLE001 - every failure is a report line
+    except Exception as exc:
         return [SinkProbe("nats", False, f"cannot connect to {where}: "
                           f"{mask_secrets(str(exc) or type(exc).__name__)}",
                           "check --brokers and the credentials, and that nats-server runs")]
@@ -263,7 +262,7 @@ async def _probe(config: NatsConfig, timeout: float) -> list[SinkProbe]:
         js = nc.jetstream()
         try:
             await js.account_info()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return [*found, SinkProbe("jetstream", False, f"JetStream is not available: {exc}",
                                       "start nats-server with -js (JetStream enabled)")]
         try:

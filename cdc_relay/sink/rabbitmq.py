@@ -27,10 +27,13 @@ imports pika.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import ssl
 import threading
 from collections import deque
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pika
@@ -96,7 +99,7 @@ class RabbitMqSink(BackgroundSink):
         self._conn: SelectConnection | None = None
         self._channel: Any = None
         self._thread: threading.Thread | None = None
-        self._steps: list[Any] = []
+        self._steps: list[Callable[[], object]] = []
         # I/O thread only: delivery tag -> (seq, routing key, message id), oldest first.
         self._tag = 0
         self._unconfirmed: dict[int, tuple[int, str, str | None]] = {}
@@ -152,22 +155,20 @@ class RabbitMqSink(BackgroundSink):
     def _shut(self) -> None:
         conn = self._conn
         assert conn is not None
-        if conn.is_open or conn.is_opening:  # type: ignore[attr-defined]
-            try:
+        if conn.is_open or conn.is_opening:
+            with contextlib.suppress(Exception):  # already closing: stop the loop below
                 conn.close()
                 return  # _on_closed stops the loop
-            except Exception:  # noqa: BLE001 - closing anyway
-                pass
         conn.ioloop.stop()
 
     def _fail_io(self, reason: str) -> None:
         self._fail(mask_secrets(reason))
         self._settled.set()
         conn = self._conn
-        if conn is not None and (conn.is_open or conn.is_opening):  # type: ignore[attr-defined]
+        if conn is not None and (conn.is_open or conn.is_opening):
             try:
                 conn.close()
-            except Exception:  # noqa: BLE001 - already going down
+            except Exception:
                 conn.ioloop.stop()
 
     def _on_open(self, conn: SelectConnection) -> None:
@@ -189,17 +190,17 @@ class RabbitMqSink(BackgroundSink):
         channel.add_on_close_callback(self._on_channel_closed)
         channel.add_on_return_callback(self._on_return)
         config = self._config
-        steps = [lambda: channel.confirm_delivery(ack_nack_callback=self._on_confirm,
-                                                  callback=self._next)]
+        step = self._next
+        steps: list[Callable[[], object]] = [
+            partial(channel.confirm_delivery, ack_nack_callback=self._on_confirm, callback=step)]
         for exchange in dict.fromkeys([config.exchange, config.dlx]):
-            steps.append(lambda e=exchange: channel.exchange_declare(
-                e, "topic", passive=not config.declare_exchange, durable=True, callback=self._next))
+            steps.append(partial(channel.exchange_declare, exchange, "topic",
+                                 passive=not config.declare_exchange, durable=True, callback=step))
         if config.dead_letter_queue:
             queue_name = config.dead_letter_queue
-            steps.append(lambda: channel.queue_declare(queue_name, durable=True, callback=self._next))
-            steps.append(lambda: channel.queue_bind(queue_name, config.dlx,
-                                                    config.dead_letter_routing_key,
-                                                    callback=self._next))
+            steps.append(partial(channel.queue_declare, queue_name, durable=True, callback=step))
+            steps.append(partial(channel.queue_bind, queue_name, config.dlx,
+                                 config.dead_letter_routing_key, callback=step))
         self._steps = steps
         self._next()
 
@@ -235,7 +236,7 @@ class RabbitMqSink(BackgroundSink):
                 self._tag += 1
                 self._unconfirmed[self._tag] = (seq, topic, props.message_id)
                 self._tags.append(self._tag)
-        except Exception as exc:  # noqa: BLE001 - a closed channel or connection
+        except Exception as exc:
             self._fail_io(f"publish failed: {exc or type(exc).__name__}")
 
     def _on_confirm(self, frame: Any) -> None:
@@ -297,7 +298,7 @@ def probe(config: RabbitMqConfig, timeout: float) -> list[SinkProbe]:
     where = mask_secrets(config.url)
     try:
         conn = pika.BlockingConnection(connection_parameters(config))
-    except Exception as exc:  # noqa: BLE001 - every failure is a report line
+    except Exception as exc:
         return [SinkProbe("rabbitmq", False, f"cannot connect to {where}: "
                           f"{mask_secrets(str(exc) or type(exc).__name__)}",
                           "check --brokers (host, port, user, password, vhost) and that RabbitMQ runs")]

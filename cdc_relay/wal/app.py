@@ -1,8 +1,9 @@
 """Composition root: builds the real parts from config and runs them.
 
 The only module that knows every concrete class: it picks the decoder for the plugin,
-the Kafka sink, the replication stream, installs signal handlers and starts the metrics
-endpoint. Components get frozen configs from here and never read the environment.
+the sink (``--sink``, through sink/factory.py), the replication stream, installs signal
+handlers and starts the metrics endpoint. Components get frozen configs from here and never
+read the environment.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from cdc_relay.model import Lsn
 from cdc_relay.ops.metrics.endpoint import serve_wal
 from cdc_relay.routing import Router
 from cdc_relay.signals import install_signal_handlers
-from cdc_relay.sink.kafka import kafka_sink_factory
+from cdc_relay.sink.factory import OtherSink, make_sink_factory, sink_name
 from cdc_relay.wal.loop import Decoder, LoopTimings, ReplicationSource, WalRelay
 from cdc_relay.wal.stream import ReplicationStream
 
@@ -54,6 +55,7 @@ class WalSettings:
     kafka: KafkaConfig
     flow: FlowConfig = field(default_factory=FlowConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    sink: OtherSink | None = None  # --sink rabbitmq|nats; None: the Kafka sink of ``kafka``
 
 
 def build_wal_relay(settings: WalSettings) -> WalRelay:
@@ -68,7 +70,7 @@ def build_wal_relay(settings: WalSettings) -> WalRelay:
         source_factory=source_factory,
         decoder=decoder,
         router=Router(settings.router, settings.outbox.table),
-        sink_factory=kafka_sink_factory(settings.kafka, logger=logging.getLogger("cdc_relay.kafka")),
+        sink_factory=make_sink_factory(settings.kafka, settings.sink),
         flow=settings.flow,
         timings=LoopTimings(status_interval=repl.status_interval, reconnect_max=repl.reconnect_max),
     )
@@ -81,17 +83,20 @@ def run_wal(settings: WalSettings) -> int:
     stop = threading.Event()
     install_signal_handlers(stop)  # first: a SIGTERM during start-up is a clean stop too
     repl = settings.replication
+    sink = sink_name(settings.sink)
+    make_sink_factory(settings.kafka, settings.sink)  # a missing client library: one line now
     ensure_replication(repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
                        publication=repl.publication)
     relay = build_wal_relay(settings)
-    log.info("WAL mode: slot %s, plugin %s, table %s", repl.slot, repl.plugin, settings.outbox.table,
-             extra={"slot": repl.slot, "plugin": repl.plugin, "table": str(settings.outbox.table)})
-    with serve_wal(settings.metrics, relay.stats, dsn=repl.dsn, slot=repl.slot):
+    log.info("WAL mode: slot %s, plugin %s, table %s, sink %s", repl.slot, repl.plugin,
+             settings.outbox.table, sink, extra={"slot": repl.slot, "plugin": repl.plugin,
+                                                 "table": str(settings.outbox.table), "sink": sink})
+    with serve_wal(settings.metrics, relay.stats, dsn=repl.dsn, slot=repl.slot, sink=sink):
         relay.run(stop)
     stats = relay.stats
     log.info("stopped: %d events published, %d dead-lettered", stats.published,
              stats.dead_lettered, extra={
                  "slot": repl.slot, "confirmed_lsn": str(Lsn(stats.confirmed_lsn)),
                  "published": stats.published, "dead_lettered": stats.dead_lettered,
-                 "restarts": stats.restarts})
+                 "restarts": stats.restarts, "sink": sink})
     return ExitCode.OK

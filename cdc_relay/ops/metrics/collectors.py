@@ -157,6 +157,19 @@ class PollCollector:
                      1 if stats.broker_ok else 0)
 
 
+class SinkInfoCollector:
+    """``cdc_relay_sink_info{sink="kafka|rabbitmq|nats"} 1``: which broker this relay publishes to."""
+
+    def __init__(self, sink: str) -> None:
+        self._sink = sink
+
+    def collect(self) -> Iterable[Metric]:
+        family = GaugeMetricFamily("cdc_relay_sink_info", "The sink (broker) this relay publishes "
+                                   "to, as a label; always 1.", labels=["sink"])
+        family.add_metric([self._sink], 1)
+        yield family
+
+
 def make_registry(*collectors: Any) -> CollectorRegistry:
     """A private registry: our collectors plus process, platform and GC metrics."""
     registry = CollectorRegistry(auto_describe=False)

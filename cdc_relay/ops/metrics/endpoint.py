@@ -40,7 +40,12 @@ from prometheus_client.exposition import choose_encoder
 from cdc_relay.config import MetricsConfig
 from cdc_relay.errors import ConfigError, RelayError
 from cdc_relay.model import SlotStatus
-from cdc_relay.ops.metrics.collectors import PollCollector, WalCollector, make_registry
+from cdc_relay.ops.metrics.collectors import (
+    PollCollector,
+    SinkInfoCollector,
+    WalCollector,
+    make_registry,
+)
 from cdc_relay.ops.status import SlotReader
 from cdc_relay.polling.settlement import PollStats
 from cdc_relay.wal.loop import RelayStats
@@ -234,13 +239,13 @@ def _serving(server: MetricsServer, host: str) -> None:
 
 @contextmanager
 def serve_wal(config: MetricsConfig, stats: RelayStats, *, dsn: str,
-              slot: str) -> Iterator[MetricsServer | None]:
+              slot: str, sink: str = "kafka") -> Iterator[MetricsServer | None]:
     """Serve WAL mode's metrics (with the slot lag probe) while the block runs."""
     if config.port is None:
         yield None
         return
     probe = SlotLagProbe(SlotReader(dsn, slot))
-    endpoints = Endpoints(make_registry(WalCollector(stats, probe)),
+    endpoints = Endpoints(make_registry(WalCollector(stats, probe), SinkInfoCollector(sink)),
                           health=lambda: wal_health(stats, time.monotonic()),
                           ready=lambda: wal_ready(stats))
     server = MetricsServer(config, endpoints)
@@ -256,14 +261,14 @@ def serve_wal(config: MetricsConfig, stats: RelayStats, *, dsn: str,
 
 @contextmanager
 def serve_poll(config: MetricsConfig, stats: PollStats, *,
-               interval: float) -> Iterator[MetricsServer | None]:
+               interval: float, sink: str = "kafka") -> Iterator[MetricsServer | None]:
     """Serve polling mode's metrics while the block runs."""
     if config.port is None:
         yield None
         return
     started = time.monotonic()
     stale_after = POLL_STALE_AFTER + interval
-    endpoints = Endpoints(make_registry(PollCollector(stats)),
+    endpoints = Endpoints(make_registry(PollCollector(stats), SinkInfoCollector(sink)),
                           health=lambda: poll_health(stats, time.monotonic(), started, stale_after),
                           ready=lambda: poll_ready(stats))
     server = MetricsServer(config, endpoints)
