@@ -153,6 +153,17 @@ class BackgroundSink:
                             extra={"sink": self.kind})
         self._reports.put(([], None))
 
+    def _retry_allowed(self) -> bool:
+        """Whether a failed connection attempt may be retried on this sink (``warm_up`` again).
+
+        Only while nothing was produced: then no report can be lost by starting over, and
+        polling mode may keep its sink while it waits for the broker.
+        """
+        return self._fatal is not None and not self._pending and not self._closed
+
+    def _clear_failure(self) -> None:
+        self._fatal = None
+
     # -- for subclasses --------------------------------------------------------------
     def _refuse(self, message: Message) -> str | None:
         """Why ``message`` can never be published as is (PERMANENT), or None."""

@@ -111,7 +111,18 @@ class NatsSink(BackgroundSink):
 
     # -- relay thread ----------------------------------------------------------------
     def warm_up(self, timeout: float) -> None:
-        """Connect and make sure the stream exists; raise BrokerError if that fails."""
+        """Connect and make sure the stream exists; raise BrokerError if that fails.
+
+        After a failed attempt (and nothing produced) it tries again with a new connection.
+        """
+        failed = self._connected is not None and self._connected.done() and (
+            self._connected.exception() is not None or self._fatal is not None)
+        if failed and (self._retry_allowed() or self._fatal is None):
+            self._stop()
+            self._thread = self._loop = self._connected = self._nc = self._js = None
+            self._drainer = None
+            self._closing = False
+            self._clear_failure()
         self._start()
         where = ",".join(mask_secrets(s) for s in self._config.servers)
         try:

@@ -108,7 +108,16 @@ class RabbitMqSink(BackgroundSink):
 
     # -- relay thread ----------------------------------------------------------------
     def warm_up(self, timeout: float) -> None:
-        """Connect, open a confirm-mode channel, declare; raise BrokerError if that fails."""
+        """Connect, open a confirm-mode channel, declare; raise BrokerError if that fails.
+
+        After a failed attempt (and nothing produced) it tries again with a new connection.
+        """
+        if not self._ready and self._retry_allowed():
+            self._stop()
+            self._thread = self._conn = self._channel = None
+            self._closing = False
+            self._settled.clear()
+            self._clear_failure()
         self._start()
         where = mask_secrets(self._config.url)
         if not self._settled.wait(timeout):
@@ -150,6 +159,8 @@ class RabbitMqSink(BackgroundSink):
             return
         conn.ioloop.add_callback_threadsafe(self._shut)
         thread.join(5.0)
+        if not thread.is_alive():
+            conn.ioloop.close()  # its wake-up socket pair
 
     # -- I/O thread ------------------------------------------------------------------
     def _shut(self) -> None:

@@ -100,7 +100,12 @@ def stream_messages(url: str, stream: str, subject: str = ">") -> list[Msg]:
         nc = await nats.connect(url)
         try:
             js = nc.jetstream()
-            info = await js.stream_info(stream)
+            try:
+                info = await js.stream_info(stream)
+            except nats.js.errors.NotFoundError:
+                return []  # not created yet
+            if not info.state.messages:
+                return []
             found = []
             for seq in range(info.state.first_seq, info.state.last_seq + 1):
                 with suppress(nats.js.errors.NotFoundError):
@@ -157,7 +162,16 @@ class TcpProxy:
         self._sockets: list[socket.socket] = []
         self._cut = False
         self._closed = False
+        self._flowing = threading.Event()
+        self._flowing.set()
         threading.Thread(target=self._accept, daemon=True).start()
+
+    def pause(self) -> None:
+        """Keep every connection open but forward nothing (a stalled broker)."""
+        self._flowing.clear()
+
+    def resume(self) -> None:
+        self._flowing.set()
 
     def cut(self) -> None:
         with self._lock:
@@ -174,6 +188,7 @@ class TcpProxy:
 
     def close(self) -> None:
         self._closed = True
+        self._flowing.set()
         self.cut()
         self._listener.close()
 
@@ -199,10 +214,10 @@ class TcpProxy:
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 
-    @staticmethod
-    def _pump(source: socket.socket, sink: socket.socket) -> None:
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
         try:
             while data := source.recv(65536):
+                self._flowing.wait()
                 sink.sendall(data)
         except OSError:
             pass
