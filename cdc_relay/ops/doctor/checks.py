@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from cdc_relay.config import KafkaConfig, OutboxConfig
 from cdc_relay.model import BOOKKEEPING_COLUMNS, NOTIFY_TRIGGER, SlotStatus, human_bytes
+from cdc_relay.sink.config import NatsConfig, RabbitMqConfig, SinkProbe
 
 DEFAULT_LIBRARIES = ("pgoutput", "test_decoding")  # output_plugin_libraries' default
 RETENTION_WARN = 0.8  # of max_slot_wal_keep_size
@@ -51,6 +52,7 @@ class DoctorOptions:
     mode: str = "wal"  # or "poll": skip logical decoding checks
     kafka: KafkaConfig | None = None
     broker_timeout: float = 10.0
+    sink: RabbitMqConfig | NatsConfig | None = None  # --sink rabbitmq|nats (then kafka is None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,3 +285,10 @@ def _retention_check(slot: SlotStatus, server: ServerFacts) -> Check:
                      "check the relay is streaming (cdc-relay status); raise "
                      "max_slot_wal_keep_size if the lag is expected")
     return Check("WAL retention", Verdict.PASS, f"retains {human_bytes(retained)} of {limit} allowed")
+
+
+def sink_checks(found: list[SinkProbe]) -> list[Check]:
+    """The report lines of a RabbitMQ or NATS probe (ok None = a warning)."""
+    verdicts = {True: Verdict.PASS, False: Verdict.FAIL, None: Verdict.WARN}
+    return [Check(f"broker: {probe.name}", verdicts[probe.ok], probe.detail,
+                  None if probe.ok else probe.fix) for probe in found]
