@@ -166,7 +166,7 @@ class RabbitMqSink(BackgroundSink):
     def _shut(self) -> None:
         conn = self._conn
         assert conn is not None
-        if conn.is_open or conn.is_opening:
+        if not (conn.is_closed or conn.is_closing):
             with contextlib.suppress(Exception):  # already closing: stop the loop below
                 conn.close()
                 return  # _on_closed stops the loop
@@ -176,7 +176,7 @@ class RabbitMqSink(BackgroundSink):
         self._fail(mask_secrets(reason))
         self._settled.set()
         conn = self._conn
-        if conn is not None and (conn.is_open or conn.is_opening):
+        if conn is not None and not (conn.is_closed or conn.is_closing):
             try:
                 conn.close()
             except Exception:
