@@ -14,7 +14,12 @@ wal-pgoutput   ``--plugin pgoutput --no-trigger``          ``run --plugin pgoutp
 poll-1s        ``--no-slot --no-trigger``                  ``poll --interval 1s --no-notify``
 poll-100ms     ``--no-slot --no-trigger``                  ``poll --interval 100ms --no-notify``
 poll-notify    ``--no-slot`` (the NOTIFY trigger is on)    ``poll --interval 1s``
+wal-rabbitmq   ``--plugin wal2json --no-trigger``          ``run --plugin wal2json --sink rabbitmq``
+wal-nats       ``--plugin wal2json --no-trigger``          ``run --plugin wal2json --sink nats``
 =============  ==========================================  ============================
+
+wal-rabbitmq and wal-nats publish to the machine's RabbitMQ and NATS JetStream instead
+of a throwaway Kafka broker, and measure backlog throughput only.
 
 WAL modes and plain polling run without the NOTIFY trigger (they do not need it, and
 it costs inserts: docs/design.md, polling mode); only poll-notify pays for it.
@@ -35,6 +40,7 @@ class Mode:
     plugin: str | None
     init_args: tuple[str, ...]
     relay_args: tuple[str, ...]
+    sink: str = "kafka"  # kafka | rabbitmq | nats (benchmarks/other_sinks.py)
 
 
 MODES: dict[str, Mode] = {m.name: m for m in (
@@ -47,6 +53,10 @@ MODES: dict[str, Mode] = {m.name: m for m in (
     Mode("poll-100ms", "poll", None, ("--no-slot", "--no-trigger"),
          ("poll", "--interval", "100ms", "--no-notify")),
     Mode("poll-notify", "poll", None, ("--no-slot",), ("poll", "--interval", "1s")),
+    Mode("wal-rabbitmq", "wal", "wal2json", ("--plugin", "wal2json", "--no-trigger"),
+         ("run", "--plugin", "wal2json"), sink="rabbitmq"),
+    Mode("wal-nats", "wal", "wal2json", ("--plugin", "wal2json", "--no-trigger"),
+         ("run", "--plugin", "wal2json"), sink="nats"),
 )}
 
 FULL_EVENTS = 200_000

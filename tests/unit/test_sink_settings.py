@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
 from cdc_relay.cli.main import cli
-from cdc_relay.cli.options import run_cli, sink_settings
+from cdc_relay.cli.options import load_config_file, run_cli, sink_settings
 from cdc_relay.config import KafkaConfig
 from cdc_relay.errors import ConfigError
+from cdc_relay.ops.metrics.collectors import SinkInfoCollector
 from cdc_relay.sink.config import (
     NatsConfig,
     RabbitMqConfig,
@@ -142,3 +144,19 @@ def test_the_cli_reports_a_sink_option_error_in_one_line_with_exit_2(
                          "--sink-config", "colour=blue"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "unknown --sink-config key 'colour'" in err[0]
+
+
+def test_sink_config_comes_from_a_toml_table(tmp_path: Path) -> None:
+    config = tmp_path / "relay.toml"
+    config.write_text('sink = "rabbitmq"\n[run.sink_config]\nexchange = "events"\n'
+                      'dead_letter_queue = "dlq"\n')
+    default_map = load_config_file(str(config), cli)
+    assert default_map["run"]["sink"] == "rabbitmq"
+    assert default_map["run"]["sink_config"] == ("exchange=events", "dead_letter_queue=dlq")
+    assert default_map["poll"]["sink"] == "rabbitmq"
+
+
+def test_the_metrics_name_the_sink() -> None:
+    [family] = list(SinkInfoCollector("nats").collect())
+    assert family.name == "cdc_relay_sink_info"
+    assert [(s.labels, s.value) for s in family.samples] == [({"sink": "nats"}, 1)]
