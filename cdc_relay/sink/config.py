@@ -1,7 +1,8 @@
 """Settings of the RabbitMQ and NATS sinks: ``--brokers`` and ``--sink-config`` parsed and checked.
 
-Pure: no broker client is imported here, so the CLI can validate a command line (and say
-which ``pip install`` is missing) before any client library loads. Each sink gets one
+Pure but for checking that named files exist: no broker client is imported here, so the
+CLI can validate a command line (and say which ``pip install`` is missing) before any
+client library loads. Each sink gets one
 frozen config; ``parse_rabbitmq`` / ``parse_nats`` turn the address and the repeated
 ``KEY=VALUE`` settings into it and raise ConfigError naming the key and the fix.
 ``SinkProbe`` is what a sink's doctor probe reports (ops/doctor turns it into checks).
@@ -12,6 +13,7 @@ lists every sink ``--sink`` accepts.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -99,10 +101,12 @@ def _positive(key: str, value: str) -> int:
 def _settings(items: Iterable[str], known: Iterable[str], sink: str) -> dict[str, str]:
     settings = parse_producer_config(list(items))
     allowed = set(known)
-    for key in settings:
+    for key, value in settings.items():
         if key not in allowed:
             raise ConfigError(f"unknown --sink-config key {key!r} for the {sink} sink: use one of "
                               + ", ".join(sorted(allowed)) + " (see docs/sinks.md)")
+        if key.endswith("_file") and not os.path.isfile(value):
+            raise ConfigError(f"--sink-config {key}={value!r}: no such file")
     return settings
 
 

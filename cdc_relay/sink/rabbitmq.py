@@ -40,7 +40,7 @@ import pika
 from pika import spec
 from pika.adapters.select_connection import SelectConnection
 
-from cdc_relay.errors import BrokerError, mask_secrets
+from cdc_relay.errors import BrokerError, ConfigError, mask_secrets
 from cdc_relay.model import Message
 from cdc_relay.sink.background import BackgroundSink
 from cdc_relay.sink.base import DeliveryError, DeliveryHandler, ErrorKind, Sink, SinkFactory
@@ -90,7 +90,12 @@ class RabbitMqSink(BackgroundSink):
         super().__init__(on_delivery, generation=generation, max_in_flight=config.max_in_flight,
                          message_timeout=config.message_timeout_ms / 1000, logger=logger or _log)
         self._config = config
-        self._params = connection_parameters(config)
+        try:
+            self._params = connection_parameters(config)
+        except (ValueError, TypeError, OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"invalid RabbitMQ settings for {mask_secrets(config.url)}: "
+                              f"{mask_secrets(str(exc))} (check --brokers and the tls_* "
+                              "--sink-config files)") from exc
         self._outbox: deque[tuple[int, Message]] = deque()
         self._scheduled = False
         self._settled = threading.Event()  # ready, or failed before getting there

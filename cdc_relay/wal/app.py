@@ -84,7 +84,8 @@ def run_wal(settings: WalSettings) -> int:
     install_signal_handlers(stop)  # first: a SIGTERM during start-up is a clean stop too
     repl = settings.replication
     sink = sink_name(settings.sink)
-    make_sink_factory(settings.kafka, settings.sink)  # a missing client library: one line now
+    # A missing client library or bad sink settings: one line now, before touching the slot.
+    make_sink_factory(settings.kafka, settings.sink)(lambda _delivery: None).close(0)
     ensure_replication(repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
                        publication=repl.publication)
     relay = build_wal_relay(settings)
