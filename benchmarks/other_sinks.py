@@ -153,7 +153,7 @@ async def _count_nats(url: str, stream: str, subject: str, expected: int,
         while not stop.is_set():
             try:
                 messages = await sub.fetch(5000, timeout=0.05)
-            except nats.errors.TimeoutError:
+            except (nats.errors.TimeoutError, asyncio.TimeoutError):
                 continue
             fresh = [(m.headers or {}).get("Nats-Msg-Id", "") for m in messages]
             if _stamp(seen, fresh, expected, received, first_at, done_at):
