@@ -66,11 +66,23 @@ def machine_sink(sink: str, topics: list[str]) -> Iterator[SinkSide]:
     else:
         url = ensure_nats()
         stream = f"BENCH_{run_id}"
+        # Created up front (the relay finds it), so the counter subscribes before the first event.
+        asyncio.run(_create_stream(url, stream, [f"{topic.split('.')[0]}.>" for topic in topics]))
         try:
             yield SinkSide(url, ("--sink", "nats", "--sink-config", f"stream={stream}"),
                            count_process_nats, lambda topic: (url, stream, topic))
         finally:
             asyncio.run(_delete_stream(url, stream))
+
+
+async def _create_stream(url: str, stream: str, subjects: list[str]) -> None:
+    import nats
+
+    nc = await nats.connect(url)
+    try:
+        await nc.jetstream().add_stream(name=stream, subjects=sorted(set(subjects)))
+    finally:
+        await nc.close()
 
 
 async def _delete_stream(url: str, stream: str) -> None:
@@ -140,20 +152,13 @@ async def _count_nats(url: str, stream: str, subject: str, expected: int,
     js = nc.jetstream()
     seen: set[str] = set()
     try:
+        sub = await js.pull_subscribe(subject, stream=stream,
+                                      config=ConsumerConfig(ack_policy=AckPolicy.NONE))
         ready.set()
-        while True:  # the relay creates the stream when it starts
-            try:
-                sub = await js.pull_subscribe(subject, stream=stream,
-                                              config=ConsumerConfig(ack_policy=AckPolicy.NONE))
-                break
-            except Exception:
-                if stop.is_set():
-                    return
-                await asyncio.sleep(0.05)
         while not stop.is_set():
             try:
-                messages = await sub.fetch(5000, timeout=0.05)
-            except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                messages = await sub.fetch(5000, timeout=0.5)
+            except (TimeoutError, nats.errors.TimeoutError):
                 continue
             fresh = [(m.headers or {}).get("Nats-Msg-Id", "") for m in messages]
             if _stamp(seen, fresh, expected, received, first_at, done_at):
