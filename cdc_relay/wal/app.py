@@ -84,8 +84,11 @@ def run_wal(settings: WalSettings) -> int:
     install_signal_handlers(stop)  # first: a SIGTERM during start-up is a clean stop too
     repl = settings.replication
     sink = sink_name(settings.sink)
-    # A missing client library or bad sink settings: one line now, before touching the slot.
-    make_sink_factory(settings.kafka, settings.sink)(lambda _delivery: None).close(0)
+    # A missing client library or bad sink settings: one line now, before touching the slot
+    # (a RabbitMQ or NATS sink does no I/O until warm_up; a Kafka producer would connect).
+    factory = make_sink_factory(settings.kafka, settings.sink)
+    if settings.sink is not None:
+        factory(lambda _delivery: None).close(0)
     ensure_replication(repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
                        publication=repl.publication)
     relay = build_wal_relay(settings)
