@@ -71,7 +71,8 @@ class RabbitReader:
             got.append(to_msg(method, props, body, len(got)))
 
     def close(self) -> None:
-        for queue in self._queues:
+        # The relay declares the dead-letter queue ({prefix}.dlq in these tests) itself.
+        for queue in dict.fromkeys([*self._queues, f"{self.exchange}.dlq"]):
             with suppress(Exception):
                 self._channel.queue_delete(queue)
         with suppress(Exception):
