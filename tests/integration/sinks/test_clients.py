@@ -16,6 +16,7 @@ from cdc_relay.sink.config import parse_nats, parse_rabbitmq
 from cdc_relay.sink.nats import NatsSink
 from cdc_relay.sink.rabbitmq import RabbitMqSink
 from tests.integration.sinks.support import RabbitReader, TcpProxy
+from tests.support import run_cli
 
 
 def serve_until(sink: BackgroundSink, done: Callable[[], object], timeout: float = 30.0) -> None:
@@ -121,3 +122,22 @@ def test_nats_refuses_a_payload_over_the_server_limit_as_permanent(
         assert rejected.value.error.kind is ErrorKind.PERMANENT
     finally:
         sink.close(0)
+
+
+def test_doctor_checks_the_rabbitmq_and_nats_sinks(db: str, rabbitmq_url: str, nats_url: str,
+                                                   rabbit: RabbitReader, topic_prefix: str) -> None:
+    assert run_cli("init", "--dsn", db, "--no-slot").returncode == 0
+    rabbit_report = run_cli("doctor", "--dsn", db, "--mode", "poll", "--sink", "rabbitmq",
+                            "--brokers", rabbitmq_url, "--sink-config", f"exchange={topic_prefix}")
+    assert "PASS  broker: rabbitmq" in rabbit_report.stdout, rabbit_report.stdout
+    assert f"exchange '{topic_prefix}' exists" in rabbit_report.stdout
+    assert "guest:guest" not in rabbit_report.stdout
+    missing = run_cli("doctor", "--dsn", db, "--mode", "poll", "--sink", "nats", "--brokers",
+                      nats_url, "--sink-config", f"stream={topic_prefix.upper()}",
+                      "--sink-config", "create_stream=false")
+    assert "PASS  broker: nats" in missing.stdout, missing.stdout
+    assert "FAIL  broker: stream" in missing.stdout and missing.returncode == 1
+    wrong = run_cli("doctor", "--dsn", db, "--mode", "poll", "--sink", "rabbitmq",
+                    "--brokers", rabbitmq_url.replace("guest:guest", "guest:wrong"))
+    assert "FAIL  broker: rabbitmq" in wrong.stdout and "ACCESS_REFUSED" in wrong.stdout
+    assert "wrong" not in wrong.stdout
