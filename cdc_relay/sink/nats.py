@@ -3,9 +3,10 @@
 nats-py is asyncio only. Each sink generation runs one event loop on one daemon thread,
 behind ``BackgroundSink`` (sink/background.py), so the relay keeps its single
 synchronous loop and no second copy of it exists. Messages reach the loop through a
-deque; one drain task at a time publishes them in produce order with
-``js.publish_async`` (many PubAcks outstanding, none awaited one by one), and each
-PubAck future reports its message.
+deque; one drain task at a time publishes them in produce order as JetStream requests
+(what ``js.publish`` does, without waiting: many PubAcks outstanding) whose reply subject
+is one wildcard inbox plus the publish's sequence number, so one subscription receives
+every PubAck and reports its message - no future or task per message.
 
 Each message: subject = the message's topic; payload = the value; headers
 ``Nats-Msg-Id`` (the event id: the stream's duplicate window drops a replayed copy and
@@ -25,15 +26,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import ssl
 import threading
 from collections import deque
-from functools import partial
 from typing import Any
 
 import nats
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js import api
 from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
 
@@ -44,6 +46,7 @@ from cdc_relay.sink.base import DeliveryError, DeliveryHandler, ErrorKind, Sink,
 from cdc_relay.sink.config import NatsConfig, SinkProbe, subject_problem
 
 _log = logging.getLogger("cdc_relay.nats")
+NO_RESPONDERS = "503"  # the status a request gets when no stream takes its subject
 
 
 def classify(error: BaseException, subject: str) -> DeliveryError:
@@ -56,6 +59,13 @@ def classify(error: BaseException, subject: str) -> DeliveryError:
         return DeliveryError(kind, f"JetStream refused the message: {error.description} "
                              f"(code {error.code}, err_code {error.err_code})")
     return DeliveryError(ErrorKind.FATAL, f"publish failed: {error!r}")
+
+
+def _json_flag(data: bytes, key: str) -> bool:
+    try:
+        return bool(json.loads(data).get(key))
+    except (ValueError, AttributeError):
+        return False
 
 
 def headers(message: Message) -> dict[str, str]:
@@ -107,6 +117,10 @@ class NatsSink(BackgroundSink):
         self._js: Any = None
         self._closing = False
         self._max_payload = 1 << 20
+        self._reply_prefix = ""
+        self._subjects: dict[int, str] = {}  # seq -> subject, until its PubAck (error texts)
+        self._acked: list[int] = []
+        self._flush_scheduled = False
         self.duplicates = 0  # PubAcks with duplicate=True: replays the stream dropped
 
     # -- relay thread ----------------------------------------------------------------
@@ -122,6 +136,8 @@ class NatsSink(BackgroundSink):
             self._thread = self._loop = self._connected = self._nc = self._js = None
             self._drainer = None
             self._closing = False
+            self._subjects.clear()
+            self._acked = []
             self._clear_failure()
         self._start()
         where = ",".join(mask_secrets(s) for s in self._config.servers)
@@ -186,7 +202,11 @@ class NatsSink(BackgroundSink):
         self._nc = await nats.connect(**connect_options(config), disconnected_cb=self._on_lost,
                                       closed_cb=self._on_lost, error_cb=self._on_error)
         self._max_payload = self._nc.max_payload
-        self._js = self._nc.jetstream(publish_async_max_pending=config.max_in_flight + 16)
+        self._js = self._nc.jetstream()
+        # PubAcks come back on one wildcard inbox; the last token is the publish's seq.
+        self._reply_prefix = self._nc.new_inbox() + "."
+        await self._nc.subscribe(self._reply_prefix + "*", cb=self._on_reply,
+                                 pending_msgs_limit=4 * config.max_in_flight + 1024)
         try:
             await self._js.stream_info(config.stream)
         except NotFoundError:
@@ -221,31 +241,50 @@ class NatsSink(BackgroundSink):
             self._drainer = asyncio.ensure_future(self._drain())
 
     async def _drain(self) -> None:
-        outbox, js = self._outbox, self._js
+        outbox, nc, prefix, subjects = self._outbox, self._nc, self._reply_prefix, self._subjects
+        assert nc is not None
         while True:
             self._scheduled = False  # before the check: an append after it schedules a new kick
             if not outbox or self._fatal is not None:
                 return
             while outbox:
                 seq, message = outbox.popleft()
+                subjects[seq] = message.topic
                 try:
-                    future = await js.publish_async(message.topic, message.value,
-                                                    headers=headers(message))
+                    # A JetStream publish is a request: the stream answers the reply subject.
+                    await nc.publish(message.topic, message.value, reply=f"{prefix}{seq}",
+                                     headers=headers(message))
                 except Exception as exc:
                     self._fail(f"publish failed: {exc!r}")
                     return
-                future.add_done_callback(partial(self._on_ack, seq, message.topic))
 
-    def _on_ack(self, seq: int, subject: str, future: asyncio.Future[Any]) -> None:
-        if future.cancelled():
-            return  # the connection went away: the sink is already FATAL
-        error = future.exception()
-        if error is not None:
+    async def _on_reply(self, reply: Msg) -> None:
+        seq = int(reply.subject[len(self._reply_prefix):])
+        subject = self._subjects.pop(seq, "?")
+        status = reply.headers.get(api.Header.STATUS) if reply.headers else None
+        if status == NO_RESPONDERS:
+            self._report([seq], classify(NoStreamResponseError(), subject))
+            return
+        data = reply.data
+        if b'"error"' in data:  # a PubAck is {"stream":..,"seq":..[,"duplicate":true]}
+            try:
+                error: BaseException = APIError.from_error(json.loads(data)["error"])
+            except (APIError, ValueError, KeyError, TypeError) as exc:
+                error = exc
             self._report([seq], classify(error, subject))
             return
-        if future.result().duplicate:
+        if b'"duplicate"' in data and _json_flag(data, "duplicate"):  # rare: parse only then
             self.duplicates += 1
-        self._report([seq], None)
+        self._acked.append(seq)
+        if not self._flush_scheduled:  # one report per burst of PubAcks
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_acks)
+
+    def _flush_acks(self) -> None:
+        self._flush_scheduled = False
+        acked, self._acked = self._acked, []
+        if acked:
+            self._report(acked, None)
 
 
 def nats_sink_factory(config: NatsConfig, *, logger: logging.Logger | None = None) -> SinkFactory:

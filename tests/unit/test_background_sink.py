@@ -205,3 +205,42 @@ def test_nats_errors_are_classified() -> None:
     assert classify(APIError(code=503, description="busy"), "s").kind is ErrorKind.RETRIABLE
     assert classify(APIError(code=400, description="bad"), "s").kind is ErrorKind.FATAL
     assert classify(RuntimeError("?"), "s").kind is ErrorKind.FATAL
+
+
+def test_nats_pub_acks_duplicates_no_responders_and_api_errors_become_deliveries() -> None:
+    import asyncio
+
+    from nats.aio.msg import Msg as NatsMsg
+
+    from cdc_relay.sink.config import parse_nats
+    from cdc_relay.sink.nats import NatsSink
+
+    got: list[Delivery] = []
+    config = parse_nats("nats://127.0.0.1:1", [], topic_pattern="o.{aggregate_type}",
+                        dead_letter_topic="o.dlq")
+    sink = NatsSink(config, got.append)
+    sink._submit = lambda seq, message: None  # type: ignore[method-assign]
+    for token in range(4):
+        sink.produce(msg(topic="o.order"), token)
+    sink._reply_prefix = "_INBOX.x."
+    replies = [
+        NatsMsg(None, subject="_INBOX.x.0", data=b'{"stream":"S", "seq":1}'),  # type: ignore[arg-type]
+        NatsMsg(None, subject="_INBOX.x.1",  # type: ignore[arg-type]
+                data=b'{"stream":"S", "seq":1,"duplicate": true}'),
+        NatsMsg(None, subject="_INBOX.x.2", data=b"", headers={"Status": "503"}),  # type: ignore[arg-type]
+        NatsMsg(None, subject="_INBOX.x.3", data=b'{"error":{"code":503,"err_code":10008,'  # type: ignore[arg-type]
+                b'"description":"JetStream system temporarily unavailable"}}'),
+    ]
+
+    async def deliver() -> None:
+        for reply in replies:
+            await sink._on_reply(reply)
+        await asyncio.sleep(0)  # the batched ack report
+
+    asyncio.run(deliver())
+    sink.poll(0)
+    by_token = {d.token: d.error for d in got}
+    assert by_token[0] is None and by_token[1] is None and sink.duplicates == 1
+    assert by_token[2] is not None and by_token[2].kind is ErrorKind.PERMANENT
+    assert by_token[3] is not None and by_token[3].kind is ErrorKind.RETRIABLE
+    assert "temporarily unavailable" in by_token[3].reason
