@@ -55,21 +55,33 @@ def cli(ctx: click.Context, config_file: str | None) -> None:
 @dsn_option
 @table_option
 @columns_option
+@option("--mode", type=click.Choice(["wal", "poll"]), default="wal", show_default=True,
+        help="The relay mode that will read the table; init installs only what it uses: "
+             "wal = slot (+ publication for pgoutput), no NOTIFY trigger; poll = the NOTIFY "
+             "trigger, no slot.")
 @slot_option
 @plugin_option
 @publication_option
 @option("--no-slot", is_flag=True, default=False,
-        help="Only apply the schema (polling mode): create no slot or publication.")
+        help="Same as --mode poll (kept for existing scripts).")
 @option("--no-trigger", is_flag=True, default=False,
-        help="Skip the NOTIFY trigger (WAL-mode-only deployments save its cost per insert).")
-def init(dsn: str, table: TableRef, columns: str | None, slot: str, plugin: str, publication: str,
-         no_slot: bool, no_trigger: bool) -> None:
-    """Apply the outbox schema (idempotent) and create the replication slot."""
+        help="Polling mode without the NOTIFY trigger (pollers then wake every --interval).")
+@click.pass_context
+def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mode: str, slot: str,
+         plugin: str, publication: str, no_slot: bool, no_trigger: bool) -> None:
+    """Apply the outbox schema (idempotent) and install what the relay mode uses."""
+    from click.core import ParameterSource
+
     from cdc_relay.schema import init_database
 
+    if no_slot:
+        if mode == "wal" and ctx.get_parameter_source("mode") is not ParameterSource.DEFAULT:
+            raise click.UsageError("--no-slot means --mode poll; it cannot go with --mode wal")
+        mode = "poll"
     ReplicationConfig(dsn=dsn, slot=slot, plugin=plugin, publication=publication)  # validate
-    report = init_database(dsn, outbox_config(table, columns), slot=None if no_slot else slot,
-                           plugin=plugin, publication=publication, notify_trigger=not no_trigger)
+    report = init_database(dsn, outbox_config(table, columns), slot=slot if mode == "wal" else None,
+                           plugin=plugin, publication=publication, mode=mode,
+                           notify_trigger=False if no_trigger else None)
     click.echo(str(report))
 
 

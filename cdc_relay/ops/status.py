@@ -43,6 +43,14 @@ LEFT JOIN pg_stat_replication AS r ON r.pid = s.active_pid
 """
 
 
+# Every inactive logical slot of this database (what polling mode warns about).
+_IDLE_SLOTS_SQL = """
+SELECT s.slot_name FROM pg_replication_slots AS s
+WHERE s.database = current_database() AND s.slot_type = 'logical' AND NOT s.active
+ORDER BY s.slot_name
+"""
+
+
 def _lsn(text: str | None) -> Lsn | None:
     return Lsn.parse(text) if text else None
 
@@ -63,6 +71,20 @@ def read_slot_status(conn: psycopg.Connection[Any], slot: str) -> tuple[Lsn, Slo
         lag_bytes=row[9], lag_seconds=row[13], retained_bytes=row[10], wal_status=row[11],
         safe_wal_size=row[12],
     )
+
+
+def idle_logical_slots(conn: psycopg.Connection[Any]) -> list[SlotStatus]:
+    """Inactive logical slots of the current database, each with the WAL it retains.
+
+    Nothing reads such a slot, yet the server keeps every WAL segment since its restart
+    LSN: the disk fills unless someone streams from it or drops it.
+    """
+    try:
+        names = [row[0] for row in conn.execute(_IDLE_SLOTS_SQL).fetchall()]
+    except psycopg.Error as exc:
+        raise translate_error(exc, "listing replication slots") from exc
+    found = (read_slot_status(conn, name)[1] for name in names)
+    return [slot for slot in found if slot is not None and not slot.active]
 
 
 class SlotReader:

@@ -30,18 +30,26 @@ from cdc_relay.routing import Router
 from cdc_relay.signals import install_signal_handlers
 from cdc_relay.sink.kafka import kafka_sink_factory
 from cdc_relay.wal.loop import Decoder, LoopTimings, ReplicationSource, WalRelay
+from cdc_relay.wal.partitions import PartitionTree
 from cdc_relay.wal.stream import ReplicationStream
 
 log = logging.getLogger("cdc_relay")
 
 
-def make_decoder(repl: ReplicationConfig, outbox: OutboxConfig) -> tuple[Decoder, list[tuple[str, str]]]:
-    """The decoder and START_REPLICATION options for the configured plugin."""
+def make_decoder(repl: ReplicationConfig, outbox: OutboxConfig, *,
+                 partitioned: bool = False) -> tuple[Decoder, list[tuple[str, str]]]:
+    """The decoder and START_REPLICATION options for the configured plugin.
+
+    A partitioned outbox: pgoutput's publication publishes via the root (wal/setup.py),
+    so nothing changes; wal2json streams every table and its decoder looks partitions
+    up (wal/partitions.py).
+    """
     decoder: Decoder
     if repl.plugin == "pgoutput":
         return PgOutputDecoder(outbox.table, outbox.columns), pgoutput_options(repl.publication)
-    decoder = Wal2JsonDecoder(outbox.table, outbox.columns)
-    return decoder, wal2json_options(outbox.table)
+    tree = PartitionTree(repl.dsn, outbox.table) if partitioned else None
+    decoder = Wal2JsonDecoder(outbox.table, outbox.columns, tree)
+    return decoder, wal2json_options(outbox.table, partitioned=partitioned)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,10 +64,10 @@ class WalSettings:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
 
-def build_wal_relay(settings: WalSettings) -> WalRelay:
+def build_wal_relay(settings: WalSettings, *, partitioned: bool = False) -> WalRelay:
     """Wire a WalRelay from settings (no I/O until ``run``)."""
     repl = settings.replication
-    decoder, options = make_decoder(repl, settings.outbox)
+    decoder, options = make_decoder(repl, settings.outbox, partitioned=partitioned)
 
     def source_factory() -> ReplicationSource:
         return ReplicationStream(repl, options)
@@ -81,9 +89,9 @@ def run_wal(settings: WalSettings) -> int:
     stop = threading.Event()
     install_signal_handlers(stop)  # first: a SIGTERM during start-up is a clean stop too
     repl = settings.replication
-    ensure_replication(repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
-                       publication=repl.publication)
-    relay = build_wal_relay(settings)
+    setup = ensure_replication(repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
+                               publication=repl.publication)
+    relay = build_wal_relay(settings, partitioned=setup.partitioned)
     log.info("WAL mode: slot %s, plugin %s, table %s", repl.slot, repl.plugin, settings.outbox.table,
              extra={"slot": repl.slot, "plugin": repl.plugin, "table": str(settings.outbox.table)})
     with serve_wal(settings.metrics, relay.stats, dsn=repl.dsn, slot=repl.slot):

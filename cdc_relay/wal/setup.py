@@ -52,7 +52,8 @@ class Outcome(enum.Enum):
 
     CREATED = "created"
     EXISTED = "existed"
-    UPDATED = "updated"  # e.g. the outbox table added to an existing publication
+    UPDATED = "updated"  # e.g. the outbox table added to an existing publication, or
+    # an existing publication set to publish a partitioned outbox via its root
     DROPPED = "dropped"  # the NOTIFY trigger with notify_trigger=False
     ABSENT = "absent"  # not wanted and not there
     SKIPPED = "skipped"  # not needed in this configuration
@@ -69,6 +70,7 @@ class ReplicationReport:
 
     publication: Outcome
     slot: Outcome
+    partitioned: bool = False  # the outbox is a partitioned table
 
     @property
     def changed(self) -> bool:
@@ -147,6 +149,10 @@ def ensure_publication_and_slot(
     Names must already be validated (``validate_wal_options``, ``validated_table``).
     """
     pub = Outcome.SKIPPED
+    try:
+        partitioned = is_partitioned(conn, _table_identifier(table).as_string(conn))
+    except psycopg.Error as exc:
+        raise translate_error(exc, f"looking up {table}") from exc
     if plugin == "pgoutput":
         try:
             with conn.transaction():
@@ -158,7 +164,7 @@ def ensure_publication_and_slot(
         slot_outcome = _ensure_slot(conn, slot, plugin)
     except psycopg.Error as exc:
         raise translate_error(exc, f"checking replication slot {slot!r}") from exc
-    return ReplicationReport(pub, slot_outcome)
+    return ReplicationReport(pub, slot_outcome, partitioned)
 
 
 def _table_identifier(table: TableRef) -> sql.Identifier:
@@ -170,37 +176,70 @@ def _ensure_publication(
     publication: str,
     table: TableRef,
 ) -> Outcome:
+    """The publication exists, publishes inserts, includes the table, and - for a
+    partitioned outbox - publishes via the partition root.
+
+    Rows of a partitioned table are logged under their partition; without
+    ``publish_via_partition_root`` pgoutput sends them under the partition's name and
+    the decoder (which knows only the outbox's name) would never see an event.
+    """
+    ident = _table_identifier(table).as_string(conn)
+    partitioned = is_partitioned(conn, ident)
     row = conn.execute(
-        "SELECT puballtables, pubinsert FROM pg_publication WHERE pubname = %s",
+        "SELECT oid, puballtables, pubinsert, pubviaroot FROM pg_publication WHERE pubname = %s",
         (publication,),
     ).fetchone()
     pub = sql.Identifier(publication)
     if row is None:
+        options = "publish = 'insert'" + (", publish_via_partition_root = true" if partitioned else "")
         conn.execute(
-            sql.SQL("CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert')").format(
+            sql.SQL("CREATE PUBLICATION {} FOR TABLE {} WITH (" + options + ")").format(
                 pub, _table_identifier(table)
             )
         )
         return Outcome.CREATED
-    all_tables, publishes_inserts = row
+    pub_oid, all_tables, publishes_inserts, via_root = row
     if not publishes_inserts:
         raise ConfigError(
             f"publication {publication!r} does not publish inserts: run ALTER PUBLICATION "
             f"{publication} SET (publish = 'insert'), or pass another --publication"
         )
-    if all_tables:
-        return Outcome.EXISTED
-    member = conn.execute(
-        "SELECT 1 FROM pg_publication_tables "
-        "WHERE pubname = %s AND schemaname = %s AND tablename = %s",
-        (publication, table.schema, table.name),
-    ).fetchone()
-    if member is not None:
-        return Outcome.EXISTED
+    outcome = Outcome.EXISTED
+    if partitioned and not via_root:
+        # Only the named parameter changes; the publish list stays as it was.
+        conn.execute(
+            sql.SQL("ALTER PUBLICATION {} SET (publish_via_partition_root = true)").format(pub)
+        )
+        outcome = Outcome.UPDATED
+    if all_tables or _publication_includes(conn, pub_oid, publication, table, ident):
+        return outcome
     conn.execute(
         sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(pub, _table_identifier(table))
     )
     return Outcome.UPDATED
+
+
+def is_partitioned(conn: psycopg.Connection[Any], table_ident: str) -> bool:
+    """True if the (quoted, qualified) table is a partitioned table (relkind 'p')."""
+    row = conn.execute(
+        "SELECT relkind = 'p' FROM pg_class WHERE oid = %s::regclass", (table_ident,)
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def _publication_includes(conn: psycopg.Connection[Any], pub_oid: int, publication: str,
+                          table: TableRef, table_ident: str) -> bool:
+    # pg_publication_rel: the table itself was added (for a partitioned table without
+    # publish_via_partition_root, pg_publication_tables lists only its partitions, and
+    # adding it again fails with "already member of publication").
+    # pg_publication_tables: it is included some other way (FOR TABLES IN SCHEMA).
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_publication_rel WHERE prpubid = %s"
+        " AND prrelid = %s::regclass) OR EXISTS (SELECT 1 FROM pg_publication_tables"
+        " WHERE pubname = %s AND schemaname = %s AND tablename = %s)",
+        (pub_oid, table_ident, publication, table.schema, table.name),
+    ).fetchone()
+    return bool(row and row[0])
 
 
 def _ensure_slot(conn: psycopg.Connection[Any], slot: str, plugin: str) -> Outcome:
