@@ -131,6 +131,7 @@ class StatusReport:
     table: TableRef
     pending: int | None  # None: the table has no polling bookkeeping columns
     dead_letters: int | None
+    partitions: tuple[str, ...] | None = None  # None: not a partitioned table
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values (LSNs as text) for JSON."""
@@ -145,7 +146,9 @@ class StatusReport:
             "slot": slot,
             "current_wal_lsn": str(self.current_lsn),
             "outbox": {"table": str(self.table), "pending": self.pending,
-                       "dead_letters": self.dead_letters},
+                       "dead_letters": self.dead_letters,
+                       "partitioned": self.partitions is not None,
+                       "partitions": list(self.partitions) if self.partitions is not None else None},
         }
 
     def to_json(self) -> str:
@@ -158,11 +161,19 @@ class StatusReport:
         rows += [
             ("server WAL position", str(self.current_lsn)),
             ("outbox", str(self.table)),
+            *_partition_rows(self.partitions),
             ("  pending rows", _count(self.pending) + " (polling mode's backlog)"),
             ("  dead letters", _count(self.dead_letters)),
         ]
         width = max(len(key) for key, _ in rows)
         return [f"{key.ljust(width)}  {value}" for key, value in rows]
+
+
+def _partition_rows(partitions: tuple[str, ...] | None) -> list[tuple[str, str]]:
+    if partitions is None:
+        return []
+    shown = ", ".join(partitions[:6]) + (", ..." if len(partitions) > 6 else "")
+    return [("  partitioned", f"{len(partitions)} partitions" + (f" ({shown})" if shown else ""))]
 
 
 def _count(value: int | None) -> str:
@@ -186,9 +197,34 @@ def _slot_rows(slot: SlotStatus) -> list[tuple[str, str]]:
     ]
 
 
+_PARTITIONS_SQL = """
+SELECT n.nspname::text || '.' || c.relname::text
+FROM pg_partition_tree(%s) AS t JOIN pg_class AS c ON c.oid = t.relid
+JOIN pg_namespace AS n ON n.oid = c.relnamespace
+WHERE t.isleaf ORDER BY c.relname
+"""
+
+
+def outbox_partitions(conn: psycopg.Connection[Any], table: TableRef) -> tuple[str, ...] | None:
+    """The leaf partitions (schema.name) of a partitioned outbox; None if it is not one."""
+    try:
+        row = conn.execute(
+            "SELECT c.oid, c.relkind = 'p' FROM pg_class c JOIN pg_namespace n"
+            " ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
+            (table.schema, table.name)).fetchone()
+        if row is None or not row[1]:
+            return None
+        return tuple(r[0] for r in conn.execute(_PARTITIONS_SQL, (row[0],)).fetchall())
+    except psycopg.Error as exc:
+        raise translate_error(exc, f"listing the partitions of {table}") from exc
+
+
 def outbox_counts(conn: psycopg.Connection[Any], dsn: str,
                   outbox: OutboxConfig) -> tuple[int | None, int | None]:
-    """(pending rows, dead letters); ConfigError when the table does not exist."""
+    """(pending rows, dead letters); ConfigError when the table does not exist.
+
+    For a partitioned outbox the counts cover every partition (they query the parent).
+    """
     table = validated_table(outbox.table)
     try:
         row = conn.execute(
@@ -213,7 +249,8 @@ def status(dsn: str, slot: str, outbox: OutboxConfig) -> StatusReport:
     with connect(dsn, autocommit=True, application_name="cdc-relay status") as conn:
         current, slot_status = read_slot_status(conn, slot)
         pending, dead = outbox_counts(conn, dsn, outbox)
-    return StatusReport(slot, current, slot_status, outbox.table, pending, dead)
+        partitions = outbox_partitions(conn, outbox.table)
+    return StatusReport(slot, current, slot_status, outbox.table, pending, dead, partitions)
 
 
 def drop_replication_slot(dsn: str, slot: str) -> None:
