@@ -19,6 +19,7 @@ import orjson
 
 from cdc_relay.config import KafkaConfig, MetricsConfig, OutboxConfig, PollConfig, RouterConfig
 from cdc_relay.errors import ExitCode
+from cdc_relay.model import human_bytes
 from cdc_relay.ops.metrics.endpoint import serve_poll
 from cdc_relay.polling import admin as polling_admin
 from cdc_relay.polling.admin import DeadLetter, OutboxMonitor
@@ -89,6 +90,7 @@ def run_poll(settings: PollSettings, stats: PollStats | None = None,
     stats = stats or PollStats()
     monitor = OutboxMonitor(poll.dsn, settings.outbox, listen=poll.notify)
     monitor.check()  # a missing table or column is a one-line error now, not a retry loop
+    warn_unread_slots(poll.dsn)
     KafkaSink(settings.kafka, lambda _delivery: None).close(0)  # bad --producer-config: now too
     waker = Waker()
     workers = build_pollers(settings, stats, waker)
@@ -110,6 +112,16 @@ def run_poll(settings: PollSettings, stats: PollStats | None = None,
     log.info("stopped; %d events published, %d dead-lettered", stats.published, stats.dead_lettered,
              extra={"published": stats.published, "dead_lettered": stats.dead_lettered})
     return ExitCode.OK
+
+
+def warn_unread_slots(dsn: str) -> None:
+    """Warn about each inactive logical slot of the database: nothing in polling mode reads it."""
+    for name, plugin, retained in polling_admin.unread_slots(dsn):
+        log.warning("replication slot %s (%s) is inactive and retains %s of WAL, more with every "
+                    "write until the disk is full: polling mode does not read it. Drop it "
+                    "(cdc-relay slot drop --slot %s) unless a WAL-mode relay will use it",
+                    name, plugin, human_bytes(retained), name,
+                    extra={"slot": name, "retained_bytes": retained})
 
 
 # ---------------------------------------------------------------- admin commands
