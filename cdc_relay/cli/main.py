@@ -169,19 +169,34 @@ def poll(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, mes
 
 @cli.group("dead-letters")
 def dead_letters() -> None:
-    """Inspect and requeue events polling mode gave up on."""
+    """Inspect, requeue (polling mode) and replay (WAL mode) dead letters."""
 
 
 @dead_letters.command("list")
-@dsn_option
+@option("--dsn", default=None, help="PostgreSQL connection string: polling mode's dead letters "
+        "(rows of the outbox).")
+@option("--from-topic", default=None, metavar="TOPIC",
+        help="Read WAL mode's dead letters from this topic instead (needs --brokers).")
+@option("--brokers", default=None, help="Kafka bootstrap servers, for --from-topic.")
+@option("--producer-config", multiple=True, metavar="KEY=VALUE",
+        help="librdkafka settings (SASL/SSL) for --from-topic, as given to the relay.")
 @table_option
 @columns_option
 @option("--limit", type=click.IntRange(1), default=100, show_default=True,
         help="Show at most this many (oldest first).")
 @format_option
-def dead_letters_list(dsn: str, table: TableRef, columns: str | None, limit: int,
-                      output_format: str) -> None:
-    """List dead letters: id, aggregate, event type, attempts, last error, times."""
+def dead_letters_list(dsn: str | None, from_topic: str | None, brokers: str | None,
+                      producer_config: tuple[str, ...], table: TableRef, columns: str | None,
+                      limit: int, output_format: str) -> None:
+    """List dead letters: id, aggregate, event type, attempts or topic, error, times."""
+    if from_topic is not None:
+        from cdc_relay.cli.ops import list_topic_dead_letters
+
+        list_topic_dead_letters(from_topic, brokers, producer_config, limit, output_format)
+        return
+    if dsn is None:
+        raise click.UsageError("give --dsn (polling mode's dead letters, in the outbox table) or "
+                               "--from-topic TOPIC --brokers HOST:PORT (WAL mode's)")
     from cdc_relay.polling.app import dead_letters_json, dead_letters_table, list_dead_letters
 
     rows = list_dead_letters(dsn, outbox_config(table, columns), limit)
@@ -234,8 +249,9 @@ def main() -> None:
 
 # ---------------------------------------------------------------- operations (issue 5)
 
-from cdc_relay.cli.ops import doctor, slot, status  # noqa: E402 - registered after the group
+from cdc_relay.cli.ops import doctor, replay, slot, status  # noqa: E402 - registered after the group
 
+dead_letters.add_command(replay)
 cli.add_command(status)
 cli.add_command(doctor)
 cli.add_command(slot)

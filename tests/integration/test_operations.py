@@ -137,7 +137,8 @@ def test_status_reports_slot_and_backlog(db: str) -> None:
     assert slot["lag_seconds"] is None  # no walsender: unknown
     assert slot["lag_bytes"] > 0 and slot["retained_bytes"] >= slot["lag_bytes"]
     assert slot["wal_status"] == "reserved"
-    assert status["outbox"] == {"table": "public.outbox_events", "pending": 3, "dead_letters": 0}
+    assert status["outbox"] == {"table": "public.outbox_events", "pending": 3, "dead_letters": 0,
+                                "partitioned": False, "partitions": None}
     text = run_cli("status", "--dsn", db)
     assert text.returncode == 0
     assert "inactive" in text.stdout and "pending rows       3" in text.stdout
