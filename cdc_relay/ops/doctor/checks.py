@@ -178,7 +178,7 @@ def table_checks(facts: Facts, options: DoctorOptions) -> list[Check]:
     table, info, poll = options.outbox.table, facts.table, options.mode == "poll"
     if not info.exists:
         return [Check("outbox table", Verdict.FAIL, f"{table} does not exist",
-                      f"cdc-relay init --dsn DSN --table {table}" + (" --no-slot" if poll else ""))]
+                      f"cdc-relay init --dsn DSN --table {table}" + (" --mode poll" if poll else ""))]
     columns = options.outbox.columns
     missing = [getattr(columns, role) for role in columns.__dataclass_fields__
                if getattr(columns, role) not in info.columns]
@@ -188,7 +188,7 @@ def table_checks(facts: Facts, options: DoctorOptions) -> list[Check]:
                             "map the columns: --columns debezium or --columns FIELD=COLUMN,...")
     elif bookkeeping and poll:
         table_check = Check("outbox table", Verdict.FAIL, f"{table} lacks {', '.join(bookkeeping)}",
-                            f"cdc-relay init --dsn DSN --table {table} --no-slot (adds them)")
+                            f"cdc-relay init --dsn DSN --table {table} --mode poll (adds them)")
     else:
         table_check = Check("outbox table", Verdict.PASS, f"{table} has the event columns"
                             + (" (no polling columns: WAL mode only)" if bookkeeping else "")
