@@ -98,6 +98,26 @@ def test_wal_mode_relays_every_partition_including_dropped_and_new_ones(
         assert relay.stop(signal.SIGTERM) == 0, relay.stderr
     assert expected <= seen
     assert not (stray & seen), "rows of a table that is not a partition were published"
+    doctor = run_cli("doctor", "--dsn", db, "--plugin", plugin)
+    assert "partitioned, 2 partition(s)" in doctor.stdout, doctor.stdout
+
+
+def test_an_existing_publication_of_a_partitioned_outbox_is_fixed_up(db: str) -> None:
+    make_outbox(db, [1])
+    with psycopg.connect(db, autocommit=True) as conn:  # as earlier versions created it
+        conn.execute("CREATE PUBLICATION cdc_relay_outbox FOR TABLE outbox_events"
+                     " WITH (publish = 'insert')")
+    before = run_cli("doctor", "--dsn", db, "--plugin", "pgoutput")
+    assert "publish_via_partition_root = true" in before.stdout, before.stdout
+    result = run_cli("init", "--dsn", db, "--plugin", "pgoutput")
+    assert result.returncode == 0, result.stderr  # not "already member of publication"
+    assert "publication cdc_relay_outbox: updated" in result.stdout
+    with psycopg.connect(db, autocommit=True) as conn:
+        row = conn.execute("SELECT pubviaroot FROM pg_publication").fetchone()
+        tables = conn.execute("SELECT tablename FROM pg_publication_tables").fetchall()
+    assert row == (True,) and tables == [("outbox_events",)]
+    again = run_cli("init", "--dsn", db, "--plugin", "pgoutput")
+    assert "publication cdc_relay_outbox: existed" in again.stdout
 
 
 def test_polling_mode_relays_a_partitioned_outbox(db: str, broker: Broker, topic_prefix: str) -> None:

@@ -106,8 +106,8 @@ def gather(conn: psycopg.Connection[Any], options: DoctorOptions) -> Facts:
                                  trigger, frozenset(columns), partitions)
     publication = PublicationFacts(False)
     if pub is not None:
-        inserts, in_tables, in_rel, via_root = pub
-        publication = PublicationFacts(True, inserts, bool(in_tables or in_rel), via_root)
+        inserts, includes, via_root = pub
+        publication = PublicationFacts(True, inserts, bool(includes), via_root)
     return Facts(server, table_facts, publication, read_slot_status(conn, options.slot)[1],
                  tuple(idle_logical_slots(conn)))
 
