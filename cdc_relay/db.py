@@ -2,7 +2,7 @@
 
 Owns three small things:
 
-* ``connect`` / ``connect_async``: open a psycopg connection and turn a failure into
+* ``connect``: open a psycopg connection and turn a failure into
   ``ServiceUnavailable("cannot connect to PostgreSQL at host:port/db: <reason>")``,
   never showing the password; a malformed DSN is a ``ConfigError``.
 * ``translate_error``: a psycopg error -> a RelayError whose message names the cause
@@ -86,15 +86,6 @@ def connect(dsn: str, **kwargs: Any) -> psycopg.Connection[TupleRow]:
     kwargs = _connect_kwargs(dsn, kwargs)
     try:
         return psycopg.Connection.connect(dsn, **kwargs)
-    except psycopg.Error as exc:
-        raise _connect_failed(dsn, exc) from exc
-
-
-async def connect_async(dsn: str, **kwargs: Any) -> psycopg.AsyncConnection[TupleRow]:
-    """The asyncio twin of :func:`connect`."""
-    kwargs = _connect_kwargs(dsn, kwargs)
-    try:
-        return await psycopg.AsyncConnection.connect(dsn, **kwargs)
     except psycopg.Error as exc:
         raise _connect_failed(dsn, exc) from exc
 

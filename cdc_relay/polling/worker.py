@@ -186,15 +186,11 @@ class PollWorker:
             self._broker_suspect = True
         if not self._broker_suspect:
             return True
-        warm_up = getattr(self._sink, "warm_up", None)
-        if callable(warm_up):
-            try:
-                ready = warm_up(self._settings.warmup_timeout)
-            except BrokerError as exc:
-                self._broker_problem = str(exc)
-                return False
-            if ready is False:
-                return False
+        try:
+            self._sink.warm_up(self._settings.warmup_timeout)
+        except BrokerError as exc:
+            self._broker_problem = str(exc)
+            return False
         self._broker_suspect = False
         self._broker_delay = self._settings.broker_wait_min
         self.stats.broker_ok = True
