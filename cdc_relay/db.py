@@ -37,6 +37,7 @@ from cdc_relay.errors import (
     mask_secrets,
 )
 from cdc_relay.model import BOOKKEEPING_COLUMNS, OutboxColumns
+from cdc_relay.text import one_line
 
 # Only applied when neither the DSN, the caller nor PGCONNECT_TIMEOUT sets one: an
 # unreachable host should fail a command in seconds, not hang on the OS's TCP timeout.
@@ -97,7 +98,7 @@ _SERVER_PREFIX = re.compile(
 
 
 def _one_line(text: str) -> str:
-    return mask_secrets(" ".join(text.split()))
+    return mask_secrets(one_line(text))
 
 
 def _connect_reason(exc: BaseException) -> str:

@@ -56,12 +56,6 @@ def backoff_delay(failures_before: int, policy: BackoffPolicy, rand: float) -> f
     return min(max(jittered, 0.0), policy.maximum)
 
 
-def truncate_error(reason: str) -> str:
-    """``last_error`` text: one line, at most MAX_ERROR_LENGTH characters."""
-    text = " ".join(reason.split())
-    return text if len(text) <= MAX_ERROR_LENGTH else text[: MAX_ERROR_LENGTH - 1] + "…"
-
-
 @dataclass(frozen=True, slots=True)
 class AttemptFailure:
     """A failed attempt to record: the event, why, and the backoff chosen for it."""
