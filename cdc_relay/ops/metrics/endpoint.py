@@ -116,11 +116,15 @@ def wal_health(stats: RelayStats, now: float, stale_after: float = WAL_STALE_AFT
 
 
 def wal_ready(stats: RelayStats) -> tuple[bool, str]:
-    """Ready while the replication stream is open and the producer is usable."""
+    """Ready while the producer is usable and the replication stream is open.
+
+    The producer comes first: the loop warms it before it opens the stream, so without a
+    broker the stream is never open either, and the reason must name the broker.
+    """
+    if not stats.producer_ok:
+        return False, "not ready: no usable producer (no broker answered, or the producer failed)"
     if not stats.streaming:
         return False, "not ready: the replication stream is not open"
-    if not stats.producer_ok:
-        return False, "not ready: the producer has failed or no broker answers"
     return True, "ready: streaming"
 
 
