@@ -30,6 +30,7 @@ PURE_MODULES = (
     "cdc_relay.wal.loop",
     "cdc_relay.wal.protocol",
     "cdc_relay.sink.base",
+    "cdc_relay.testing",  # the fakes drive the pure loops without a driver
 )
 DRIVERS = ("psycopg", "confluent_kafka")
 
