@@ -3,8 +3,8 @@
 Builds the real parts from frozen configs - one PollingSource and one Kafka sink per
 worker, one OutboxMonitor per process, the router - checks the outbox before starting,
 installs the signal handlers and runs the threads. The admin commands are thin wrappers
-over source/polling_admin.py plus their output formatting. Must not contain loop logic (that
-is poller/) or SQL (source/).
+over polling/admin.py plus their output formatting. Must not contain loop logic (that is
+worker.py and threads.py) or SQL (sql.py, claims.py, admin.py).
 """
 
 from __future__ import annotations

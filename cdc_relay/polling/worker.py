@@ -1,7 +1,7 @@
 """One polling worker's loop: claim a batch, route, produce, await every report, settle.
 
 One ``PollWorker`` per worker thread, each with its own database connection (a
-``BatchSource``, see source/polling.py) and its own sink. A batch is one transaction:
+``BatchSource``, see polling/claims.py) and its own sink. A batch is one transaction:
 
 1. claim up to ``batch_size`` ready rows (``FOR UPDATE SKIP LOCKED``: concurrent
    workers and processes never hold the same row);
@@ -66,7 +66,7 @@ log = logging.getLogger("cdc_relay.poller")
 
 
 class BatchSource(Protocol):
-    """What a worker needs from its database connection (source/polling.py)."""
+    """What a worker needs from its database connection (polling/claims.py)."""
 
     @property
     def connected(self) -> bool: ...

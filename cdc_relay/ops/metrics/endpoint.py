@@ -1,13 +1,13 @@
 """Prometheus metrics, ``/healthz`` and ``/readyz`` (docs/design.md), served from a daemon thread.
 
 The relay loops never touch a Prometheus object: they bump plain counters (``RelayStats``
-in relay.py, ``PollStats`` in poller/settlement.py) and the collectors of
-metrics_collectors.py turn those into metric families at scrape time. This module owns
+in wal/loop.py, ``PollStats`` in polling/settlement.py) and the collectors of
+ops/metrics/collectors.py turn those into metric families at scrape time. This module owns
 the rest: the slot lag probe, the health verdicts and the HTTP endpoint. What the loops
 cannot know - how far the slot lags behind the server's WAL - comes from
 ``SlotLagProbe``: a timer thread with its own ordinary connection that reads
 ``pg_replication_slots`` / ``pg_current_wal_lsn()`` / ``pg_stat_replication`` every few
-seconds (ops.SlotReader). It never runs on the hot path and survives database outages:
+seconds (ops/status.py ``SlotReader``). It never runs on the hot path and survives database outages:
 while it cannot read, the lag gauges are absent and ``cdc_relay_slot_probe_success`` is 0.
 
 Health: ``/healthz`` answers 503 when the loop is stuck - it is streaming (or polling)

@@ -1,4 +1,4 @@
-"""Fault injection: WAL mode survives every fault without losing an event (issue 7).
+"""Fault injection: WAL mode survives every fault without losing an event.
 
 Each test checks that every committed event is eventually in Kafka and that no
 rolled-back one is. Services that a test pauses, kills or restarts are its own.
