@@ -1,8 +1,8 @@
 """Prometheus collectors: the relay's plain counters turned into metric families at scrape time.
 
 Owns every metric name, help text and label the relay exposes: ``WalCollector`` reads
-``RelayStats`` (relay.py) and the slot figures of the lag probe, ``PollCollector`` reads
-``PollStats`` (poller/settlement.py), ``make_registry`` adds the process, platform and
+``RelayStats`` (wal/loop.py) and the slot figures of the lag probe, ``PollCollector`` reads
+``PollStats`` (polling/settlement.py), ``make_registry`` adds the process, platform and
 GC collectors. The slot gauges are absent while the probe cannot read or the slot does
 not exist.
 
