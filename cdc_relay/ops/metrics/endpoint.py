@@ -40,7 +40,7 @@ from prometheus_client.exposition import choose_encoder
 from cdc_relay.config import MetricsConfig
 from cdc_relay.errors import ConfigError, RelayError
 from cdc_relay.model import SlotStatus
-from cdc_relay.ops.metrics.collectors import PollCollector, WalCollector, make_registry
+from cdc_relay.ops.metrics.collectors import PollCollector, ReadyCollector, WalCollector, make_registry
 from cdc_relay.ops.status import SlotReader
 from cdc_relay.polling.settlement import PollStats
 from cdc_relay.wal.loop import RelayStats
@@ -244,9 +244,12 @@ def serve_wal(config: MetricsConfig, stats: RelayStats, *, dsn: str,
         yield None
         return
     probe = SlotLagProbe(SlotReader(dsn, slot))
-    endpoints = Endpoints(make_registry(WalCollector(stats, probe)),
-                          health=lambda: wal_health(stats, time.monotonic()),
-                          ready=lambda: wal_ready(stats))
+
+    def ready() -> tuple[bool, str]:
+        return wal_ready(stats)
+
+    endpoints = Endpoints(make_registry(WalCollector(stats, probe), ReadyCollector(ready)),
+                          health=lambda: wal_health(stats, time.monotonic()), ready=ready)
     server = MetricsServer(config, endpoints)
     server.start()
     probe.start()
@@ -267,9 +270,13 @@ def serve_poll(config: MetricsConfig, stats: PollStats, *,
         return
     started = time.monotonic()
     stale_after = POLL_STALE_AFTER + interval
-    endpoints = Endpoints(make_registry(PollCollector(stats)),
+
+    def ready() -> tuple[bool, str]:
+        return poll_ready(stats)
+
+    endpoints = Endpoints(make_registry(PollCollector(stats), ReadyCollector(ready)),
                           health=lambda: poll_health(stats, time.monotonic(), started, stale_after),
-                          ready=lambda: poll_ready(stats))
+                          ready=ready)
     server = MetricsServer(config, endpoints)
     server.start()
     _serving(server, config.host)
