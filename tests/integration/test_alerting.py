@@ -74,6 +74,37 @@ def rules_evaluated_since(prom: PrometheusServer, since: float) -> bool:
     return bool(groups) and all(unix_time(group["lastEvaluation"]) > since for group in groups)
 
 
+def assert_used_series_exported(*ports: int) -> None:
+    """No typo'd series: everything the rules and the dashboard select is exported here."""
+    exported = set().union(*(exported_series(port) for port in ports))
+    missing = {name: sorted(where) for name, where in rule_and_dashboard_metrics().items()
+               if name not in exported | PROMETHEUS_SERIES | set(NOT_HERE)}
+    assert not missing, f"used but exported by neither relay: {missing}"
+    assert not set(NOT_HERE) & exported, "listed as absent here, but exported: update NOT_HERE"
+
+
+def assert_rules_healthy(prom: PrometheusServer) -> None:
+    """Every rule has been evaluated on the data scraped so far, without error."""
+    scraped = time.time()
+    wait_for(lambda: rules_evaluated_since(prom, scraped), timeout=20, message="rules evaluated")
+    for group in prom.api("rules")["groups"]:
+        for rule in group["rules"]:
+            assert rule["health"] == "ok", (rule["name"], rule.get("lastError"))
+
+
+def assert_dashboard_evaluates(prom: PrometheusServer) -> None:
+    """Every panel's query evaluates, over a range as Grafana asks for it."""
+    now = time.time()
+    failed = []
+    for title, expr in dashboard_queries(load_dashboard()):
+        try:
+            prom.api("query_range", query=expand_grafana(expr), start=str(now - 30),
+                     end=str(now), step="1")
+        except PromQLError as exc:
+            failed.append(f"{title}: {exc}")
+    assert not failed, failed
+
+
 def test_a_frozen_broker_fires_the_stall_alert_and_every_used_series_exists(
         db: str, private_broker: Broker, topic_prefix: str) -> None:
     init_db(db)
@@ -86,24 +117,10 @@ def test_a_frozen_broker_fires_the_stall_alert_and_every_used_series_exists(
             start_relay(db, private_broker.bootstrap, topic_prefix,
                         extra=("--metrics-port", str(wal_port))) as relay, \
             PrometheusServer(jobs, fast_rules(seconds_per_minute=2)) as prom:
-        wait_for(lambda: {r["value"][1] for r in prom.query("cdc_relay_ready")} == {"1"}
-                 and len(prom.query("cdc_relay_ready")) == 2, timeout=30,
-                 message=f"both relays scraped and ready\n{poller.stderr}\n{prom.log}")
-
-        # No typo'd series: everything the rules and dashboard select is exported here.
-        exported = exported_series(wal_port) | exported_series(poll_port)
-        used = rule_and_dashboard_metrics()
-        missing = {name: sorted(where) for name, where in used.items()
-                   if name not in exported | PROMETHEUS_SERIES | set(NOT_HERE)}
-        assert not missing, f"used but exported by neither relay: {missing}"
-        assert not set(NOT_HERE) & exported, "listed as absent here, but exported: update NOT_HERE"
-
-        # Every rule evaluates on real data without error; nothing stalls yet.
-        scraped = time.time()
-        wait_for(lambda: rules_evaluated_since(prom, scraped), timeout=20, message="rules evaluated")
-        for group in prom.api("rules")["groups"]:
-            for rule in group["rules"]:
-                assert rule["health"] == "ok", (rule["name"], rule.get("lastError"))
+        wait_for(lambda: [r["value"][1] for r in prom.query("cdc_relay_ready")] == ["1", "1"],
+                 timeout=30, message=f"both relays scraped and ready\n{poller.stderr}\n{prom.log}")
+        assert_used_series_exported(wal_port, poll_port)
+        assert_rules_healthy(prom)
         assert "CdcRelayWalStalled" not in prom.alert_states()
 
         private_broker.pause()
@@ -120,16 +137,6 @@ def test_a_frozen_broker_fires_the_stall_alert_and_every_used_series_exists(
             # (the relay replaces its producer after --message-timeout: look back a minute)
             inflight = prom.query('max_over_time(cdc_relay_inflight_events{job="cdc-relay"}[1m])')
             assert float(inflight[0]["value"][1]) > 0
-
-            # Every dashboard query evaluates, over a range as Grafana asks for it.
-            now = time.time()
-            failed = []
-            for title, expr in dashboard_queries(load_dashboard()):
-                try:
-                    prom.api("query_range", query=expand_grafana(expr), start=str(now - 30),
-                             end=str(now), step="1")
-                except PromQLError as exc:
-                    failed.append(f"{title}: {exc}")
-            assert not failed, failed
+            assert_dashboard_evaluates(prom)
         finally:
             private_broker.resume()
