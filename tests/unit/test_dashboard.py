@@ -47,6 +47,7 @@ LINES = {
     "Open Kafka transaction age (exactly-once)": {30: "CdcRelayTransactionOpenTooLong"},
     "Streaming, slot active, restarts": {3: "CdcRelayRestarting"},
     "Dead letters": {1: "CdcRelayDeadLetters"},
+    "Dead letters now": {1: "CdcRelayDeadLetters"},
 }
 
 
@@ -59,6 +60,8 @@ def test_the_dashboard_is_importable() -> None:
     assert variables["datasource"]["query"] == "prometheus"
     ids = [panel["id"] for panel in DASHBOARD["panels"]]
     assert len(ids) == len(set(ids))
+    titles = [panel["title"] for panel in dashboard_panels(DASHBOARD)]
+    assert len(titles) == len(set(titles))
 
 
 @pytest.mark.parametrize("panel", list(PANELS.values()), ids=list(PANELS))
