@@ -120,7 +120,7 @@ class LoopTimings:
     reconnect_max: float = 30.0
     healthy_after: float = 60.0
     slot_busy_retry: float = 2.0
-    shutdown_timeout: float = 25.0
+    shutdown_timeout: float = 20.0  # + closing: exit well within 30 s with a frozen broker
     sink_warmup: float = 10.0
 
 
