@@ -11,6 +11,7 @@ seconds instead of librdkafka's 30.
 from __future__ import annotations
 
 import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -112,8 +113,24 @@ def test_a_topic_created_after_its_events_gets_them_all_and_nothing_is_dead_lett
             *NO_AUTO_CREATE, "--producer-config", "topic.metadata.propagation.max.ms=500",
     )) as relay, KafkaCollector(broker.bootstrap, topic_prefix) as collector:
         expected = write_workload(db, transactions=20, seed=81)
-        wait_for(lambda: "topic not available" in relay.stderr, timeout=30,
-                 message="the relay reporting the missing topic")
+        # Keep writing while the topic is missing: events then also meet a producer that
+        # already knows the topic is missing (produce() itself refuses them).
+        done = threading.Event()
+
+        def writer() -> None:
+            seed = 82
+            while not done.is_set():
+                write_workload(db, transactions=3, seed=seed, expected=expected, max_events=10)
+                seed += 1
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        try:
+            wait_for(lambda: relay.stderr.count("resuming from the slot") >= 3, timeout=30,
+                     message="the relay retrying the missing topic")
+        finally:
+            done.set()
+            thread.join()
         _create_topics(broker.bootstrap, f"{topic_prefix}.order")
         messages = collect_ids(collector, topic_prefix, expected.ids, timeout=60)
         assert relay.stop() == 0, relay.stderr
