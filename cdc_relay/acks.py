@@ -59,11 +59,6 @@ class AckTracker:
         return self._next_seq - self._low
 
     @property
-    def in_transaction(self) -> bool:
-        """True between a transaction's Begin and its Commit."""
-        return self._in_txn
-
-    @property
     def pending_commits(self) -> int:
         """Commits waiting for the watermark (bounded; see the module docstring)."""
         return len(self._commits)
