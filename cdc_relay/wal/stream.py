@@ -212,7 +212,7 @@ class ReplicationStream:
                 raise SourceLost(self._ended_reason(pgconn))
             while pgconn.flush() == 1:
                 select.select([], [self._socket], [], 1.0)
-        except psycopg.Error as exc:
+        except (OSError, psycopg.Error) as exc:
             raise SourceLost(f"replication connection lost: {mask_secrets(str(exc))}") from exc
 
     def close(self) -> None:
