@@ -117,6 +117,12 @@ class WalCollector:
                      1 if stats.streaming else 0)
         yield _counter("cdc_relay_restarts",
                        "Stream or producer restarts (reconnects, new producers).", stats.restarts)
+        retries = CounterMetricFamily(
+            "cdc_relay_delivery_retries", "Deliveries retried with a new producer, by reason "
+            "(topic_missing, topic_authorization, producer_failed).", labels=["reason"])
+        for reason, count in sorted(dict(stats.retries_by_reason).items()):
+            retries.add_metric([reason], count)
+        yield retries
         if self._probe is not None:
             yield from slot_metrics(self._probe)
 
