@@ -9,7 +9,20 @@ events for the same row.
 Must not: do I/O, import a driver, or skip anything it cannot read. Every malformed
 message raises ``DecodeError`` naming the LSN: the relay then stops without confirming
 past it (docs/design.md, WAL mode). Messages that are well formed but not outbox inserts (other tables,
-U, D, T, M) decode to None.
+U, D, T) decode to None.
+
+Logical decoding messages (``M``, the tableless outbox of ``outbox.emit_message``):
+wal2json passes only the relay's prefix (``add-msg-prefixes``). A transactional one is
+an outbox event in its transaction's B/C pair, decoded by ``decode_envelope``
+(decoding/envelope.py) into the same OutboxEvent a row would give; a non-transactional
+one becomes ``IgnoredMessage`` (counted, never published: it would appear even if the
+writer rolled back). A rolled-back transaction's messages are never decoded.
+
+Carried columns (``--header``, ``--partition-column``, and ``traceparent`` /
+``tracestate`` when the table has them) are looked up by name in a second, separately
+cached plan (``_carried``): absent from the row, a named column is a DecodeError and a
+trace column is simply None. The plan is rebuilt when the column count or a name at a
+remembered position changes, so a trace column added while streaming is picked up.
 
 Row positions: an ``I`` message's ``lsn`` is the start of the row's WAL record, and the
 XLogData ``wal_start`` of the same message is that same value (wal2json and the
@@ -34,8 +47,19 @@ from typing import Any
 import orjson
 
 from cdc_relay.config import TableRef
+from cdc_relay.decoding.envelope import decode_envelope
 from cdc_relay.errors import DecodeError
-from cdc_relay.model import Begin, Change, Commit, Lsn, OutboxColumns, OutboxEvent
+from cdc_relay.model import (
+    MESSAGE_PREFIX,
+    TRACE_COLUMNS,
+    Begin,
+    Change,
+    Commit,
+    IgnoredMessage,
+    Lsn,
+    OutboxColumns,
+    OutboxEvent,
+)
 
 __all__ = [
     "MESSAGE_PREFIX",
@@ -47,13 +71,11 @@ __all__ = [
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS = timedelta(milliseconds=1)
-# wal2json's v2 actions. Only I (on the outbox table), B and C become Changes.
-_IGNORED_ACTIONS = frozenset(("U", "D", "T", "M"))
+# wal2json's v2 actions. I (on the outbox table), M (relay prefix), B and C become Changes.
+_IGNORED_ACTIONS = frozenset(("U", "D", "T"))
 # Characters wal2json's add-tables parser treats specially (list and schema separators,
 # the escape itself, the "*" wildcard, and whitespace, which ends a name).
 _ADD_TABLES_SPECIAL = frozenset(",.\\* \t\n\r\f\v")
-# The prefix wal2json lets through for logical decoding messages (see plugin_options).
-MESSAGE_PREFIX = "cdc_relay"
 
 
 def _escape_add_tables(name: str) -> str:
@@ -86,10 +108,10 @@ def plugin_options(table: TableRef) -> list[tuple[str, str]]:
       for every transaction.
     * ``add-tables <schema.table>``: only the outbox table's rows are formatted; other
       tables' rows cost the walsender a name comparison, not a JSON document.
-    * ``add-msg-prefixes cdc_relay``: logical decoding messages
-      (``pg_logical_emit_message``) from other tools are dropped by wal2json;
-      ``filter-msg-prefixes`` cannot express "all", and only this prefix - reserved for
-      the relay - passes. The decoder ignores M messages anyway.
+    * ``add-msg-prefixes cdc-relay``: only the logical decoding messages of
+      ``outbox.emit_message`` (the tableless outbox) pass; other tools' messages are
+      dropped by wal2json (``filter-msg-prefixes`` would need to list every other prefix).
+      ``actions`` does not filter messages.
     """
     return [
         ("format-version", "2"),
@@ -167,9 +189,11 @@ def _lsn(text: object) -> Lsn:
 class Wal2JsonDecoder:
     """Decodes wal2json v2 messages for one outbox table (see the module docstring)."""
 
-    __slots__ = ("_created_at", "_names", "_plan", "_schema", "_table", "_timestamps")
+    __slots__ = ("_carry_names", "_carry_ncols", "_carry_plan", "_created_at", "_extra_count",
+                 "_names", "_plan", "_schema", "_table", "_timestamps")
 
-    def __init__(self, table: TableRef, columns: OutboxColumns) -> None:
+    def __init__(self, table: TableRef, columns: OutboxColumns,
+                 extra_columns: tuple[str, ...] = ()) -> None:
         self._schema = table.schema
         self._table = table.name
         # An empty created_at name means "the table has no creation time column".
@@ -189,6 +213,11 @@ class Wal2JsonDecoder:
         # is cheaper than indexing every column of every row by name.
         self._plan = (0, 1, 2, 3, 4, 5)
         self._timestamps = TimestampParser()
+        # Carried columns: the named extras (required), then the trace columns (optional).
+        self._extra_count = len(extra_columns)
+        self._carry_names = (*extra_columns, *TRACE_COLUMNS)
+        self._carry_plan: tuple[int, ...] = ()  # positions (-1: absent) in the last row seen
+        self._carry_ncols = -1
 
     def reset(self) -> None:
         """Nothing to forget on reconnect: every wal2json v2 message is self-describing."""
@@ -212,6 +241,8 @@ class Wal2JsonDecoder:
             return self._insert(msg.get("columns"), wal_start)
         if action == "B":
             return Begin(_xid(msg, wal_start))
+        if action == "M":
+            return self._message(msg, wal_start)
         if action == "C":
             nextlsn = msg.get("nextlsn")
             if nextlsn is None:
@@ -251,10 +282,50 @@ class Wal2JsonDecoder:
                 created_at_ms = self._timestamps.parse(created_at)
             except ValueError as exc:
                 raise _error(wal_start, f"column {self._created_at!r}: {exc}") from exc
-        return OutboxEvent(
+        event = OutboxEvent(
             id_, aggregate_type, aggregate_id, event_type, payload.encode(), created_at_ms,
             wal_start,
         )
+        if len(columns) != self._carry_ncols or self._carry_plan:
+            self._carried(event, columns, wal_start)
+        return event
+
+    def _message(self, msg: dict[str, Any], wal_start: Lsn) -> Change | None:
+        """A logical decoding message: an outbox event if transactional with our prefix."""
+        if msg.get("prefix") != MESSAGE_PREFIX:
+            return None  # add-msg-prefixes keeps others out; never publish a stranger's
+        if msg.get("transactional") is not True:
+            return IgnoredMessage(MESSAGE_PREFIX)
+        content = msg.get("content")
+        if type(content) is not str:
+            raise _error(wal_start, "logical decoding message without a text 'content'")
+        try:
+            return decode_envelope(content.encode(), wal_start, self._extra_count)
+        except ValueError as exc:
+            raise _error(wal_start, str(exc)) from exc
+
+    def _carried(self, event: OutboxEvent, columns: Any, wal_start: Lsn) -> None:
+        """Fill ``extra`` and the trace context from the carried columns (module docstring)."""
+        names, plan = self._carry_names, self._carry_plan
+        if len(columns) != self._carry_ncols or not all(
+            i < 0 or columns[i]["name"] == name for i, name in zip(plan, names, strict=True)
+        ):
+            index = {column["name"]: i for i, column in enumerate(columns)}
+            plan = tuple(index.get(name, -1) for name in names)
+            for name, i in zip(names[: self._extra_count], plan, strict=False):
+                if i < 0:
+                    raise _error(wal_start, self._problem(name, _MISSING))
+            self._carry_plan = plan if any(i >= 0 for i in plan) else ()
+            self._carry_ncols = len(columns)
+            if not self._carry_plan:
+                return
+        values = [None if i < 0 else text_value(columns[i]["value"]) for i in plan]
+        for name, i, value in zip(names, plan, values, strict=True):
+            if value is None and i >= 0 and columns[i]["value"] is not None:
+                raise _error(wal_start, self._problem(name, columns[i]["value"]))
+        count = self._extra_count
+        event.extra = tuple(values[:count])
+        event.traceparent, event.tracestate = values[count], values[count + 1]
 
     def _pick(self, columns: Any) -> tuple[Any, ...] | None:
         """The six values if the columns sit where they sat last time, else None."""

@@ -266,7 +266,8 @@ def test_ignored_message_types_decode_to_none() -> None:
                     b"T" + struct.pack("!IbI", 1, 0, 16384),
                     b"U" + struct.pack("!I", 16384) + b"N" + tuple_data(outbox_values()),
                     b"D" + struct.pack("!I", 16384) + b"K" + tuple_data(outbox_values()),
-                    b"M\x01"):
+                    b"M\x01" + struct.pack("!Q", 5) + cstring("other_tool") + struct.pack("!I", 2)
+                    + b"hi"):
         assert decoder.decode(message, AT) is None
 
 
