@@ -54,6 +54,9 @@ NOTIFY_FUNCTION = "cdc_relay_notify"
 LOCK_TIMEOUT = "30s"
 
 _MIGRATION_FILE = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+# Migrations applied only when init is asked for the feature (then recorded as usual, so
+# asking again changes nothing): version -> init_database keyword.
+OPTIONAL_MIGRATIONS = {5: "trace_context"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +173,7 @@ def init_database(
     plugin: str = "wal2json",
     publication: str = "cdc_relay_outbox",
     notify_trigger: bool = True,
+    trace_context: bool = False,
 ) -> InitReport:
     """Apply pending migrations; for WAL mode create the publication and the slot.
 
@@ -177,7 +181,9 @@ def init_database(
     ``slot=None`` skips the slot and the publication (polling-only users). The
     publication is only needed, and only created, for ``plugin="pgoutput"``.
     ``notify_trigger=False`` makes sure the NOTIFY trigger is absent (WAL mode does not
-    need it). Creating a slot waits for transactions already running in the database.
+    need it). ``trace_context=True`` also applies the optional migration 0005 (the
+    ``traceparent`` / ``tracestate`` columns); without it that migration stays pending
+    and is not reported. Creating a slot waits for transactions already running in the database.
     Raises ConfigError for invalid names (before connecting), ServiceUnavailable /
     DatabaseError for PostgreSQL trouble, with the fix in the message.
     """
@@ -186,8 +192,9 @@ def init_database(
     table = validated_table(outbox.table)
     with connect(dsn, autocommit=True) as conn:
         try:
+            features = frozenset({"trace_context"} if trace_context else ())
             applied, version, trigger = _apply_schema(
-                conn, outbox, names, notify_trigger=notify_trigger
+                conn, outbox, names, notify_trigger=notify_trigger, features=features
             )
         except psycopg.Error as exc:
             raise translate_error(exc, f"initialising {table}") from exc
@@ -215,6 +222,7 @@ def _apply_schema(
     names: dict[str, sql.Composable],
     *,
     notify_trigger: bool,
+    features: frozenset[str] = frozenset(),
 ) -> tuple[tuple[int, ...], int, Outcome]:
     table = str(outbox.table)
     with conn.transaction():
@@ -230,6 +238,9 @@ def _apply_schema(
         applied: list[int] = []
         for migration in migrations():
             if migration.version in done:
+                continue
+            feature = OPTIONAL_MIGRATIONS.get(migration.version)
+            if feature is not None and feature not in features:
                 continue
             conn.execute(render(migration.template, names))
             conn.execute(

@@ -27,7 +27,7 @@ from cdc_relay.db import connect, translate_error
 from cdc_relay.errors import RelayError
 from cdc_relay.model import OutboxEvent
 from cdc_relay.polling.settlement import AttemptFailure, Completion, truncate_error
-from cdc_relay.polling.sql import Candidate, OutboxQueries, event_from_row, ready_prefix
+from cdc_relay.polling.sql import Candidate, OutboxQueries, ready_prefix
 
 # ---------------------------------------------------------------- connections
 
@@ -105,7 +105,7 @@ class PollingSource:
         except psycopg.Error as exc:
             raise self._fail(exc, f"claiming a batch from {self._queries.table_name}") from exc
         self._raw_ids = {row[0]: row[7] for row in rows}
-        return [event_from_row(row) for row in rows]
+        return [self._queries.event(row) for row in rows]
 
     def _claim_strict(self, conn: psycopg.Connection[TupleRow],
                       params: dict[str, Any]) -> list[tuple[Any, ...]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from cdc_relay.config import (
     FlowConfig,
@@ -24,6 +24,7 @@ from cdc_relay.decoding.pgoutput import plugin_options as pgoutput_options
 from cdc_relay.decoding.wal2json import Wal2JsonDecoder
 from cdc_relay.decoding.wal2json import plugin_options as wal2json_options
 from cdc_relay.errors import ExitCode
+from cdc_relay.message_columns import resolve_message_columns
 from cdc_relay.model import Lsn
 from cdc_relay.ops.metrics.endpoint import serve_wal
 from cdc_relay.routing import Router
@@ -39,8 +40,9 @@ def make_decoder(repl: ReplicationConfig, outbox: OutboxConfig) -> tuple[Decoder
     """The decoder and START_REPLICATION options for the configured plugin."""
     decoder: Decoder
     if repl.plugin == "pgoutput":
-        return PgOutputDecoder(outbox.table, outbox.columns), pgoutput_options(repl.publication)
-    decoder = Wal2JsonDecoder(outbox.table, outbox.columns)
+        return (PgOutputDecoder(outbox.table, outbox.columns, outbox.extra_columns),
+                pgoutput_options(repl.publication))
+    decoder = Wal2JsonDecoder(outbox.table, outbox.columns, outbox.extra_columns)
     return decoder, wal2json_options(outbox.table)
 
 
@@ -59,7 +61,8 @@ class WalSettings:
 def build_wal_relay(settings: WalSettings) -> WalRelay:
     """Wire a WalRelay from settings (no I/O until ``run``)."""
     repl = settings.replication
-    decoder, options = make_decoder(repl, settings.outbox)
+    outbox = replace(settings.outbox, extra_columns=settings.router.extra_columns())
+    decoder, options = make_decoder(repl, outbox)
 
     def source_factory() -> ReplicationSource:
         return ReplicationStream(repl, options)
@@ -83,6 +86,8 @@ def run_wal(settings: WalSettings) -> int:
     repl = settings.replication
     ensure_replication(repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
                        publication=repl.publication)
+    # --header / --partition-column name real columns: a typo is one line now, exit 2.
+    resolve_message_columns(repl.dsn, settings.outbox, settings.router)
     relay = build_wal_relay(settings)
     log.info("WAL mode: slot %s, plugin %s, table %s", repl.slot, repl.plugin, settings.outbox.table,
              extra={"slot": repl.slot, "plugin": repl.plugin, "table": str(settings.outbox.table)})

@@ -385,10 +385,12 @@ def test_plugin_options_quote_the_publication_as_an_identifier() -> None:
     assert plugin_options("cdc_relay_outbox") == [
         ("proto_version", "1"),
         ("publication_names", '"cdc_relay_outbox"'),
+        ("messages", "true"),
     ]
     assert plugin_options('Odd"Name') == [
         ("proto_version", "1"),
         ("publication_names", '"Odd""Name"'),
+        ("messages", "true"),
     ]
 
 

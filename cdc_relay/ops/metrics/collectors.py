@@ -116,6 +116,9 @@ class WalCollector:
                      1 if stats.streaming else 0)
         yield _counter("cdc_relay_restarts",
                        "Stream or producer restarts (reconnects, new producers).", stats.restarts)
+        yield _counter("cdc_relay_ignored_messages",
+                       "Non-transactional 'cdc-relay' logical decoding messages, never published.",
+                       stats.ignored_messages)
         if self._probe is not None:
             yield from slot_metrics(self._probe)
 
