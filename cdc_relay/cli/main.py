@@ -94,7 +94,7 @@ def init(dsn: str, table: TableRef, columns: str | None, slot: str, plugin: str,
 def run(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, message_timeout: float,
         producer_config: tuple[str, ...], table: TableRef, columns: str | None, slot: str,
         plugin: str, publication: str, status_interval: float, max_inflight: int,
-        message_format: str, headers: tuple[str, ...], partition_column: str | None,
+        message_format: str, header: tuple[str, ...], partition_column: str | None,
         metrics_port: int | None, metrics_host: str, log_level: str, log_format: str) -> int:
     """WAL mode: stream outbox inserts from a logical replication slot to Kafka."""
     from cdc_relay.wal.app import WalSettings, run_wal
@@ -104,7 +104,7 @@ def run(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, mess
         replication=ReplicationConfig(dsn=dsn, slot=slot, plugin=plugin, publication=publication,
                                       status_interval=status_interval),
         outbox=outbox_config(table, columns),
-        router=router_config(topic_pattern, dead_letter_topic, message_format, headers,
+        router=router_config(topic_pattern, dead_letter_topic, message_format, header,
                              partition_column),
         kafka=KafkaConfig(brokers=brokers, producer_config=parse_producer_config(producer_config),
                           message_timeout_ms=int(message_timeout * 1000)),
@@ -143,7 +143,7 @@ def run(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, mess
 def poll(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, message_timeout: float,
          producer_config: tuple[str, ...], table: TableRef, columns: str | None, batch_size: int,
          interval: float, max_attempts: int, backoff_base: float, backoff_max: float, workers: int,
-         no_notify: bool, strict_order: bool, message_format: str, headers: tuple[str, ...],
+         no_notify: bool, strict_order: bool, message_format: str, header: tuple[str, ...],
          partition_column: str | None, metrics_port: int | None, metrics_host: str,
          log_level: str, log_format: str) -> int:
     """Polling mode: claim outbox rows (SKIP LOCKED), publish them, mark them processed."""
@@ -156,7 +156,7 @@ def poll(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, mes
                         backoff_max=backoff_max, workers=workers, notify=not no_notify,
                         strict_order=strict_order),
         outbox=outbox_config(table, columns),
-        router=router_config(topic_pattern, dead_letter_topic, message_format, headers,
+        router=router_config(topic_pattern, dead_letter_topic, message_format, header,
                              partition_column),
         kafka=KafkaConfig(brokers=brokers, producer_config=parse_producer_config(producer_config),
                           message_timeout_ms=int(message_timeout * 1000)),

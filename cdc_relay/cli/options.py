@@ -123,7 +123,7 @@ def message_options(f: F) -> F:
     """``--message-format``, ``--header``, ``--partition-column`` (docs/messages.md)."""
     f = option("--partition-column", type=IDENTIFIER, default=None, metavar="COLUMN",
                help="Take the partition from this integer column (NULL: hash the key).")(f)
-    f = option("--header", "headers", multiple=True, metavar="COLUMN[:NAME]",
+    f = option("--header", multiple=True, metavar="COLUMN[:NAME]",
                help="Copy a column into a header, as text (repeatable; NULL: no header).")(f)
     return option("--message-format", type=click.Choice(MESSAGE_FORMATS), default="raw",
                   show_default=True,
@@ -132,12 +132,12 @@ def message_options(f: F) -> F:
 
 
 def router_config(topic_pattern: str, dead_letter_topic: str, message_format: str = "raw",
-                  headers: tuple[str, ...] = (), partition_column: str | None = None
+                  header: tuple[str, ...] = (), partition_column: str | None = None
                   ) -> RouterConfig:
     """The RouterConfig of the topic, dead-letter and message options."""
     return RouterConfig(topic_pattern=topic_pattern, dead_letter_topic=dead_letter_topic,
                         message_format=message_format,
-                        header_columns=tuple(parse_header_option(h) for h in headers),
+                        header_columns=tuple(parse_header_option(h) for h in header),
                         partition_column=partition_column)
 
 
