@@ -20,7 +20,7 @@ writer rolled back). A rolled-back transaction's messages are never decoded.
 
 Carried columns (``--header``, ``--partition-column``, and ``traceparent`` /
 ``tracestate`` when the table has them) are looked up by name in a second, separately
-cached plan (``_carried``): absent from the row, a named column is a DecodeError and a
+cached plan (decoding/carried.py): absent from the row, a named column is a DecodeError and a
 trace column is simply None. The plan is rebuilt when the column count or a name at a
 remembered position changes, so a trace column added while streaming is picked up.
 
@@ -47,11 +47,12 @@ from typing import Any
 import orjson
 
 from cdc_relay.config import TableRef
+from cdc_relay.decoding.carried import MISSING as _MISSING
+from cdc_relay.decoding.carried import CarriedPlan
 from cdc_relay.decoding.envelope import decode_envelope
 from cdc_relay.errors import DecodeError
 from cdc_relay.model import (
     MESSAGE_PREFIX,
-    TRACE_COLUMNS,
     Begin,
     Change,
     Commit,
@@ -70,6 +71,7 @@ __all__ = [
 ]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MALFORMED = "insert without a well-formed 'columns' list of names and values"
 _ONE_MS = timedelta(milliseconds=1)
 # wal2json's v2 actions. I (on the outbox table), M (relay prefix), B and C become Changes.
 _IGNORED_ACTIONS = frozenset(("U", "D", "T"))
@@ -189,8 +191,8 @@ def _lsn(text: object) -> Lsn:
 class Wal2JsonDecoder:
     """Decodes wal2json v2 messages for one outbox table (see the module docstring)."""
 
-    __slots__ = ("_carry_names", "_carry_ncols", "_carry_plan", "_created_at", "_extra_count",
-                 "_names", "_plan", "_schema", "_table", "_timestamps")
+    __slots__ = ("_carried", "_created_at", "_extra_count", "_names", "_plan", "_schema",
+                 "_table", "_timestamps")
 
     def __init__(self, table: TableRef, columns: OutboxColumns,
                  extra_columns: tuple[str, ...] = ()) -> None:
@@ -213,11 +215,8 @@ class Wal2JsonDecoder:
         # is cheaper than indexing every column of every row by name.
         self._plan = (0, 1, 2, 3, 4, 5)
         self._timestamps = TimestampParser()
-        # Carried columns: the named extras (required), then the trace columns (optional).
         self._extra_count = len(extra_columns)
-        self._carry_names = (*extra_columns, *TRACE_COLUMNS)
-        self._carry_plan: tuple[int, ...] = ()  # positions (-1: absent) in the last row seen
-        self._carry_ncols = -1
+        self._carried = CarriedPlan(extra_columns, text_value)
 
     def reset(self) -> None:
         """Nothing to forget on reconnect: every wal2json v2 message is self-describing."""
@@ -286,8 +285,12 @@ class Wal2JsonDecoder:
             id_, aggregate_type, aggregate_id, event_type, payload.encode(), created_at_ms,
             wal_start,
         )
-        if len(columns) != self._carry_ncols or self._carry_plan:
-            self._carried(event, columns, wal_start)
+        carried = self._carried
+        if carried.active or len(columns) != carried.ncols:
+            problem = carried.fill(event, columns)
+            if problem is not None:
+                name, raw = problem
+                raise _error(wal_start, _MALFORMED if name is None else self._problem(name, raw))
         return event
 
     def _message(self, msg: dict[str, Any], wal_start: Lsn) -> Change | None:
@@ -303,29 +306,6 @@ class Wal2JsonDecoder:
             return decode_envelope(content.encode(), wal_start, self._extra_count)
         except ValueError as exc:
             raise _error(wal_start, str(exc)) from exc
-
-    def _carried(self, event: OutboxEvent, columns: Any, wal_start: Lsn) -> None:
-        """Fill ``extra`` and the trace context from the carried columns (module docstring)."""
-        names, plan = self._carry_names, self._carry_plan
-        if len(columns) != self._carry_ncols or not all(
-            i < 0 or columns[i]["name"] == name for i, name in zip(plan, names, strict=True)
-        ):
-            index = {column["name"]: i for i, column in enumerate(columns)}
-            plan = tuple(index.get(name, -1) for name in names)
-            for name, i in zip(names[: self._extra_count], plan, strict=False):
-                if i < 0:
-                    raise _error(wal_start, self._problem(name, _MISSING))
-            self._carry_plan = plan if any(i >= 0 for i in plan) else ()
-            self._carry_ncols = len(columns)
-            if not self._carry_plan:
-                return
-        values = [None if i < 0 else text_value(columns[i]["value"]) for i in plan]
-        for name, i, value in zip(names, plan, values, strict=True):
-            if value is None and i >= 0 and columns[i]["value"] is not None:
-                raise _error(wal_start, self._problem(name, columns[i]["value"]))
-        count = self._extra_count
-        event.extra = tuple(values[:count])
-        event.traceparent, event.tracestate = values[count], values[count + 1]
 
     def _pick(self, columns: Any) -> tuple[Any, ...] | None:
         """The six values if the columns sit where they sat last time, else None."""
@@ -355,7 +335,7 @@ class Wal2JsonDecoder:
 
     def _replan(self, columns: Any, wal_start: Lsn) -> tuple[Any, ...]:
         """Find the columns by name (first row, or after DDL) and remember where they are."""
-        malformed = "insert without a well-formed 'columns' list of names and values"
+        malformed = _MALFORMED
         try:
             index = {column["name"]: i for i, column in enumerate(columns)}
         except (KeyError, TypeError) as exc:
@@ -395,12 +375,6 @@ class Wal2JsonDecoder:
         return f"{where} has a value of JSON type {type(raw).__name__}; expected text"
 
 
-class _Missing:
-    def __repr__(self) -> str:
-        return "<missing>"
-
-
-_MISSING: Any = _Missing()
 
 
 def _xid(msg: dict[str, Any], wal_start: Lsn) -> int | None:
