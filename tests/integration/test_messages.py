@@ -10,6 +10,8 @@ Debezium runs here.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import uuid
 
 import psycopg
@@ -19,7 +21,7 @@ from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from cdc_relay.local.broker import Broker
-from cdc_relay.outbox import emit, emit_message
+from cdc_relay.outbox import emit, emit_async, emit_message, emit_message_async
 from tests.integration.wal_support import init_db, start_relay
 from tests.support import CliProcess, KafkaCollector, Msg, run_cli
 
@@ -30,6 +32,7 @@ TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 SPAN = SpanContext(0x0AF7651916CD43DD8448EB211C80319C, 0x00F067AA0BA902B7, is_remote=False,
                    trace_flags=TraceFlags(1))
 SPAN_TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01"
+GOLDEN_PAYLOAD_TEXT = '{"id": 1, "note": "grüße \\"ok\\"", "customerId": 123}'  # jsonb's form
 GOLDEN_KEY = b'{"schema":{"type":"string","optional":false},"payload":"1"}'
 GOLDEN_VALUE = (
     r'{"schema":{"type":"string","optional":false,"name":"io.debezium.data.Json",'
@@ -207,3 +210,32 @@ def test_an_unknown_column_is_one_line_and_exit_2_at_start_up(
     result = run_cli(command, "--dsn", db, "--brokers", broker.bootstrap,
                      "--partition-column", "payload", timeout=60)
     assert result.returncode == 2 and "not an integer type" in result.stderr, result.stderr
+
+
+def test_async_twins_write_the_trace_context_and_the_envelope(db: str) -> None:
+    init_db(db, slot="w", plugin="wal2json")
+    assert run_cli("init", "--dsn", db, "--no-slot", "--with-trace-context").returncode == 0
+
+    async def scenario() -> tuple[uuid.UUID, uuid.UUID]:
+        async with await psycopg.AsyncConnection.connect(db) as conn:
+            row = await emit_async(conn, "order", "1", "OrderCreated", PAYLOAD,
+                                   traceparent=TRACEPARENT)
+            with trace.use_span(NonRecordingSpan(SPAN)):
+                message = await emit_message_async(conn, "order", "1", "OrderCreated", PAYLOAD)
+            await conn.commit()
+        return row, message
+
+    row, message = asyncio.run(scenario())
+    with psycopg.connect(db, autocommit=True) as conn:
+        stored = conn.execute("SELECT traceparent, tracestate, payload::text FROM outbox_events"
+                              " WHERE id = %s", (row,)).fetchone()
+        changes = conn.execute(
+            "SELECT data FROM pg_logical_slot_peek_changes('w', NULL, NULL, 'format-version', '2',"
+            " 'add-msg-prefixes', 'cdc-relay', 'actions', 'insert')").fetchall()
+    assert stored == (TRACEPARENT, None, GOLDEN_PAYLOAD_TEXT)
+    [content] = [json.loads(c[0])["content"] for c in changes if json.loads(c[0])["action"] == "M"]
+    envelope = json.loads(content)
+    assert isinstance(envelope.pop("created_at"), int)
+    assert envelope == {"v": 1, "id": str(message), "aggregate_type": "order", "aggregate_id": "1",
+                        "event_type": "OrderCreated", "payload": GOLDEN_PAYLOAD_TEXT,
+                        "traceparent": SPAN_TRACEPARENT, "tracestate": None}
