@@ -2,7 +2,7 @@
 
 Owns the outbox's own database objects (docs/design.md, the outbox table): the outbox table, its indexes, the
 dead-letter view, the NOTIFY trigger, ``processed_events`` and the migration
-bookkeeping table; and ``init_database``, which also asks replication_setup.py for the
+bookkeeping table; and ``init_database``, which also asks wal/setup.py for the
 pgoutput publication and the logical replication slot (that module owns those, and
 the slot helpers other commands reuse).
 

@@ -1,7 +1,7 @@
-"""``cdc-relay``: click commands only - parse, build config, call app.
+"""``cdc-relay``: click commands only - parse, build config, call a composition root.
 
 Every option can also come from ``CDC_RELAY_<OPTION>`` or the ``--config`` TOML file
-(precedence flag > env > file; see cli_support). No command logic lives here.
+(precedence flag > env > file; see cli/options.py). No command logic lives here.
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def run(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, mess
     return run_wal(settings)
 
 
-# ---------------------------------------------------------------- polling mode (issue 4)
+# ---------------------------------------------------------------- polling mode
 
 @cli.command()
 @dsn_option
@@ -230,7 +230,7 @@ def main() -> None:
     main_entry(cli)
 
 
-# ---------------------------------------------------------------- operations (issue 5)
+# ---------------------------------------------------------------- operations
 
 from cdc_relay.cli.ops import doctor, slot, status  # noqa: E402 - registered after the group
 

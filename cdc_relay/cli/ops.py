@@ -1,8 +1,9 @@
-"""Operator commands: ``status``, ``doctor``, ``slot drop`` - click only (issue 5).
+"""Operator commands: ``status``, ``doctor``, ``slot drop`` - click only.
 
-Parse, build config, call ops.py / doctor.py, print. Registered on the group at the end of
-cli.py. Options come from the cli_support frame, so each has its ``CDC_RELAY_*`` variable
-and may come from the ``--config`` file like every other command's.
+Parse, build config, call cdc_relay.ops.status / cdc_relay.ops.doctor, print. Registered on
+the group at the end of cdc_relay.cli.main. Options come from cdc_relay.cli.options, so each
+has its ``CDC_RELAY_*`` variable and may come from the ``--config`` file like every other
+command's.
 """
 
 from __future__ import annotations

@@ -1,14 +1,15 @@
-"""What ``cdc-relay status`` and ``slot drop`` know (issue 5); doctor.py is the third.
+"""What ``cdc-relay status`` and ``slot drop`` know; ``cdc_relay.ops.doctor`` is the third.
 
 Owns the read-only queries an operator runs against a live deployment - the slot's
 position and lag (``pg_replication_slots``, ``pg_current_wal_lsn()``, the walsender's
 ``flush_lag`` in ``pg_stat_replication``) and the outbox backlog - and the report
-``status`` prints (table or JSON). The metrics lag probe reuses ``SlotReader``,
-doctor.py ``read_slot_status``.
+``status`` prints (table or JSON). The slot query itself is
+``cdc_relay.wal.setup.query_slot_status`` (one query, one ``model.SlotStatus`` for every
+command). The metrics lag probe reuses ``SlotReader``, the doctor ``read_slot_status``.
 
 Must not write anything except ``drop_replication_slot``, which the user confirmed, or
-hold a connection beyond one command (``SlotReader`` is the probe's own). cli_ops.py only
-prints what this returns.
+hold a connection beyond one command (``SlotReader`` is the probe's own).
+``cdc_relay.cli.ops`` only prints what this returns.
 """
 
 from __future__ import annotations
@@ -24,45 +25,15 @@ from cdc_relay.db import connect, describe_dsn, translate_error, validated_table
 from cdc_relay.errors import ConfigError, RelayError
 from cdc_relay.model import Lsn, SlotStatus, human_bytes
 from cdc_relay.polling.admin import count_pending
-from cdc_relay.wal.setup import drop_slot
-
-# One row always: the server's position, then the slot's columns (NULL without a slot).
-# flush_lag is NULL once the walsender has caught up and gone idle: that reads as 0.
-_SLOT_STATUS_SQL = """
-SELECT w.lsn::text, s.slot_name, s.plugin, s.slot_type, s.database, s.active, s.active_pid,
-       s.confirmed_flush_lsn::text, s.restart_lsn::text,
-       greatest(pg_wal_lsn_diff(w.lsn, s.confirmed_flush_lsn), 0)::bigint,
-       greatest(pg_wal_lsn_diff(w.lsn, s.restart_lsn), 0)::bigint,
-       s.wal_status, s.safe_wal_size,
-       CASE WHEN r.pid IS NULL THEN NULL
-            ELSE coalesce(extract(epoch FROM r.flush_lag), 0)::float8 END
-FROM (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
-                  ELSE pg_current_wal_lsn() END AS lsn) AS w
-LEFT JOIN pg_replication_slots AS s ON s.slot_name = %s
-LEFT JOIN pg_stat_replication AS r ON r.pid = s.active_pid
-"""
-
-
-def _lsn(text: str | None) -> Lsn | None:
-    return Lsn.parse(text) if text else None
+from cdc_relay.wal.setup import drop_slot, query_slot_status
 
 
 def read_slot_status(conn: psycopg.Connection[Any], slot: str) -> tuple[Lsn, SlotStatus | None]:
     """(the server's WAL position, the slot's status or None when there is no such slot)."""
     try:
-        row = conn.execute(_SLOT_STATUS_SQL, (slot,)).fetchone()
+        return query_slot_status(conn, slot)
     except psycopg.Error as exc:
         raise translate_error(exc, f"reading replication slot {slot!r}") from exc
-    assert row is not None
-    current = Lsn.parse(row[0]) if row[0] else Lsn(0)
-    if row[1] is None:
-        return current, None
-    return current, SlotStatus(
-        name=row[1], plugin=row[2], slot_type=row[3], database=row[4], active=bool(row[5]),
-        active_pid=row[6], confirmed_flush_lsn=_lsn(row[7]), restart_lsn=_lsn(row[8]),
-        lag_bytes=row[9], lag_seconds=row[13], retained_bytes=row[10], wal_status=row[11],
-        safe_wal_size=row[12],
-    )
 
 
 class SlotReader:

@@ -4,9 +4,9 @@ Owns the statements that are not part of a batch: the LISTEN/count connection ev
 ``cdc-relay poll`` process keeps (``OutboxMonitor``: wakes the workers, refreshes the
 pending and dead-letter gauges, checks the table before the workers start), and the
 ``dead-letters list|retry`` and ``cleanup`` commands. The statements themselves come
-from ``OutboxQueries`` (source/polling_sql.py), so every name is a quoted identifier.
+from ``OutboxQueries`` (polling/sql.py), so every name is a quoted identifier.
 
-Must not: claim or settle batches (source/polling.py), format output (app_poll.py), or
+Must not: claim or settle batches (polling/claims.py), format output (polling/app.py), or
 retry: a failure is a RelayError for the caller to report or retry.
 """
 

@@ -3,8 +3,8 @@
 Builds the real parts from frozen configs - one PollingSource and one Kafka sink per
 worker, one OutboxMonitor per process, the router - checks the outbox before starting,
 installs the signal handlers and runs the threads. The admin commands are thin wrappers
-over source/polling_admin.py plus their output formatting. Must not contain loop logic (that
-is poller/) or SQL (source/).
+over polling/admin.py plus their output formatting. Must not contain loop logic (that is
+worker.py and threads.py) or SQL (sql.py, claims.py, admin.py).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from cdc_relay.polling.worker import PollerSettings, PollWorker
 from cdc_relay.routing import Router
 from cdc_relay.signals import install_signal_handlers
 from cdc_relay.sink.kafka import KafkaSink, kafka_sink_factory
+from cdc_relay.text import shorten
 
 log = logging.getLogger("cdc_relay")
 
@@ -159,7 +160,7 @@ def dead_letters_table(rows: Sequence[DeadLetter]) -> str:
             row.event_type,
             str(row.attempts),
             row.dead_lettered_at.strftime("%Y-%m-%d %H:%M:%S%z"),
-            _shorten(row.last_error or "", _ERROR_WIDTH),
+            shorten(row.last_error or "", _ERROR_WIDTH),
         )
         for row in rows
     ]
@@ -169,11 +170,6 @@ def dead_letters_table(rows: Sequence[DeadLetter]) -> str:
     out += ["  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip()
             for line in lines]
     return "\n".join(out)
-
-
-def _shorten(text: str, width: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,13 +4,13 @@ Owns the transaction of one batch on one poller's connection: ``PollingSource.cl
 opens it (the claimed rows stay locked), and ``complete`` (mark successes processed,
 record failures, commit) or ``release`` (roll back: nothing counted) ends it. The
 statements themselves, the strict-order claim's design and how rows become
-OutboxEvents are in polling_sql.py (``OutboxQueries``).
+OutboxEvents are in ``polling/sql.py`` (``OutboxQueries``).
 
-The retry policy's arithmetic is the pure ``backoff_delay``; ``truncate_error`` keeps
-``last_error`` to one readable line.
+The retry policy's arithmetic is the pure ``backoff_delay``; ``text.shorten`` keeps
+``last_error`` to one readable line of at most ``MAX_ERROR_LENGTH`` characters.
 
 Must not: talk to the broker, route, decide which failures count (the poller does),
-build SQL text (polling_sql.py), or sleep. psycopg errors leave this module as
+build SQL text (``polling/sql.py``), or sleep. psycopg errors leave this module as
 RelayErrors (``translate_error``).
 """
 
@@ -26,8 +26,9 @@ from cdc_relay.config import OutboxConfig
 from cdc_relay.db import connect, translate_error
 from cdc_relay.errors import RelayError
 from cdc_relay.model import OutboxEvent
-from cdc_relay.polling.settlement import AttemptFailure, Completion, truncate_error
+from cdc_relay.polling.settlement import MAX_ERROR_LENGTH, AttemptFailure, Completion
 from cdc_relay.polling.sql import Candidate, OutboxQueries, ready_prefix
+from cdc_relay.text import shorten
 
 # ---------------------------------------------------------------- connections
 
@@ -143,7 +144,7 @@ class PollingSource:
             if failures:
                 rows = conn.execute(self._queries.record_failures(), {
                     "ids": [raw[f.event.id] for f in failures],
-                    "errs": [truncate_error(f.reason) for f in failures],
+                    "errs": [shorten(f.reason, MAX_ERROR_LENGTH) for f in failures],
                     "delays": [f.delay for f in failures],
                     "max": max_attempts,
                 }).fetchall()

@@ -16,7 +16,7 @@ in the batch are released without an attempt (or, if already acked, kept as publ
 so the failed event stays the aggregate's head until it succeeds or is dead-lettered.
 
 ``PollStats`` holds the plain counters the workers and the monitor update and
-metrics.py reads. Must not: do I/O, sleep, or log.
+ops/metrics/collectors.py reads. Must not: do I/O, sleep, or log.
 """
 
 from __future__ import annotations
@@ -54,12 +54,6 @@ def backoff_delay(failures_before: int, policy: BackoffPolicy, rand: float) -> f
     delay = policy.maximum if exponent > 60 else min(policy.base * 2.0**exponent, policy.maximum)
     jittered = delay * (1.0 + policy.jitter * (2.0 * rand - 1.0))
     return min(max(jittered, 0.0), policy.maximum)
-
-
-def truncate_error(reason: str) -> str:
-    """``last_error`` text: one line, at most MAX_ERROR_LENGTH characters."""
-    text = " ".join(reason.split())
-    return text if len(text) <= MAX_ERROR_LENGTH else text[: MAX_ERROR_LENGTH - 1] + "…"
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +137,7 @@ def settle(events: Sequence[OutboxEvent], results: Sequence[Result], *, strict: 
     return Settlement(processed, failures, released, broker_down, discard)
 
 
-# Upper bounds (seconds) of the batch duration histogram (metrics.py exports it).
+# Upper bounds (seconds) of the batch duration histogram (ops/metrics/collectors.py exports it).
 BATCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 

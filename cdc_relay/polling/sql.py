@@ -1,7 +1,7 @@
 """Polling mode's SQL text: every statement run against the outbox table, and its rows.
 
 Owns ``OutboxQueries`` - the statements polling mode and the admin commands
-(polling_admin.py) run, built once per table from ``psycopg.sql.Identifier`` names, so
+(polling/admin.py) run, built once per table from ``psycopg.sql.Identifier`` names, so
 configurable column names (``OutboxColumns``) are respected and never interpolated raw -
 and the pure reading of the rows they return: ``event_from_row`` and, for strict
 per-aggregate order, ``ready_prefix``.
@@ -26,7 +26,7 @@ Rows become OutboxEvents exactly as WAL mode makes them: the payload is the colu
 text output (``payload::text``: jsonb's normal form, the bytes WAL mode sends),
 ``created_at`` is floor epoch milliseconds, ``attempt`` is ``attempts + 1``.
 
-Must not: hold or open a connection, run a statement (source/polling.py does), talk to
+Must not: hold or open a connection, run a statement (polling/claims.py and polling/admin.py do), talk to
 the broker, or decide anything about failures.
 """
 

@@ -3,7 +3,8 @@
 Owns creating them if missing (``ensure_replication`` at relay start-up, and
 ``ensure_publication_and_slot`` for ``cdc-relay init`` in schema.py), checking that an
 existing slot fits (logical, this database, this plugin), and the small slot helpers
-other commands reuse (``slot_info``, ``slot_exists``, ``drop_slot``). Also the
+other commands reuse (``query_slot_status`` - the one slot query, into
+``model.SlotStatus`` - ``slot_info``, ``slot_exists``, ``drop_slot``). Also the
 vocabulary both it and schema.py report in (``Outcome``) and the advisory lock every
 ``init`` and start-up check takes (``ADVISORY_LOCK_KEY``).
 
@@ -39,7 +40,7 @@ from cdc_relay.db import (
     validated_table,
 )
 from cdc_relay.errors import ConfigError, DatabaseError, SlotBusy, mask_secrets
-from cdc_relay.model import Lsn
+from cdc_relay.model import Lsn, SlotStatus
 
 PLUGINS = ("wal2json", "pgoutput")
 # One lock for every init in a database ("cdc_rela" in ASCII): DDL is rare, serialising
@@ -74,20 +75,6 @@ class ReplicationReport:
     def changed(self) -> bool:
         """False when publication and slot were already in place."""
         return self.publication.changed or self.slot.changed
-
-
-@dataclass(frozen=True, slots=True)
-class SlotInfo:
-    """A row of ``pg_replication_slots``."""
-
-    name: str
-    plugin: str | None
-    slot_type: str
-    database: str | None
-    active: bool
-    active_pid: int | None
-    confirmed_flush_lsn: Lsn | None
-    restart_lsn: Lsn | None
 
 
 def validate_wal_options(slot: str | None, plugin: str, publication: str) -> None:
@@ -225,7 +212,7 @@ def _ensure_slot(conn: psycopg.Connection[Any], slot: str, plugin: str) -> Outco
 
 
 def _settled_slot_info(conn: psycopg.Connection[Any], slot: str,
-                       info: SlotInfo | None, timeout: float = 60.0) -> SlotInfo | None:
+                       info: SlotStatus | None, timeout: float = 60.0) -> SlotStatus | None:
     """Wait while a concurrent session is still creating the slot.
 
     During pg_create_logical_replication_slot (which waits for running transactions)
@@ -268,7 +255,7 @@ def _slot_error(exc: psycopg.Error, slot: str, plugin: str) -> DatabaseError:
     return error if isinstance(error, DatabaseError) else DatabaseError(str(error))
 
 
-def _check_slot_matches(conn: psycopg.Connection[Any], info: SlotInfo, plugin: str) -> None:
+def _check_slot_matches(conn: psycopg.Connection[Any], info: SlotStatus, plugin: str) -> None:
     drop_hint = (
         f"or drop it with `cdc-relay slot drop --slot {info.name}` (or SELECT "
         f"pg_drop_replication_slot('{info.name}')); dropping loses its position, events "
@@ -293,28 +280,48 @@ def _check_slot_matches(conn: psycopg.Connection[Any], info: SlotInfo, plugin: s
         )
 
 
-_SLOT_QUERY = (
-    "SELECT slot_name, plugin, slot_type, database, active, active_pid, "
-    "confirmed_flush_lsn::text, restart_lsn::text "
-    "FROM pg_replication_slots WHERE slot_name = %s"
-)
+# One row always: the server's position, then the slot's columns (NULL without a slot).
+# flush_lag is NULL once the walsender has caught up and gone idle: that reads as 0.
+_SLOT_STATUS_SQL = """
+SELECT w.lsn::text, s.slot_name, s.plugin, s.slot_type, s.database, s.active, s.active_pid,
+       s.confirmed_flush_lsn::text, s.restart_lsn::text,
+       greatest(pg_wal_lsn_diff(w.lsn, s.confirmed_flush_lsn), 0)::bigint,
+       greatest(pg_wal_lsn_diff(w.lsn, s.restart_lsn), 0)::bigint,
+       s.wal_status, s.safe_wal_size,
+       CASE WHEN r.pid IS NULL THEN NULL
+            ELSE coalesce(extract(epoch FROM r.flush_lag), 0)::float8 END
+FROM (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
+                  ELSE pg_current_wal_lsn() END AS lsn) AS w
+LEFT JOIN pg_replication_slots AS s ON s.slot_name = %s
+LEFT JOIN pg_stat_replication AS r ON r.pid = s.active_pid
+"""
 
 
-def _slot_info(conn: psycopg.Connection[Any], slot: str) -> SlotInfo | None:
-    row = conn.execute(_SLOT_QUERY, (slot,)).fetchone()
-    if row is None:
-        return None
-    name, plugin, slot_type, database, active, pid, confirmed, restart = row
-    return SlotInfo(
-        name=name,
-        plugin=plugin,
-        slot_type=slot_type,
-        database=database,
-        active=bool(active),
-        active_pid=pid,
-        confirmed_flush_lsn=Lsn.parse(confirmed) if confirmed else None,
-        restart_lsn=Lsn.parse(restart) if restart else None,
+def _lsn(text: str | None) -> Lsn | None:
+    return Lsn.parse(text) if text else None
+
+
+def query_slot_status(conn: psycopg.Connection[Any], slot: str) -> tuple[Lsn, SlotStatus | None]:
+    """(the server's WAL position, the slot's status or None when there is no such slot).
+
+    The one query of ``pg_replication_slots`` every command shares (init, start-up,
+    ``slot drop``, ``status``, ``doctor``, the metrics probe). psycopg errors pass through.
+    """
+    row = conn.execute(_SLOT_STATUS_SQL, (slot,)).fetchone()
+    assert row is not None
+    current = Lsn.parse(row[0]) if row[0] else Lsn(0)
+    if row[1] is None:
+        return current, None
+    return current, SlotStatus(
+        name=row[1], plugin=row[2], slot_type=row[3], database=row[4], active=bool(row[5]),
+        active_pid=row[6], confirmed_flush_lsn=_lsn(row[7]), restart_lsn=_lsn(row[8]),
+        lag_bytes=row[9], lag_seconds=row[13], retained_bytes=row[10], wal_status=row[11],
+        safe_wal_size=row[12],
     )
+
+
+def _slot_info(conn: psycopg.Connection[Any], slot: str) -> SlotStatus | None:
+    return query_slot_status(conn, slot)[1]
 
 
 @contextmanager
@@ -326,8 +333,8 @@ def _borrow(conninfo: str | psycopg.Connection[Any]) -> Iterator[psycopg.Connect
         yield conn
 
 
-def slot_info(conninfo: str | psycopg.Connection[Any], slot: str) -> SlotInfo | None:
-    """The slot's row of ``pg_replication_slots``, or None if there is no such slot.
+def slot_info(conninfo: str | psycopg.Connection[Any], slot: str) -> SlotStatus | None:
+    """The slot's status (its row of ``pg_replication_slots``), or None if there is no such slot.
 
     ``conninfo`` is a DSN (a connection is opened and closed) or an open connection.
     """

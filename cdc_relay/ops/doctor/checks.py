@@ -6,8 +6,8 @@ output_plugin_libraries, the outbox table, its privileges, trigger and publicati
 slot and its WAL retention - each failure carrying the exact fix to run.
 
 Must not do I/O: no connection, no broker, no environment. Gathering the facts and the
-two checks that need I/O of their own live in ``doctor.py``; rendering in
-``doctor_report.py``.
+two checks that need I/O of their own live in ``ops/doctor/gather.py``; rendering in
+``ops/doctor/report.py``.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ so ``pg_available_extensions`` cannot tell; creating and dropping a temporary sl
 and the broker's metadata request.
 
 This module owns the I/O half: gathering, the two probes, and running every check in
-order. The verdicts on gathered facts are ``doctor_checks.py``; the report is
-``doctor_report.py``.
+order. The verdicts on gathered facts are ``ops/doctor/checks.py``; the report is
+``ops/doctor/report.py``.
 
 Must not change anything except that temporary slot, nor stop at the first failure: an
 operator wants the whole list at once.
