@@ -20,6 +20,10 @@ weakening acks or idempotence is logged as a warning):
 * ``queue.buffering.max.messages=100000``, ``queue.buffering.max.kbytes=65536`` (64 MB
   instead of 1 GB): memory stays bounded, a full queue is QueueFull (backpressure).
 * ``compression.type=none``, ``client.id=cdc-relay``.
+* ``partitioner=murmur2_random``: the Java producer's partitioner (murmur2 of the key
+  bytes, ``& 0x7fffffff``, modulo the partition count), so an aggregate lands on the
+  partition Debezium or any Java producer would choose (librdkafka's own default,
+  ``consistent_random``, hashes with CRC32). docs/messages.md, partitioning.
 
 Error classification (delivery reports, and KafkaException raised by ``produce()``):
 
@@ -86,6 +90,7 @@ DEFAULT_SETTINGS: dict[str, str] = {
     "queue.buffering.max.kbytes": "65536",
     "compression.type": "none",
     "client.id": "cdc-relay",
+    "partitioner": "murmur2_random",
 }
 
 _E = KafkaError

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from cdc_relay.config import (
     FlowConfig,
@@ -24,6 +24,7 @@ from cdc_relay.decoding.pgoutput import plugin_options as pgoutput_options
 from cdc_relay.decoding.wal2json import Wal2JsonDecoder
 from cdc_relay.decoding.wal2json import plugin_options as wal2json_options
 from cdc_relay.errors import ExitCode
+from cdc_relay.message_columns import resolve_message_columns
 from cdc_relay.model import Lsn
 from cdc_relay.ops.metrics.endpoint import serve_wal
 from cdc_relay.routing import Router
@@ -46,9 +47,10 @@ def make_decoder(repl: ReplicationConfig, outbox: OutboxConfig, *,
     """
     decoder: Decoder
     if repl.plugin == "pgoutput":
-        return PgOutputDecoder(outbox.table, outbox.columns), pgoutput_options(repl.publication)
+        return (PgOutputDecoder(outbox.table, outbox.columns, outbox.extra_columns),
+                pgoutput_options(repl.publication))
     tree = PartitionTree(repl.dsn, outbox.table) if partitioned else None
-    decoder = Wal2JsonDecoder(outbox.table, outbox.columns, tree)
+    decoder = Wal2JsonDecoder(outbox.table, outbox.columns, tree, extra_columns=outbox.extra_columns)
     return decoder, wal2json_options(outbox.table, partitioned=partitioned)
 
 
@@ -67,7 +69,8 @@ class WalSettings:
 def build_wal_relay(settings: WalSettings, *, partitioned: bool = False) -> WalRelay:
     """Wire a WalRelay from settings (no I/O until ``run``)."""
     repl = settings.replication
-    decoder, options = make_decoder(repl, settings.outbox, partitioned=partitioned)
+    outbox = replace(settings.outbox, extra_columns=settings.router.extra_columns())
+    decoder, options = make_decoder(repl, outbox, partitioned=partitioned)
 
     def source_factory() -> ReplicationSource:
         return ReplicationStream(repl, options)
@@ -91,6 +94,8 @@ def run_wal(settings: WalSettings) -> int:
     repl = settings.replication
     setup = ensure_replication(repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
                                publication=repl.publication)
+    # --header / --partition-column name real columns: a typo is one line now, exit 2.
+    resolve_message_columns(repl.dsn, settings.outbox, settings.router)
     relay = build_wal_relay(settings, partitioned=setup.partitioned)
     log.info("WAL mode: slot %s, plugin %s, table %s", repl.slot, repl.plugin, settings.outbox.table,
              extra={"slot": repl.slot, "plugin": repl.plugin, "table": str(settings.outbox.table)})

@@ -31,7 +31,7 @@ from cdc_relay.acks import AckTracker
 from cdc_relay.config import FlowConfig
 from cdc_relay.errors import DeadLetterRefused, RelayError
 from cdc_relay.logs import event_fields
-from cdc_relay.model import Begin, Change, Commit, Lsn, Message, OutboxEvent
+from cdc_relay.model import Begin, Change, Commit, IgnoredMessage, Lsn, Message, OutboxEvent
 from cdc_relay.routing import Router, RoutingError
 from cdc_relay.sink.base import (
     Cause,
@@ -102,6 +102,7 @@ class RelayStats:
     streaming: bool = False  # replication stream open (readyz)
     producer_ok: bool = False  # producer built and not failed (readyz)
     restarts: int = 0
+    ignored_messages: int = 0  # non-transactional cdc-relay logical messages (never published)
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,7 +266,17 @@ class Session:
                 tracker.commit(change.end_lsn)
             elif type(change) is Begin:
                 tracker.begin()
+            elif type(change) is IgnoredMessage:
+                self._ignored(change)
         return count
+
+    def _ignored(self, message: IgnoredMessage) -> None:
+        self.stats.ignored_messages += 1
+        if self.stats.ignored_messages == 1:  # then only counted (metrics)
+            log.warning("ignored a non-transactional %r logical decoding message: only "
+                        "pg_logical_emit_message(true, ...) is an outbox event (use "
+                        "cdc_relay.outbox.emit_message); further ones are only counted",
+                        message.prefix)
 
     def _publish(self, event: OutboxEvent) -> None:
         token = self.tracker.produced()

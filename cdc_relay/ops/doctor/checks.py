@@ -196,7 +196,23 @@ def table_checks(facts: Facts, options: DoctorOptions) -> list[Check]:
     checks = [table_check, _privileges_check(facts, options), _trigger_check(info, poll)]
     if not poll and options.plugin == "pgoutput":
         checks.append(_publication_check(facts, options))
-    return checks
+    return [*checks, _messages_check(facts.server, options)]
+
+
+def _messages_check(server: ServerFacts, options: DoctorOptions) -> Check:
+    """Whether events written with outbox.emit_message (logical decoding messages) are relayed."""
+    name = "tableless outbox"
+    if options.mode == "poll":
+        return Check(name, Verdict.SKIP, "polling mode cannot see events written with "
+                     "emit_message() (logical decoding messages, no row): relay those with "
+                     "WAL mode (cdc-relay run)")
+    major = server.version.split(".")[0]
+    if options.plugin == "pgoutput" and major.isdigit() and int(major) < 14:
+        return Check(name, Verdict.FAIL, f"pgoutput on PostgreSQL {server.version} cannot send "
+                     "logical decoding messages (needs 14+), so the relay cannot start",
+                     "use --plugin wal2json, or upgrade PostgreSQL")
+    return Check(name, Verdict.PASS, "emit_message() events ('cdc-relay' logical decoding "
+                 "messages) are relayed like rows")
 
 
 def _privileges_check(facts: Facts, options: DoctorOptions) -> Check:

@@ -123,6 +123,9 @@ class WalCollector:
         for reason, count in sorted(dict(stats.retries_by_reason).items()):
             retries.add_metric([reason], count)
         yield retries
+        yield _counter("cdc_relay_ignored_messages",
+                       "Non-transactional 'cdc-relay' logical decoding messages, never published.",
+                       stats.ignored_messages)
         if self._probe is not None:
             yield from slot_metrics(self._probe)
 
