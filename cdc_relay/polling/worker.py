@@ -114,6 +114,7 @@ class PollWorker:
         self._broker_suspect = True  # warm the producer up before the first claim
         self._broker_backoff = Backoff(settings.broker_wait_min, settings.broker_wait_max)
         self._broker_problem = "no broker answers"
+        self._topic_wait = False  # the last batch had events whose topic is not available
         self._results: list[Result] = []
         self._tokens: dict[int, int] = {}  # token -> index in the current batch
         self._next_token = 0
@@ -132,6 +133,9 @@ class PollWorker:
                     claimed = self.poll_once()
                     db_backoff.reset()
                     self.stats.connected = True
+                    if self._topic_wait:
+                        self._wait_for_broker(stop)
+                        continue
                 except ServiceUnavailable as exc:
                     self.stats.connected = False
                     delay = db_backoff.next_delay()
@@ -177,6 +181,14 @@ class PollWorker:
         if settlement.broker_down:
             self._broker_suspect = True
             self.stats.broker_ok = False
+        self._topic_wait = settlement.topic_trouble > 0
+        if self._topic_wait:
+            self._broker_problem = (
+                f"topic not available for {settlement.topic_trouble} event(s) (missing, or the "
+                "producer may not write to it): nothing is dead-lettered and no attempt counted; "
+                "create the topic or grant the producer access")
+        elif settlement.processed:
+            self._broker_backoff.reset()
         return len(events)
 
     # -- the broker ---------------------------------------------------------------

@@ -53,6 +53,14 @@ def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, value=value)
 
 
+def _topic_retries(count: int) -> CounterMetricFamily:
+    family = CounterMetricFamily(
+        "cdc_relay_delivery_retries", "Deliveries retried, by reason (polling: events released "
+        "because their topic is missing or forbidden).", labels=["reason"])
+    family.add_metric(["topic_unavailable"], count)
+    return family
+
+
 def _failed(by_type: dict[str, int]) -> CounterMetricFamily:
     family = CounterMetricFamily(
         "outbox_events_failed", "Failed delivery attempts, by event type.",
@@ -159,6 +167,7 @@ class PollCollector:
         yield _counter("outbox_events_dead_lettered",
                        "Events this process gave up on (now dead letters).", dead_lettered)
         yield _gauge("outbox_dead_letters", "Rows in the dead-letter state.", dead)
+        yield _topic_retries(self._stats.topic_retries)
         yield _gauge("outbox_events_pending", "Rows waiting to be published.", pending)
         yield batch_histogram(counts, total)
         yield _gauge("cdc_relay_poller_connected", "1 while every worker has its connection.",
