@@ -1,7 +1,7 @@
-"""``cdc-relay``: click commands only - parse, build config, call app.
+"""``cdc-relay``: click commands only - parse, build config, call a composition root.
 
 Every option can also come from ``CDC_RELAY_<OPTION>`` or the ``--config`` TOML file
-(precedence flag > env > file; see cli_support). No command logic lives here.
+(precedence flag > env > file; see cli/options.py). No command logic lives here.
 """
 
 from __future__ import annotations
@@ -19,11 +19,13 @@ from cdc_relay.cli.options import (
     kafka_options,
     load_config_file,
     main_entry,
+    message_options,
     observability_options,
     option,
     outbox_config,
     plugin_option,
     publication_option,
+    router_config,
     sink_options,
     sink_settings,
     slot_option,
@@ -35,7 +37,6 @@ from cdc_relay.config import (
     MetricsConfig,
     PollConfig,
     ReplicationConfig,
-    RouterConfig,
     TableRef,
     parse_producer_config,
 )
@@ -57,21 +58,37 @@ def cli(ctx: click.Context, config_file: str | None) -> None:
 @dsn_option
 @table_option
 @columns_option
+@option("--mode", type=click.Choice(["wal", "poll"]), default="wal", show_default=True,
+        help="The relay mode that will read the table; init installs only what it uses: "
+             "wal = slot (+ publication for pgoutput), no NOTIFY trigger; poll = the NOTIFY "
+             "trigger, no slot.")
 @slot_option
 @plugin_option
 @publication_option
 @option("--no-slot", is_flag=True, default=False,
-        help="Only apply the schema (polling mode): create no slot or publication.")
+        help="Same as --mode poll (kept for existing scripts).")
 @option("--no-trigger", is_flag=True, default=False,
-        help="Skip the NOTIFY trigger (WAL-mode-only deployments save its cost per insert).")
-def init(dsn: str, table: TableRef, columns: str | None, slot: str, plugin: str, publication: str,
-         no_slot: bool, no_trigger: bool) -> None:
-    """Apply the outbox schema (idempotent) and create the replication slot."""
+        help="Polling mode without the NOTIFY trigger (pollers then wake every --interval).")
+@option("--with-trace-context", is_flag=True, default=False,
+        help="Add the optional traceparent/tracestate columns (W3C trace headers).")
+@click.pass_context
+def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mode: str, slot: str,
+         plugin: str, publication: str, no_slot: bool, no_trigger: bool,
+         with_trace_context: bool) -> None:
+    """Apply the outbox schema (idempotent) and install what the relay mode uses."""
+    from click.core import ParameterSource
+
     from cdc_relay.schema import init_database
 
+    if no_slot:
+        if mode == "wal" and ctx.get_parameter_source("mode") is not ParameterSource.DEFAULT:
+            raise click.UsageError("--no-slot means --mode poll; it cannot go with --mode wal")
+        mode = "poll"
     ReplicationConfig(dsn=dsn, slot=slot, plugin=plugin, publication=publication)  # validate
-    report = init_database(dsn, outbox_config(table, columns), slot=None if no_slot else slot,
-                           plugin=plugin, publication=publication, notify_trigger=not no_trigger)
+    report = init_database(dsn, outbox_config(table, columns), slot=slot if mode == "wal" else None,
+                           plugin=plugin, publication=publication, mode=mode,
+                           notify_trigger=False if no_trigger else None,
+                           trace_context=with_trace_context)
     click.echo(str(report))
 
 
@@ -88,11 +105,13 @@ def init(dsn: str, table: TableRef, columns: str | None, slot: str, plugin: str,
         help="How often the confirmed LSN is reported to PostgreSQL.")
 @option("--max-inflight", type=click.IntRange(1), default=50_000, show_default=True,
         help="Stop reading WAL while this many events await broker acks.")
+@message_options
 @observability_options
 def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_pattern: str,
         dead_letter_topic: str, message_timeout: float, producer_config: tuple[str, ...],
         table: TableRef, columns: str | None, slot: str,
         plugin: str, publication: str, status_interval: float, max_inflight: int,
+        message_format: str, header: tuple[str, ...], partition_column: str | None,
         metrics_port: int | None, metrics_host: str, log_level: str, log_format: str) -> int:
     """WAL mode: stream outbox inserts from a logical replication slot to the broker."""
     from cdc_relay.wal.app import WalSettings, run_wal
@@ -104,7 +123,8 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
         replication=ReplicationConfig(dsn=dsn, slot=slot, plugin=plugin, publication=publication,
                                       status_interval=status_interval),
         outbox=outbox_config(table, columns),
-        router=RouterConfig(topic_pattern=topic_pattern, dead_letter_topic=dead_letter_topic),
+        router=router_config(topic_pattern, dead_letter_topic, message_format, header,
+                             partition_column),
         kafka=KafkaConfig(brokers=brokers, producer_config=parse_producer_config(producer_config),
                           message_timeout_ms=int(message_timeout * 1000)),
         flow=FlowConfig(max_inflight_events=max_inflight),
@@ -114,7 +134,7 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
     return run_wal(settings)
 
 
-# ---------------------------------------------------------------- polling mode (issue 4)
+# ---------------------------------------------------------------- polling mode
 
 @cli.command()
 @dsn_option
@@ -139,12 +159,14 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
 @option("--strict-order", is_flag=True, default=False,
         help="Never publish an aggregate's event before its earlier ones (slower; "
              "use it on every poller of the table).")
+@message_options
 @observability_options
 def poll(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_pattern: str,
          dead_letter_topic: str, message_timeout: float, producer_config: tuple[str, ...],
          table: TableRef, columns: str | None, batch_size: int,
          interval: float, max_attempts: int, backoff_base: float, backoff_max: float, workers: int,
-         no_notify: bool, strict_order: bool, metrics_port: int | None, metrics_host: str,
+         no_notify: bool, strict_order: bool, message_format: str, header: tuple[str, ...],
+         partition_column: str | None, metrics_port: int | None, metrics_host: str,
          log_level: str, log_format: str) -> int:
     """Polling mode: claim outbox rows (SKIP LOCKED), publish them, mark them processed."""
     from cdc_relay.polling.app import PollSettings, run_poll
@@ -158,7 +180,8 @@ def poll(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_
                         backoff_max=backoff_max, workers=workers, notify=not no_notify,
                         strict_order=strict_order),
         outbox=outbox_config(table, columns),
-        router=RouterConfig(topic_pattern=topic_pattern, dead_letter_topic=dead_letter_topic),
+        router=router_config(topic_pattern, dead_letter_topic, message_format, header,
+                             partition_column),
         kafka=KafkaConfig(brokers=brokers, producer_config=parse_producer_config(producer_config),
                           message_timeout_ms=int(message_timeout * 1000)),
         metrics=MetricsConfig(port=metrics_port, host=metrics_host),
@@ -169,19 +192,34 @@ def poll(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_
 
 @cli.group("dead-letters")
 def dead_letters() -> None:
-    """Inspect and requeue events polling mode gave up on."""
+    """Inspect, requeue (polling mode) and replay (WAL mode) dead letters."""
 
 
 @dead_letters.command("list")
-@dsn_option
+@option("--dsn", default=None, help="PostgreSQL connection string: polling mode's dead letters "
+        "(rows of the outbox).")
+@option("--from-topic", default=None, metavar="TOPIC",
+        help="Read WAL mode's dead letters from this topic instead (needs --brokers).")
+@option("--brokers", default=None, help="Kafka bootstrap servers, for --from-topic.")
+@option("--producer-config", multiple=True, metavar="KEY=VALUE",
+        help="librdkafka settings (SASL/SSL) for --from-topic, as given to the relay.")
 @table_option
 @columns_option
 @option("--limit", type=click.IntRange(1), default=100, show_default=True,
         help="Show at most this many (oldest first).")
 @format_option
-def dead_letters_list(dsn: str, table: TableRef, columns: str | None, limit: int,
-                      output_format: str) -> None:
-    """List dead letters: id, aggregate, event type, attempts, last error, times."""
+def dead_letters_list(dsn: str | None, from_topic: str | None, brokers: str | None,
+                      producer_config: tuple[str, ...], table: TableRef, columns: str | None,
+                      limit: int, output_format: str) -> None:
+    """List dead letters: id, aggregate, event type, attempts or topic, error, times."""
+    if from_topic is not None:
+        from cdc_relay.cli.ops import list_topic_dead_letters
+
+        list_topic_dead_letters(from_topic, brokers, producer_config, limit, output_format)
+        return
+    if dsn is None:
+        raise click.UsageError("give --dsn (polling mode's dead letters, in the outbox table) or "
+                               "--from-topic TOPIC --brokers HOST:PORT (WAL mode's)")
     from cdc_relay.polling.app import dead_letters_json, dead_letters_table, list_dead_letters
 
     rows = list_dead_letters(dsn, outbox_config(table, columns), limit)
@@ -232,10 +270,11 @@ def main() -> None:
     main_entry(cli)
 
 
-# ---------------------------------------------------------------- operations (issue 5)
+# ---------------------------------------------------------------- operations
 
-from cdc_relay.cli.ops import doctor, slot, status  # noqa: E402 - registered after the group
+from cdc_relay.cli.ops import doctor, replay, slot, status  # noqa: E402 - registered after the group
 
+dead_letters.add_command(replay)
 cli.add_command(status)
 cli.add_command(doctor)
 cli.add_command(slot)

@@ -3,8 +3,8 @@
 Builds the real parts from frozen configs - one PollingSource and one sink (``--sink``,
 through sink/factory.py) per worker, one OutboxMonitor per process, the router - checks
 the outbox before starting, installs the signal handlers and runs the threads. The admin
-commands are thin wrappers over source/polling_admin.py plus their output formatting. Must
-not contain loop logic (that is poller/) or SQL (source/).
+commands are thin wrappers over polling/admin.py plus their output formatting. Must not
+contain loop logic (that is worker.py and threads.py) or SQL (sql.py, claims.py, admin.py).
 """
 
 from __future__ import annotations
@@ -12,13 +12,15 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 import orjson
 
 from cdc_relay.config import KafkaConfig, MetricsConfig, OutboxConfig, PollConfig, RouterConfig
 from cdc_relay.errors import ExitCode
+from cdc_relay.message_columns import resolve_message_columns
+from cdc_relay.model import human_bytes
 from cdc_relay.ops.metrics.endpoint import serve_poll
 from cdc_relay.polling import admin as polling_admin
 from cdc_relay.polling.admin import DeadLetter, OutboxMonitor
@@ -29,6 +31,7 @@ from cdc_relay.polling.worker import PollerSettings, PollWorker
 from cdc_relay.routing import Router
 from cdc_relay.signals import install_signal_handlers
 from cdc_relay.sink.factory import OtherSink, make_sink_factory, sink_name
+from cdc_relay.text import shorten
 
 log = logging.getLogger("cdc_relay")
 
@@ -92,6 +95,10 @@ def run_poll(settings: PollSettings, stats: PollStats | None = None,
     stats = stats or PollStats()
     monitor = OutboxMonitor(poll.dsn, settings.outbox, listen=poll.notify)
     monitor.check()  # a missing table or column is a one-line error now, not a retry loop
+    warn_unread_slots(poll.dsn)
+    # The --header / --partition-column columns, and the trace columns the table has.
+    settings = replace(settings, outbox=resolve_message_columns(poll.dsn, settings.outbox,
+                                                                settings.router))
     sink = sink_name(settings.sink)
     # A missing client library or a bad --producer-config: one line now, not per worker later.
     make_sink_factory(settings.kafka, settings.sink)(lambda _delivery: None).close(0)
@@ -115,6 +122,16 @@ def run_poll(settings: PollSettings, stats: PollStats | None = None,
     log.info("stopped; %d events published, %d dead-lettered", stats.published, stats.dead_lettered,
              extra={"published": stats.published, "dead_lettered": stats.dead_lettered})
     return ExitCode.OK
+
+
+def warn_unread_slots(dsn: str) -> None:
+    """Warn about each inactive logical slot of the database: nothing in polling mode reads it."""
+    for name, plugin, retained in polling_admin.unread_slots(dsn):
+        log.warning("replication slot %s (%s) is inactive and retains %s of WAL, more with every "
+                    "write until the disk is full: polling mode does not read it. Drop it "
+                    "(cdc-relay slot drop --slot %s) unless a WAL-mode relay will use it",
+                    name, plugin, human_bytes(retained), name,
+                    extra={"slot": name, "retained_bytes": retained})
 
 
 # ---------------------------------------------------------------- admin commands
@@ -160,7 +177,7 @@ def dead_letters_table(rows: Sequence[DeadLetter]) -> str:
             row.event_type,
             str(row.attempts),
             row.dead_lettered_at.strftime("%Y-%m-%d %H:%M:%S%z"),
-            _shorten(row.last_error or "", _ERROR_WIDTH),
+            shorten(row.last_error or "", _ERROR_WIDTH),
         )
         for row in rows
     ]
@@ -170,11 +187,6 @@ def dead_letters_table(rows: Sequence[DeadLetter]) -> str:
     out += ["  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip()
             for line in lines]
     return "\n".join(out)
-
-
-def _shorten(text: str, width: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,12 +11,15 @@ attempt and the worker waits for the broker (docs/design.md, failure rules). A f
 or a missing delivery report, means the sink must be discarded; its undelivered events
 are released, never counted. One bad event never aborts its batch.
 
-Strict order (``--strict-order``): once an event of an aggregate fails, its later events
-in the batch are released without an attempt (or, if already acked, kept as published),
-so the failed event stays the aggregate's head until it succeeds or is dead-lettered.
+Strict order (``--strict-order``): once an event of an aggregate is not acknowledged
+(failed, held back or unreported), its later events in the batch are released without an
+attempt - even those the broker already acknowledged: marking them processed would let
+them stand as published before the earlier event ever is. They go out again after it
+(a duplicate, but the last copies arrive in order), and the failed event stays the
+aggregate's head until it succeeds or is dead-lettered.
 
 ``PollStats`` holds the plain counters the workers and the monitor update and
-metrics.py reads. Must not: do I/O, sleep, or log.
+ops/metrics/collectors.py reads. Must not: do I/O, sleep, or log.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from cdc_relay.model import OutboxEvent
-from cdc_relay.sink.base import DeliveryError, ErrorKind
+from cdc_relay.sink.base import Cause, DeliveryError, ErrorKind
 
 MAX_ERROR_LENGTH = 2000  # last_error is for people; a broker's essay is cut here
 
@@ -54,12 +57,6 @@ def backoff_delay(failures_before: int, policy: BackoffPolicy, rand: float) -> f
     delay = policy.maximum if exponent > 60 else min(policy.base * 2.0**exponent, policy.maximum)
     jittered = delay * (1.0 + policy.jitter * (2.0 * rand - 1.0))
     return min(max(jittered, 0.0), policy.maximum)
-
-
-def truncate_error(reason: str) -> str:
-    """``last_error`` text: one line, at most MAX_ERROR_LENGTH characters."""
-    text = " ".join(reason.split())
-    return text if len(text) <= MAX_ERROR_LENGTH else text[: MAX_ERROR_LENGTH - 1] + "…"
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +98,7 @@ class Settlement:
     released: list[OutboxEvent]
     broker_down: bool
     discard_sink: bool
+    topic_trouble: int = 0  # events released because their topic is missing or forbidden
 
 
 def settle(events: Sequence[OutboxEvent], results: Sequence[Result], *, strict: bool) -> Settlement:
@@ -110,6 +108,7 @@ def settle(events: Sequence[OutboxEvent], results: Sequence[Result], *, strict: 
     first failure of each aggregate counts; its later events are released.
     """
     acked = any(result is None for result in results)
+    topic_trouble = sum(1 for result in results if _topic_trouble(result))
     broker_down = not acked and any(
         result is Unsettled.UNREPORTED
         or (isinstance(result, DeliveryError) and result.kind is not ErrorKind.PERMANENT)
@@ -126,24 +125,32 @@ def settle(events: Sequence[OutboxEvent], results: Sequence[Result], *, strict: 
     blocked: set[tuple[str, str]] = set()
     for event, result in zip(events, results, strict=True):
         aggregate = (event.aggregate_type, event.aggregate_id)
+        if aggregate in blocked:
+            released.append(event)
+            continue
+        if strict and result is not None:
+            blocked.add(aggregate)
         if result is None:
             processed.append(event)
-        elif not isinstance(result, DeliveryError) or aggregate in blocked:
-            released.append(event)
-        elif result.kind is ErrorKind.PERMANENT or (
-            result.kind is ErrorKind.RETRIABLE and not broker_down
-        ):
+        elif _topic_trouble(result):
+            released.append(event)  # the broker's trouble, not the event's: no attempt
+        elif isinstance(result, DeliveryError) and (result.kind is ErrorKind.PERMANENT or (
+                result.kind is ErrorKind.RETRIABLE and not broker_down)):
             failures.append((event, result.reason))
-            if strict:
-                blocked.add(aggregate)
         else:
             released.append(event)
-            if strict:
-                blocked.add(aggregate)
-    return Settlement(processed, failures, released, broker_down, discard)
+    return Settlement(processed, failures, released, broker_down, discard, topic_trouble)
 
 
-# Upper bounds (seconds) of the batch duration histogram (metrics.py exports it).
+_TOPIC_CAUSES = (Cause.TOPIC_MISSING, Cause.TOPIC_FORBIDDEN)
+
+
+def _topic_trouble(result: Result) -> bool:
+    """A missing or forbidden topic: retried (after a wait), never an attempt or a dead letter."""
+    return isinstance(result, DeliveryError) and result.cause in _TOPIC_CAUSES
+
+
+# Upper bounds (seconds) of the batch duration histogram (ops/metrics/collectors.py exports it).
 BATCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -164,6 +171,7 @@ class PollStats:
     # Batches per BATCH_BUCKETS bucket (last: slower than every bound) and their total time.
     batch_duration_counts: list[int] = field(default_factory=lambda: [0] * (len(BATCH_BUCKETS) + 1))
     batch_duration_sum: float = 0.0
+    topic_retries: int = 0  # events released because their topic was missing or forbidden
     last_tick: float = 0.0  # monotonic time of the last loop turn of any worker
     connected: bool = False  # every worker has a database connection
     broker_ok: bool = True  # False while workers wait for the broker
@@ -176,6 +184,7 @@ class PollStats:
             for event, _ in settlement.failures:
                 self.failed_by_type[event.event_type] = self.failed_by_type.get(event.event_type, 0) + 1
             self.dead_lettered += len(completion.dead_lettered)
+            self.topic_retries += settlement.topic_trouble
             self.batches += 1
             self.last_batch_duration = duration
             self.batch_duration_counts[bisect.bisect_left(BATCH_BUCKETS, duration)] += 1

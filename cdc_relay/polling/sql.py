@@ -1,7 +1,7 @@
 """Polling mode's SQL text: every statement run against the outbox table, and its rows.
 
 Owns ``OutboxQueries`` - the statements polling mode and the admin commands
-(polling_admin.py) run, built once per table from ``psycopg.sql.Identifier`` names, so
+(polling/admin.py) run, built once per table from ``psycopg.sql.Identifier`` names, so
 configurable column names (``OutboxColumns``) are respected and never interpolated raw -
 and the pure reading of the rows they return: ``event_from_row`` and, for strict
 per-aggregate order, ``ready_prefix``.
@@ -15,7 +15,11 @@ Strict order (``PollingSource.claim`` with ``strict_order=True``):
   (``pg_try_advisory_xact_lock(hashtext(table), hashtext(aggregate))``); an aggregate
   another poller holds is skipped, so two pollers never interleave one aggregate;
 * under the lock, the aggregate's pending rows are read again (fresh snapshot) and only
-  the prefix of rows ready to send is claimed, so nothing overtakes a row in backoff.
+  the prefix of rows ready to send is claimed, so nothing overtakes a row in backoff;
+* those rows are then locked (``lock_rows``), re-checking that each is still pending and
+  ready and skipping rows a plain poller holds; an aggregate's rows after one that
+  failed this check are not taken (``locked_prefix``), so a poller without
+  ``--strict-order`` on the same table cannot make a row go out twice.
 
 Order is ``created_at`` (the inserting transaction's start time), then ``ctid``: the
 schema has no insertion sequence, so the events of one transaction are ordered by heap
@@ -26,7 +30,7 @@ Rows become OutboxEvents exactly as WAL mode makes them: the payload is the colu
 text output (``payload::text``: jsonb's normal form, the bytes WAL mode sends),
 ``created_at`` is floor epoch milliseconds, ``attempt`` is ``attempts + 1``.
 
-Must not: hold or open a connection, run a statement (source/polling.py does), talk to
+Must not: hold or open a connection, run a statement (polling/claims.py and polling/admin.py do), talk to
 the broker, or decide anything about failures.
 """
 
@@ -38,7 +42,7 @@ from typing import Any
 
 from psycopg import sql
 
-from cdc_relay.config import OutboxConfig
+from cdc_relay.config import OutboxConfig, validate_identifier
 from cdc_relay.db import validated_columns, validated_table
 from cdc_relay.model import OutboxEvent
 
@@ -68,6 +72,17 @@ class OutboxQueries:
             " THEN floor(extract(epoch FROM {c_created_at}) * 1000)::bigint END AS cdc_created_ms,"
             " attempts AS cdc_attempts, {c_id} AS cdc_raw_id"
         )
+        # Carried columns (--header, --partition-column, then the trace context columns the
+        # table has), as text, after the eight above: event_from_row reads them by count.
+        carried = (*outbox.extra_columns, *outbox.trace_columns)
+        if carried:
+            self.event_columns = sql.SQL(", ").join([self.event_columns, *(
+                sql.SQL("{}::text AS {}").format(
+                    sql.Identifier(validate_identifier(column, "carried column")),
+                    sql.Identifier(f"cdc_carried_{n}"))
+                for n, column in enumerate(carried))])
+        self.extra_count = len(outbox.extra_columns)
+        self.trace_count = len(outbox.trace_columns)
         self.aggregate_key = q(
             "hashtext(length({c_aggregate_type}::text)::text || ':' || {c_aggregate_type}::text"
             " || '|' || {c_aggregate_id}::text)"
@@ -132,7 +147,16 @@ class OutboxQueries:
             order=self.strict_order)
 
     def lock_rows(self) -> sql.Composed:
-        return self.q("SELECT 1 FROM {t} WHERE {c_id} = ANY(%(ids)s) FOR UPDATE")
+        """Lock the rows to take; return the ids of those still pending and ready.
+
+        ``strict_rows`` read them without a lock, so a plain poller may have claimed or
+        even processed one since: the WHERE clause is evaluated again on the locked row
+        version (READ COMMITTED re-checks updated rows), and a row another poller holds
+        is skipped rather than waited for (it would come back processed).
+        """
+        return self.q(
+            "SELECT {c_id} FROM {t} WHERE {c_id} = ANY(%(ids)s) AND {pending} AND " + self._ready
+            + " FOR UPDATE SKIP LOCKED", pending=self.pending_where)
 
     def mark_processed(self) -> sql.Composed:
         return self.q("UPDATE {t} SET processed_at = now() WHERE {c_id} = ANY(%(ids)s)")
@@ -185,9 +209,15 @@ class OutboxQueries:
         )
 
 
-def event_from_row(row: Sequence[Any]) -> OutboxEvent:
-    """A claim row (id_text, aggregate_type, aggregate_id, event_type, payload, ms, attempts)."""
-    return OutboxEvent(
+    def event(self, row: Sequence[Any]) -> OutboxEvent:
+        """The OutboxEvent of a claim row of these queries (carried columns included)."""
+        return event_from_row(row, self.extra_count, self.trace_count)
+
+
+def event_from_row(row: Sequence[Any], extra: int = 0, trace: int = 0) -> OutboxEvent:
+    """A claim row (id_text, aggregate_type, aggregate_id, event_type, payload, ms, attempts,
+    raw id, then ``extra`` carried column values and ``trace`` trace context values)."""
+    event = OutboxEvent(
         id=row[0],
         aggregate_type=row[1],
         aggregate_id=row[2],
@@ -196,6 +226,13 @@ def event_from_row(row: Sequence[Any]) -> OutboxEvent:
         created_at_ms=row[5],
         attempt=row[6] + 1,
     )
+    if extra:
+        event.extra = tuple(row[8 : 8 + extra])
+    if trace:
+        event.traceparent = row[8 + extra]
+        if trace > 1:
+            event.tracestate = row[9 + extra]
+    return event
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +242,26 @@ class Candidate:
     key: int
     ready: bool
     row: tuple[Any, ...]
+
+
+def locked_prefix(rows: Iterable[tuple[Any, ...]], locked: set[Any]) -> list[tuple[Any, ...]]:
+    """The claim rows (``event_columns`` order) to publish once ``lock_rows`` answered.
+
+    Per aggregate, the rows before the first one that was not locked (another poller
+    holds it, or it is no longer pending): a later event must not overtake it. The rows
+    after it stay locked until the batch ends, unpublished and untouched.
+    """
+    stopped: set[tuple[Any, Any]] = set()
+    taken: list[tuple[Any, ...]] = []
+    for row in rows:
+        aggregate = (row[1], row[2])
+        if aggregate in stopped:
+            continue
+        if row[7] not in locked:
+            stopped.add(aggregate)
+            continue
+        taken.append(row)
+    return taken
 
 
 def ready_prefix(candidates: Iterable[Candidate], limit: int) -> list[tuple[Any, ...]]:

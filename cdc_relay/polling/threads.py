@@ -3,7 +3,7 @@
 A ``Waker`` shared by the workers is poked by the monitor thread on every NOTIFY (and by
 ``run_threads`` on shutdown); a generation counter means a wake-up between a worker's
 last claim and its wait is never lost. ``monitor_loop`` runs on the per-process
-LISTEN/count connection (a ``Monitor``, source/polling_admin.py): it wakes the workers
+LISTEN/count connection (a ``Monitor``, polling/admin.py): it wakes the workers
 and refreshes the pending / dead-letter gauges, reconnecting with backoff.
 ``run_threads`` runs each loop in its own thread while the main thread only waits, so
 signal handlers run promptly; an error in one stops all, then is re-raised.
@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from cdc_relay.backoff import Backoff
 from cdc_relay.errors import ServiceUnavailable
 from cdc_relay.polling.settlement import PollStats
 
@@ -49,7 +50,7 @@ class Waker:
 
 
 class Monitor(Protocol):
-    """The per-process LISTEN/count connection (source/polling_admin.py OutboxMonitor)."""
+    """The per-process LISTEN/count connection (polling/admin.py OutboxMonitor)."""
 
     def open(self) -> None: ...
     def wait(self, timeout: float) -> bool: ...
@@ -62,7 +63,7 @@ def monitor_loop(monitor: Monitor, waker: Waker, stats: PollStats, stop: threadi
                  clock: Callable[[], float] = time.monotonic) -> None:
     """Wake the workers on NOTIFY and refresh the pending / dead-letter gauges."""
     next_count = 0.0
-    delay = 0.5
+    backoff = Backoff(0.5, reconnect_max)
     opened = False
     try:
         while not stop.is_set():
@@ -81,13 +82,13 @@ def monitor_loop(monitor: Monitor, waker: Waker, stats: PollStats, stop: threadi
                     stop.wait(timeout)
                 elif monitor.wait(timeout):
                     waker.wake()
-                delay = 0.5
+                backoff.reset()
             except ServiceUnavailable as exc:
+                delay = backoff.next_delay()
                 log.warning("monitor connection: %s; reconnecting in %.1fs", exc, delay)
                 monitor.close()
                 opened = False
                 stop.wait(delay)
-                delay = min(delay * 2, reconnect_max)
     finally:
         monitor.close()
 

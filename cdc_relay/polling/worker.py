@@ -1,7 +1,7 @@
 """One polling worker's loop: claim a batch, route, produce, await every report, settle.
 
 One ``PollWorker`` per worker thread, each with its own database connection (a
-``BatchSource``, see source/polling.py) and its own sink. A batch is one transaction:
+``BatchSource``, see polling/claims.py) and its own sink. A batch is one transaction:
 
 1. claim up to ``batch_size`` ready rows (``FOR UPDATE SKIP LOCKED``: concurrent
    workers and processes never hold the same row);
@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from cdc_relay.backoff import Backoff
 from cdc_relay.errors import BrokerError, ServiceUnavailable
 from cdc_relay.logs import event_fields
 from cdc_relay.model import Message, OutboxEvent
@@ -66,7 +67,7 @@ log = logging.getLogger("cdc_relay.poller")
 
 
 class BatchSource(Protocol):
-    """What a worker needs from its database connection (source/polling.py)."""
+    """What a worker needs from its database connection (polling/claims.py)."""
 
     @property
     def connected(self) -> bool: ...
@@ -111,15 +112,16 @@ class PollWorker:
         self._rand = rand
         self._sink: Sink | None = None
         self._broker_suspect = True  # warm the producer up before the first claim
-        self._broker_delay = settings.broker_wait_min
+        self._broker_backoff = Backoff(settings.broker_wait_min, settings.broker_wait_max)
         self._broker_problem = "no broker answers"
+        self._topic_wait = False  # the last batch had events whose topic is not available
         self._results: list[Result] = []
         self._tokens: dict[int, int] = {}  # token -> index in the current batch
         self._next_token = 0
 
     def run(self, stop: threading.Event) -> None:
         """Poll until ``stop`` is set; the batch in hand is always finished first."""
-        db_delay = self._settings.broker_wait_min
+        db_backoff = Backoff(self._settings.broker_wait_min, self._settings.reconnect_max)
         try:
             while not stop.is_set():
                 self.stats.last_tick = self._clock()
@@ -129,14 +131,17 @@ class PollWorker:
                         self._wait_for_broker(stop)
                         continue
                     claimed = self.poll_once()
-                    db_delay = self._settings.broker_wait_min
+                    db_backoff.reset()
                     self.stats.connected = True
+                    if self._topic_wait:
+                        self._wait_for_broker(stop)
+                        continue
                 except ServiceUnavailable as exc:
                     self.stats.connected = False
-                    log.warning("%s; retrying in %.1fs", exc, db_delay)
+                    delay = db_backoff.next_delay()
+                    log.warning("%s; retrying in %.1fs", exc, delay)
                     self._source.close()
-                    stop.wait(db_delay)
-                    db_delay = min(db_delay * 2, self._settings.reconnect_max)
+                    stop.wait(delay)
                     continue
                 if not claimed:
                     self._waker.wait(since, self._settings.interval)
@@ -176,6 +181,14 @@ class PollWorker:
         if settlement.broker_down:
             self._broker_suspect = True
             self.stats.broker_ok = False
+        self._topic_wait = settlement.topic_trouble > 0
+        if self._topic_wait:
+            self._broker_problem = (
+                f"topic not available for {settlement.topic_trouble} event(s) (missing, or the "
+                "producer may not write to it): nothing is dead-lettered and no attempt counted; "
+                "create the topic or grant the producer access")
+        elif settlement.processed:
+            self._broker_backoff.reset()
         return len(events)
 
     # -- the broker ---------------------------------------------------------------
@@ -186,26 +199,22 @@ class PollWorker:
             self._broker_suspect = True
         if not self._broker_suspect:
             return True
-        warm_up = getattr(self._sink, "warm_up", None)
-        if callable(warm_up):
-            try:
-                ready = warm_up(self._settings.warmup_timeout)
-            except BrokerError as exc:
-                self._broker_problem = str(exc)
-                return False
-            if ready is False:
-                return False
+        try:
+            self._sink.warm_up(self._settings.warmup_timeout)
+        except BrokerError as exc:
+            self._broker_problem = str(exc)
+            return False
         self._broker_suspect = False
-        self._broker_delay = self._settings.broker_wait_min
+        self._broker_backoff.reset()
         self.stats.broker_ok = True
         return True
 
     def _wait_for_broker(self, stop: threading.Event) -> None:
         self.stats.broker_ok = False
+        delay = self._broker_backoff.next_delay()
         log.warning("%s; not claiming events, checking again in %.1fs",
-                    self._broker_problem, self._broker_delay)
-        stop.wait(self._broker_delay)
-        self._broker_delay = min(self._broker_delay * 2, self._settings.broker_wait_max)
+                    self._broker_problem, delay)
+        stop.wait(delay)
 
     def _discard_sink(self) -> None:
         if self._sink is not None:

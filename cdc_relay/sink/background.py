@@ -80,9 +80,9 @@ class BackgroundSink:
             raise ProduceRejected(self._fatal)
         if len(self._pending) >= self._max_in_flight:
             raise QueueFull(f"{self._max_in_flight} messages await confirmation")
-        problem = self._refuse(message)
-        if problem is not None:
-            raise ProduceRejected(DeliveryError(ErrorKind.PERMANENT, problem))
+        refused = self._refuse(message)
+        if refused is not None:
+            raise ProduceRejected(refused)
         seq = self._next_seq
         self._next_seq = seq + 1
         self._pending[seq] = token
@@ -165,8 +165,8 @@ class BackgroundSink:
         self._fatal = None
 
     # -- for subclasses --------------------------------------------------------------
-    def _refuse(self, message: Message) -> str | None:
-        """Why ``message`` can never be published as is (PERMANENT), or None."""
+    def _refuse(self, message: Message) -> DeliveryError | None:
+        """Why ``message`` can never be published as is (a PERMANENT error), or None."""
         return None
 
     def _submit(self, seq: int, message: Message) -> None:

@@ -42,7 +42,14 @@ from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
 from cdc_relay.errors import BrokerError, mask_secrets
 from cdc_relay.model import Message
 from cdc_relay.sink.background import BackgroundSink
-from cdc_relay.sink.base import DeliveryError, DeliveryHandler, ErrorKind, Sink, SinkFactory
+from cdc_relay.sink.base import (
+    Cause,
+    DeliveryError,
+    DeliveryHandler,
+    ErrorKind,
+    Sink,
+    SinkFactory,
+)
 from cdc_relay.sink.config import NatsConfig, SinkProbe, subject_problem
 
 _log = logging.getLogger("cdc_relay.nats")
@@ -155,12 +162,13 @@ class NatsSink(BackgroundSink):
         if self._fatal is not None:
             raise BrokerError(f"NATS at {where}: {self._fatal.reason}")
 
-    def _refuse(self, message: Message) -> str | None:
+    def _refuse(self, message: Message) -> DeliveryError | None:
         problem = subject_problem(message.topic)
         if problem is not None:
-            return problem
+            return DeliveryError(ErrorKind.PERMANENT, problem)
         if len(message.value) > self._max_payload:
-            return f"message too large: {len(message.value)} bytes > max_payload {self._max_payload}"
+            return DeliveryError(ErrorKind.PERMANENT, f"message too large: {len(message.value)} "
+                                 f"bytes > max_payload {self._max_payload}", Cause.TOO_LARGE)
         return None
 
     def _submit(self, seq: int, message: Message) -> None:

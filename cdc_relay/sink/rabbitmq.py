@@ -43,7 +43,14 @@ from pika.adapters.select_connection import SelectConnection
 from cdc_relay.errors import BrokerError, ConfigError, mask_secrets
 from cdc_relay.model import Message
 from cdc_relay.sink.background import BackgroundSink
-from cdc_relay.sink.base import DeliveryError, DeliveryHandler, ErrorKind, Sink, SinkFactory
+from cdc_relay.sink.base import (
+    Cause,
+    DeliveryError,
+    DeliveryHandler,
+    ErrorKind,
+    Sink,
+    SinkFactory,
+)
 from cdc_relay.sink.config import RabbitMqConfig, SinkProbe
 
 _log = logging.getLogger("cdc_relay.rabbitmq")
@@ -131,12 +138,14 @@ class RabbitMqSink(BackgroundSink):
         if self._fatal is not None:
             raise BrokerError(f"RabbitMQ at {where}: {self._fatal.reason}")
 
-    def _refuse(self, message: Message) -> str | None:
+    def _refuse(self, message: Message) -> DeliveryError | None:
         if len(message.topic.encode()) > _SHORTSTR:
-            return f"routing key {message.topic[:60]!r}... is longer than 255 bytes"
+            return DeliveryError(ErrorKind.PERMANENT, f"routing key {message.topic[:60]!r}... is "
+                                 "longer than 255 bytes")
         if len(message.value) > self._config.max_message_bytes:
-            return (f"message too large: {len(message.value)} bytes > max_message_bytes "
-                    f"{self._config.max_message_bytes}")
+            return DeliveryError(ErrorKind.PERMANENT, f"message too large: {len(message.value)} "
+                                 f"bytes > max_message_bytes {self._config.max_message_bytes}",
+                                 Cause.TOO_LARGE)
         return None
 
     def _submit(self, seq: int, message: Message) -> None:

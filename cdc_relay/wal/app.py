@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from cdc_relay.config import (
     FlowConfig,
@@ -25,24 +25,34 @@ from cdc_relay.decoding.pgoutput import plugin_options as pgoutput_options
 from cdc_relay.decoding.wal2json import Wal2JsonDecoder
 from cdc_relay.decoding.wal2json import plugin_options as wal2json_options
 from cdc_relay.errors import ExitCode
+from cdc_relay.message_columns import resolve_message_columns
 from cdc_relay.model import Lsn
 from cdc_relay.ops.metrics.endpoint import serve_wal
 from cdc_relay.routing import Router
 from cdc_relay.signals import install_signal_handlers
 from cdc_relay.sink.factory import OtherSink, make_sink_factory, sink_name
 from cdc_relay.wal.loop import Decoder, LoopTimings, ReplicationSource, WalRelay
+from cdc_relay.wal.partitions import PartitionTree
 from cdc_relay.wal.stream import ReplicationStream
 
 log = logging.getLogger("cdc_relay")
 
 
-def make_decoder(repl: ReplicationConfig, outbox: OutboxConfig) -> tuple[Decoder, list[tuple[str, str]]]:
-    """The decoder and START_REPLICATION options for the configured plugin."""
+def make_decoder(repl: ReplicationConfig, outbox: OutboxConfig, *,
+                 partitioned: bool = False) -> tuple[Decoder, list[tuple[str, str]]]:
+    """The decoder and START_REPLICATION options for the configured plugin.
+
+    A partitioned outbox: pgoutput's publication publishes via the root (wal/setup.py),
+    so nothing changes; wal2json streams every table and its decoder looks partitions
+    up (wal/partitions.py).
+    """
     decoder: Decoder
     if repl.plugin == "pgoutput":
-        return PgOutputDecoder(outbox.table, outbox.columns), pgoutput_options(repl.publication)
-    decoder = Wal2JsonDecoder(outbox.table, outbox.columns)
-    return decoder, wal2json_options(outbox.table)
+        return (PgOutputDecoder(outbox.table, outbox.columns, outbox.extra_columns),
+                pgoutput_options(repl.publication))
+    tree = PartitionTree(repl.dsn, outbox.table) if partitioned else None
+    decoder = Wal2JsonDecoder(outbox.table, outbox.columns, tree, extra_columns=outbox.extra_columns)
+    return decoder, wal2json_options(outbox.table, partitioned=partitioned)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,10 +68,11 @@ class WalSettings:
     sink: OtherSink | None = None  # --sink rabbitmq|nats; None: the Kafka sink of ``kafka``
 
 
-def build_wal_relay(settings: WalSettings) -> WalRelay:
+def build_wal_relay(settings: WalSettings, *, partitioned: bool = False) -> WalRelay:
     """Wire a WalRelay from settings (no I/O until ``run``)."""
     repl = settings.replication
-    decoder, options = make_decoder(repl, settings.outbox)
+    outbox = replace(settings.outbox, extra_columns=settings.router.extra_columns())
+    decoder, options = make_decoder(repl, outbox, partitioned=partitioned)
 
     def source_factory() -> ReplicationSource:
         return ReplicationStream(repl, options)
@@ -89,9 +100,11 @@ def run_wal(settings: WalSettings) -> int:
     factory = make_sink_factory(settings.kafka, settings.sink)
     if settings.sink is not None:
         factory(lambda _delivery: None).close(0)
-    ensure_replication(repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
-                       publication=repl.publication)
-    relay = build_wal_relay(settings)
+    setup = ensure_replication(repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
+                               publication=repl.publication)
+    # --header / --partition-column name real columns: a typo is one line now, exit 2.
+    resolve_message_columns(repl.dsn, settings.outbox, settings.router)
+    relay = build_wal_relay(settings, partitioned=setup.partitioned)
     log.info("WAL mode: slot %s, plugin %s, table %s, sink %s", repl.slot, repl.plugin,
              settings.outbox.table, sink, extra={"slot": repl.slot, "plugin": repl.plugin,
                                                  "table": str(settings.outbox.table), "sink": sink})

@@ -39,8 +39,9 @@ class ScriptedSink(BackgroundSink):
         self.submitted: list[tuple[int, Message]] = []
         self.stopped = False
 
-    def _refuse(self, message: Message) -> str | None:
-        return "too large" if len(message.value) > 10 else None
+    def _refuse(self, message: Message) -> DeliveryError | None:
+        too_large = len(message.value) > 10
+        return DeliveryError(ErrorKind.PERMANENT, "too large") if too_large else None
 
     def _submit(self, seq: int, message: Message) -> None:
         self.submitted.append((seq, message))

@@ -4,75 +4,16 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
 
 from cdc_relay.config import RouterConfig
 from cdc_relay.errors import ServiceUnavailable
 from cdc_relay.model import OutboxEvent
-from cdc_relay.polling.settlement import AttemptFailure, BackoffPolicy, Completion, PollStats
+from cdc_relay.polling.settlement import BackoffPolicy, PollStats
 from cdc_relay.polling.threads import Waker, monitor_loop
 from cdc_relay.polling.worker import PollerSettings, PollWorker
 from cdc_relay.routing import Router
-from cdc_relay.sink.base import ErrorKind
-from cdc_relay.testing import FakeSink, FakeSinkFactory
-
-
-@dataclass
-class Row:
-    event: OutboxEvent
-    attempts: int = 0
-    processed: bool = False
-    dead: bool = False
-    last_error: str | None = None
-    delay: float | None = None
-
-
-class FakeOutbox:
-    """A BatchSource over a list of rows: claims the oldest unprocessed, live rows."""
-
-    def __init__(self, events: Sequence[OutboxEvent]) -> None:
-        self.rows = {e.id: Row(e) for e in events}
-        self.claimed: list[str] = []
-        self.batches = 0
-        self.released = 0
-        self.connected = True
-        self.fail_next_claim: Exception | None = None
-
-    def open(self) -> None:
-        self.connected = True
-
-    def close(self) -> None:
-        self.connected = False
-
-    def claim(self, limit: int, max_attempts: int, *, strict_order: bool = False) -> list[OutboxEvent]:
-        if self.fail_next_claim is not None:
-            error, self.fail_next_claim = self.fail_next_claim, None
-            raise error
-        ready = [r for r in self.rows.values()
-                 if not r.processed and not r.dead and r.attempts < max_attempts][:limit]
-        self.claimed = [r.event.id for r in ready]
-        return [replace(r.event, attempt=r.attempts + 1) for r in ready]
-
-    def complete(self, processed: Sequence[OutboxEvent], failures: Sequence[AttemptFailure],
-                 max_attempts: int) -> Completion:
-        dead = []
-        for event in processed:
-            self.rows[event.id].processed = True
-        for failure in failures:
-            row = self.rows[failure.event.id]
-            row.attempts += 1
-            row.last_error, row.delay = failure.reason, failure.delay
-            if row.attempts >= max_attempts:
-                row.dead = True
-                dead.append(row.event.id)
-        self.batches += 1
-        self.claimed = []
-        return Completion(len(processed), len(failures), tuple(dead))
-
-    def release(self) -> None:
-        self.released += 1
-        self.claimed = []
+from cdc_relay.sink.base import Cause, DeliveryError, ErrorKind
+from cdc_relay.testing import FakeMonitor, FakeOutbox, FakeSink, FakeSinkFactory
 
 
 def events(*specs: tuple[str, str, str]) -> list[OutboxEvent]:
@@ -237,29 +178,6 @@ def test_a_lost_database_connection_is_retried_and_the_loop_stops_on_request() -
     assert outbox.batches == 1
 
 
-class FakeMonitor:
-    def __init__(self, notifications: int, stop: threading.Event) -> None:
-        self.notifications = notifications
-        self.stop = stop
-        self.opened = 0
-
-    def open(self) -> None:
-        self.opened += 1
-
-    def wait(self, timeout: float) -> bool:
-        if self.notifications:
-            self.notifications -= 1
-            return True
-        self.stop.set()
-        return False
-
-    def counts(self) -> tuple[int, int]:
-        return 42, 3
-
-    def close(self) -> None:
-        pass
-
-
 def test_monitor_wakes_workers_on_every_notification_and_refreshes_gauges() -> None:
     stop = threading.Event()
     waker, stats = Waker(), PollStats()
@@ -274,3 +192,18 @@ def test_waker_never_loses_a_wake_up_that_came_before_the_wait() -> None:
     waker.wake()
     assert waker.wait(since, timeout=0.0)
     assert not waker.wait(waker.generation, timeout=0.0)
+
+
+def test_a_missing_topic_counts_no_attempt_and_never_dead_letters() -> None:
+    outbox = FakeOutbox(events(("order", "o-1", "Placed"), ("invoice", "i-1", "Sent")))
+    missing = DeliveryError(ErrorKind.RETRIABLE, "Broker: Unknown topic or partition",
+                            Cause.TOPIC_MISSING)
+    factory = FakeSinkFactory(configure=lambda sink: sink.fail_topics.update({"t.invoice": missing}))
+    worker = make_worker(outbox, factory)
+    prime(worker)
+    for _ in range(5):  # more rounds than --max-attempts (3)
+        worker.poll_once()
+    invoice = outbox.rows["e1"]
+    assert (invoice.attempts, invoice.processed, invoice.dead) == (0, False, False)
+    assert outbox.rows["e0"].processed
+    assert worker.stats.topic_retries == 5 and worker.stats.dead_lettered == 0

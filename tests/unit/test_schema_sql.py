@@ -24,10 +24,10 @@ ODD = OutboxConfig(
 
 
 def test_migrations_are_numbered_in_order_from_one() -> None:
-    assert [m.version for m in migrations()] == [1, 2, 3, 4]
+    assert [m.version for m in migrations()] == [1, 2, 3, 4, 5]
     assert [m.name for m in migrations()] == [
         "0001_outbox.sql", "0002_notify_function.sql", "0003_processed_events.sql",
-        "0004_created_at_clock.sql"]
+        "0004_created_at_clock.sql", "0005_trace_context.sql"]
 
 
 @pytest.mark.parametrize("outbox", [OutboxConfig(), ODD,
@@ -116,12 +116,17 @@ def test_report_of_a_noop_run_says_nothing_changed() -> None:
     assert not report.changed
     assert report.lines() == [
         "outbox public.outbox_events: schema up to date (version 3)",
+        "mode: wal",
         "notify trigger: existed",
         "replication slot cdc_relay (wal2json): existed",
     ]
 
 
 def test_report_counts_a_dropped_trigger_as_a_change() -> None:
-    report = InitReport(TableRef(), (), 3, Outcome.DROPPED, Outcome.SKIPPED, Outcome.SKIPPED)
+    report = InitReport(TableRef(), (), 3, Outcome.DROPPED, Outcome.SKIPPED, Outcome.SKIPPED,
+                        mode="wal")
     assert report.changed
-    assert report.lines()[-1] == "replication slot: skipped (no slot requested)"
+    assert report.lines()[2].startswith("notify trigger: dropped (WAL mode does not use it")
+    poll = InitReport(TableRef(), (), 3, Outcome.CREATED, Outcome.SKIPPED, Outcome.SKIPPED,
+                      mode="poll")
+    assert poll.lines()[-1] == "replication slot: none (polling mode does not use one)"

@@ -1,10 +1,11 @@
 """Prometheus collectors: the relay's plain counters turned into metric families at scrape time.
 
 Owns every metric name, help text and label the relay exposes: ``WalCollector`` reads
-``RelayStats`` (relay.py) and the slot figures of the lag probe, ``PollCollector`` reads
-``PollStats`` (poller/settlement.py), ``make_registry`` adds the process, platform and
-GC collectors. The slot gauges are absent while the probe cannot read or the slot does
-not exist.
+``RelayStats`` (wal/loop.py) and the slot figures of the lag probe, ``PollCollector`` reads
+``PollStats`` (polling/settlement.py), ``ReadyCollector`` turns the ``/readyz`` verdict into
+``cdc_relay_ready`` (Prometheus cannot probe /readyz itself), ``make_registry`` adds the
+process, platform and GC collectors. The slot gauges are absent while the probe cannot
+read or the slot does not exist.
 
 Must not: mutate the stats, open a connection, start a thread or serve HTTP - the lag
 probe and the endpoint are cdc_relay.ops.metrics.endpoint.
@@ -12,7 +13,7 @@ probe and the endpoint are cdc_relay.ops.metrics.endpoint.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
@@ -50,6 +51,14 @@ def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, value=value)
+
+
+def _topic_retries(count: int) -> CounterMetricFamily:
+    family = CounterMetricFamily(
+        "cdc_relay_delivery_retries", "Deliveries retried, by reason (polling: events released "
+        "because their topic is missing or forbidden).", labels=["reason"])
+    family.add_metric(["topic_unavailable"], count)
+    return family
 
 
 def _failed(by_type: dict[str, int]) -> CounterMetricFamily:
@@ -116,6 +125,15 @@ class WalCollector:
                      1 if stats.streaming else 0)
         yield _counter("cdc_relay_restarts",
                        "Stream or producer restarts (reconnects, new producers).", stats.restarts)
+        retries = CounterMetricFamily(
+            "cdc_relay_delivery_retries", "Deliveries retried with a new producer, by reason "
+            "(topic_missing, topic_authorization, producer_failed).", labels=["reason"])
+        for reason, count in sorted(dict(stats.retries_by_reason).items()):
+            retries.add_metric([reason], count)
+        yield retries
+        yield _counter("cdc_relay_ignored_messages",
+                       "Non-transactional 'cdc-relay' logical decoding messages, never published.",
+                       stats.ignored_messages)
         if self._probe is not None:
             yield from slot_metrics(self._probe)
 
@@ -149,6 +167,7 @@ class PollCollector:
         yield _counter("outbox_events_dead_lettered",
                        "Events this process gave up on (now dead letters).", dead_lettered)
         yield _gauge("outbox_dead_letters", "Rows in the dead-letter state.", dead)
+        yield _topic_retries(self._stats.topic_retries)
         yield _gauge("outbox_events_pending", "Rows waiting to be published.", pending)
         yield batch_histogram(counts, total)
         yield _gauge("cdc_relay_poller_connected", "1 while every worker has its connection.",
@@ -168,6 +187,18 @@ class SinkInfoCollector:
                                    "to, as a label; always 1.", labels=["sink"])
         family.add_metric([self._sink], 1)
         yield family
+
+
+class ReadyCollector:
+    """``cdc_relay_ready``: 1 while ``ready()`` (the /readyz verdict) says ready, else 0."""
+
+    def __init__(self, ready: Callable[[], tuple[bool, str]]) -> None:
+        self._ready = ready
+
+    def collect(self) -> Iterable[Metric]:
+        ok, _ = self._ready()
+        yield _gauge("cdc_relay_ready", "1 while /readyz answers 200 (stream or pollers connected, "
+                     "producer usable).", 1 if ok else 0)
 
 
 def make_registry(*collectors: Any) -> CollectorRegistry:

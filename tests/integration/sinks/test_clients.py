@@ -11,7 +11,7 @@ from cdc_relay.errors import BrokerError
 from cdc_relay.local.machine_services import NATS_PORT, RABBITMQ_PORT
 from cdc_relay.model import Message
 from cdc_relay.sink.background import BackgroundSink
-from cdc_relay.sink.base import Delivery, ErrorKind, ProduceRejected
+from cdc_relay.sink.base import Cause, Delivery, ErrorKind, ProduceRejected
 from cdc_relay.sink.config import parse_nats, parse_rabbitmq
 from cdc_relay.sink.nats import NatsSink
 from cdc_relay.sink.rabbitmq import RabbitMqSink
@@ -120,6 +120,7 @@ def test_nats_refuses_a_payload_over_the_server_limit_as_permanent(
         with pytest.raises(ProduceRejected, match="too large") as rejected:
             sink.produce(big, 1)
         assert rejected.value.error.kind is ErrorKind.PERMANENT
+        assert rejected.value.error.cause is Cause.TOO_LARGE  # its dead letter omits the payload
     finally:
         sink.close(0)
 
