@@ -146,22 +146,25 @@ async def _count_nats(url: str, stream: str, subject: str, expected: int,
                       received: Synchronized[int], first_at: Synchronized[float],
                       done_at: Synchronized[float], ready: Event, stop: Event) -> None:
     import nats
-    from nats.js.api import AckPolicy, ConsumerConfig
 
     nc = await nats.connect(url)
     js = nc.jetstream()
     seen: set[str] = set()
+    batch: list[str] = []
+
+    async def on_message(msg: Any) -> None:
+        batch.append((msg.headers or {}).get("Nats-Msg-Id", ""))
+
     try:
-        sub = await js.pull_subscribe(subject, stream=stream,
-                                      config=ConsumerConfig(ack_policy=AckPolicy.NONE))
+        # An ordered push consumer: the server streams the stream's messages without acks.
+        await js.subscribe(subject, stream=stream, ordered_consumer=True, cb=on_message,
+                           pending_msgs_limit=-1, pending_bytes_limit=-1)
         ready.set()
         while not stop.is_set():
-            try:
-                messages = await sub.fetch(5000, timeout=0.5)
-            except (TimeoutError, nats.errors.TimeoutError):
-                continue
-            fresh = [(m.headers or {}).get("Nats-Msg-Id", "") for m in messages]
-            if _stamp(seen, fresh, expected, received, first_at, done_at):
-                return
+            await asyncio.sleep(0.005)
+            if batch:
+                fresh, batch[:] = list(batch), []
+                if _stamp(seen, fresh, expected, received, first_at, done_at):
+                    return
     finally:
         await nc.close()
