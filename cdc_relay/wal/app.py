@@ -23,12 +23,14 @@ from cdc_relay.decoding.pgoutput import PgOutputDecoder
 from cdc_relay.decoding.pgoutput import plugin_options as pgoutput_options
 from cdc_relay.decoding.wal2json import Wal2JsonDecoder
 from cdc_relay.decoding.wal2json import plugin_options as wal2json_options
-from cdc_relay.errors import ExitCode
+from cdc_relay.errors import ConfigError, ExitCode
 from cdc_relay.model import Lsn
 from cdc_relay.ops.metrics.endpoint import serve_wal
 from cdc_relay.routing import Router
 from cdc_relay.signals import install_signal_handlers
+from cdc_relay.sink.base import SinkFactory
 from cdc_relay.sink.kafka import kafka_sink_factory
+from cdc_relay.wal.backfill import BackfillStats
 from cdc_relay.wal.loop import Decoder, LoopTimings, ReplicationSource, WalRelay
 from cdc_relay.wal.stream import ReplicationStream
 
@@ -54,10 +56,19 @@ class WalSettings:
     kafka: KafkaConfig
     flow: FlowConfig = field(default_factory=FlowConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    snapshot: str = "never"  # "initial": backfill pending rows when the relay creates the slot
+
+    def __post_init__(self) -> None:
+        if self.snapshot not in ("initial", "never"):
+            raise ConfigError(f"unknown --snapshot {self.snapshot!r}: use initial or never")
 
 
-def build_wal_relay(settings: WalSettings) -> WalRelay:
-    """Wire a WalRelay from settings (no I/O until ``run``)."""
+def build_wal_relay(settings: WalSettings, *, router: Router | None = None,
+                    sink_factory: SinkFactory | None = None) -> WalRelay:
+    """Wire a WalRelay from settings (no I/O until ``run``).
+
+    ``router`` and ``sink_factory`` are shared with the backfill when one runs first.
+    """
     repl = settings.replication
     decoder, options = make_decoder(repl, settings.outbox)
 
@@ -67,8 +78,9 @@ def build_wal_relay(settings: WalSettings) -> WalRelay:
     return WalRelay(
         source_factory=source_factory,
         decoder=decoder,
-        router=Router(settings.router, settings.outbox.table),
-        sink_factory=kafka_sink_factory(settings.kafka, logger=logging.getLogger("cdc_relay.kafka")),
+        router=router or Router(settings.router, settings.outbox.table),
+        sink_factory=sink_factory or kafka_sink_factory(
+            settings.kafka, logger=logging.getLogger("cdc_relay.kafka")),
         flow=settings.flow,
         timings=LoopTimings(status_interval=repl.status_interval, reconnect_max=repl.reconnect_max),
     )
@@ -81,12 +93,20 @@ def run_wal(settings: WalSettings) -> int:
     stop = threading.Event()
     install_signal_handlers(stop)  # first: a SIGTERM during start-up is a clean stop too
     repl = settings.replication
-    ensure_replication(repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
-                       publication=repl.publication)
-    relay = build_wal_relay(settings)
+    router = Router(settings.router, settings.outbox.table)
+    sink_factory = kafka_sink_factory(settings.kafka, logger=logging.getLogger("cdc_relay.kafka"))
+    backfill = BackfillStats() if settings.snapshot == "initial" else None
+    if backfill is None:
+        ensure_replication(repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
+                           publication=repl.publication)
+    relay = build_wal_relay(settings, router=router, sink_factory=sink_factory)
     log.info("WAL mode: slot %s, plugin %s, table %s", repl.slot, repl.plugin, settings.outbox.table,
              extra={"slot": repl.slot, "plugin": repl.plugin, "table": str(settings.outbox.table)})
-    with serve_wal(settings.metrics, relay.stats, dsn=repl.dsn, slot=repl.slot):
+    with serve_wal(settings.metrics, relay.stats, dsn=repl.dsn, slot=repl.slot,
+                   backfill=backfill):
+        if backfill is not None and not _backfill_first(settings, router, sink_factory,
+                                                        backfill, stop):
+            return ExitCode.OK
         relay.run(stop)
     stats = relay.stats
     log.info("stopped: %d events published, %d dead-lettered", stats.published,
@@ -95,3 +115,20 @@ def run_wal(settings: WalSettings) -> int:
                  "published": stats.published, "dead_lettered": stats.dead_lettered,
                  "restarts": stats.restarts})
     return ExitCode.OK
+
+
+def _backfill_first(settings: WalSettings, router: Router, sink_factory: SinkFactory,
+                    stats: BackfillStats, stop: threading.Event) -> bool:
+    """``--snapshot initial``: the backfill (if due), then the start-up check; False if stopped."""
+    from cdc_relay.wal.cutover import backfill_before_streaming
+    from cdc_relay.wal.setup import ensure_replication
+
+    repl = settings.replication
+    if not backfill_before_streaming(repl=repl, outbox=settings.outbox, router=router,
+                                     sink_factory=sink_factory, flow=settings.flow, stats=stats,
+                                     stop=stop):
+        log.info("stopped during the backfill: nothing streamed")
+        return False
+    ensure_replication(repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
+                       publication=repl.publication)
+    return not stop.is_set()
