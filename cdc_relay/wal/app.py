@@ -99,6 +99,10 @@ def run_wal(settings: WalSettings) -> int:
     if backfill is None:
         ensure_replication(repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
                            publication=repl.publication)
+    else:
+        from cdc_relay.wal.cutover import precheck
+
+        precheck(repl, settings.outbox)
     relay = build_wal_relay(settings, router=router, sink_factory=sink_factory)
     log.info("WAL mode: slot %s, plugin %s, table %s", repl.slot, repl.plugin, settings.outbox.table,
              extra={"slot": repl.slot, "plugin": repl.plugin, "table": str(settings.outbox.table)})

@@ -33,7 +33,7 @@ from cdc_relay.errors import ConfigError
 from cdc_relay.routing import Router
 from cdc_relay.sink.base import SinkFactory
 from cdc_relay.wal.backfill import Backfill, BackfillStats, BackfillTimings, SnapshotReader
-from cdc_relay.wal.backfill_state import StateStore
+from cdc_relay.wal.backfill_state import StateStore, read_record
 from cdc_relay.wal.setup import ensure_publication, slot_info
 from cdc_relay.wal.snapshot import SlotSnapshot, create_slot_exporting_snapshot
 
@@ -65,6 +65,19 @@ def check_backfill_table(conn: psycopg.Connection[Any], dsn: str, outbox: Outbox
             f"(it publishes rows where both are NULL and sets processed_at), but "
             f"{', '.join(missing)} is missing: run `cdc-relay init --no-slot --table {table}` "
             "(with the same --columns) to add them, or use --snapshot never")
+
+
+def precheck(repl: ReplicationConfig, outbox: OutboxConfig) -> None:
+    """The refusals, before anything is touched or logged: columns, a slot with no record.
+
+    The decision itself is taken again under the lock (``backfill_before_streaming``).
+    """
+    with connect(repl.dsn, autocommit=True, application_name="cdc-relay backfill") as conn:
+        check_backfill_table(conn, repl.dsn, outbox)
+        if slot_info(conn, repl.slot) is not None:
+            record = read_record(conn, outbox.table, repl.slot)
+            if record is None or record.table != str(outbox.table):
+                raise _refusal(repl.slot, str(outbox.table))
 
 
 def _refusal(slot: str, table: str) -> ConfigError:
