@@ -337,6 +337,9 @@ class Backfill:
                 conn.execute(self._mark_sql, (batch,))
             except psycopg.Error as exc:
                 raise translate_error(exc, "marking backfilled rows processed") from exc
+        # Every acknowledged row is marked now: the state row's count says so (status).
+        self.stats.rows_done = self._low + len(self._ahead)
+        self._store.progress(self.stats.rows_done)
         self._next_mark = now + self._timings.mark_interval
 
     def _progress(self, *, force: bool = False) -> None:

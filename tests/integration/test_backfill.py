@@ -6,6 +6,7 @@ import os
 import signal
 from collections import Counter
 
+import orjson
 import psycopg
 import pytest
 
@@ -54,7 +55,9 @@ def test_rows_pending_before_the_slot_and_live_rows_arrive_once_in_aggregate_ord
     marked = count(db, "SELECT count(*) FROM outbox_events WHERE processed_at IS NOT NULL"
                        " AND (payload->>'seq')::int >= 100000")
     assert 0 < marked < len(live)
-    assert backfill_state(db) == "done"
+    status = orjson.loads(run_cli("status", "--dsn", db, "--format", "json").stdout)
+    assert status["backfill"]["state"] == "done"
+    assert status["backfill"]["rows_done"] == status["backfill"]["rows_total"] >= len(backlog)
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)
@@ -71,6 +74,9 @@ def test_snapshot_initial_on_an_existing_slot_is_refused_and_touches_nothing(
     assert "slot drop" in lines[-1] and "--snapshot never" in lines[-1]
     assert backfill_state(db) is None  # no state table was created
     assert count(db, "SELECT count(*) FROM outbox_events WHERE processed_at IS NULL") == 10
+    doctor = run_cli("doctor", "--dsn", db, "--plugin", plugin, "--format", "json")
+    check = next(c for c in orjson.loads(doctor.stdout) if c["name"] == "backfill")
+    assert check["verdict"] == "warn" and "never published" in check["detail"]
 
 
 def test_bad_snapshot_input_is_one_line_exit_2_and_touches_nothing(db: str, broker: Broker) -> None:
@@ -112,6 +118,13 @@ def test_kill_9_mid_backfill_then_the_same_command_loses_nothing(
         unmarked_at_kill = set(_ids(db, "processed_at IS NULL"))
         relay.kill()
         assert backfill_state(db) == "running"
+        status = orjson.loads(run_cli("status", "--dsn", db, "--format", "json").stdout)
+        assert status["backfill"]["state"] == "running" and not status["backfill"]["running"]
+        assert 0 < status["backfill"]["rows_done"] < len(backlog)
+        doctor = orjson.loads(run_cli("doctor", "--dsn", db, "--plugin", plugin,
+                                      "--format", "json").stdout)
+        check = next(c for c in doctor if c["name"] == "backfill")
+        assert check["verdict"] == "warn" and "did not finish" in check["detail"]
         assert 0 < len(unmarked_at_kill) < len(backlog)
         after_kill = insert_rows(db, 200_000, 100, per_txn=10)  # committed after the slot
         with start_backfilling_relay(db, bootstrap, topic_prefix, plugin=plugin) as again:
