@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 from psycopg import sql
@@ -40,7 +40,6 @@ from cdc_relay.logs import event_fields
 from cdc_relay.model import OutboxEvent
 from cdc_relay.routing import Router, RoutingError
 from cdc_relay.sink.base import Delivery, ErrorKind, ProduceRejected, QueueFull, Sink, SinkFactory
-from cdc_relay.wal.backfill_state import StateStore
 
 log = logging.getLogger("cdc_relay.backfill")
 
@@ -75,6 +74,42 @@ class BackfillTimings:
 
 class _ProducerFailed(RelayError):
     """The producer cannot be trusted: resume at the watermark with a new one."""
+
+
+class RowSource(Protocol):
+    """The pending rows of one snapshot, in a fixed order (SnapshotReader)."""
+
+    pid: int
+
+    def rows(self, offset: int) -> Iterator[tuple[Any, OutboxEvent]]: ...
+
+
+class ProgressStore(Protocol):
+    """Where progress is recorded (backfill_state.StateStore)."""
+
+    def progress(self, rows_done: int) -> None: ...
+    def snapshot_age(self, reader_pid: int) -> tuple[float, int] | None: ...
+
+
+MarkProcessed = Callable[[list[Any]], None]
+
+
+class RowMarker:
+    """Sets ``processed_at`` on acknowledged rows (by raw id), on an autocommit connection."""
+
+    def __init__(self, conn: psycopg.Connection[Any], outbox: OutboxConfig) -> None:
+        table = validated_table(outbox.table)
+        self._conn = conn
+        self._sql = sql.SQL(
+            "UPDATE {} SET processed_at = now() WHERE {} = ANY(%s) AND processed_at IS NULL"
+        ).format(sql.Identifier(table.schema, table.name),
+                 sql.Identifier(validated_columns(outbox.columns).id))
+
+    def __call__(self, raw_ids: list[Any]) -> None:
+        try:
+            self._conn.execute(self._sql, (raw_ids,))
+        except psycopg.Error as exc:
+            raise translate_error(exc, "marking backfilled rows processed") from exc
 
 
 class SnapshotReader:
@@ -139,23 +174,19 @@ class SnapshotReader:
 class Backfill:
     """Publishes a SnapshotReader's rows through the router and sink; see the module docstring."""
 
-    def __init__(self, *, reader: SnapshotReader, store: StateStore, outbox: OutboxConfig,
+    def __init__(self, *, reader: RowSource, store: ProgressStore, mark: MarkProcessed,
                  router: Router, sink_factory: SinkFactory, flow: FlowConfig,
                  timings: BackfillTimings, stats: BackfillStats,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._reader = reader
         self._store = store
+        self._mark = mark
         self._router = router
         self._sink_factory = sink_factory
         self._flow = flow
         self._timings = timings
         self.stats = stats
         self._clock = clock
-        table = validated_table(outbox.table)
-        self._mark_sql = sql.SQL(
-            "UPDATE {} SET processed_at = now() WHERE {} = ANY(%s) AND processed_at IS NULL"
-        ).format(sql.Identifier(table.schema, table.name),
-                 sql.Identifier(validated_columns(outbox.columns).id))
         self._low = 0  # every ordinal below is acknowledged
         self._ahead: set[int] = set()  # acknowledged ordinals above _low
         self._next_token = 0
@@ -330,13 +361,9 @@ class Backfill:
         if not self._marks or (not force and len(self._marks) < _MARK_BATCH
                                and now < self._next_mark):
             return
-        conn = self._store.conn
         while self._marks:
             batch, self._marks = self._marks[:_MARK_BATCH], self._marks[_MARK_BATCH:]
-            try:
-                conn.execute(self._mark_sql, (batch,))
-            except psycopg.Error as exc:
-                raise translate_error(exc, "marking backfilled rows processed") from exc
+            self._mark(batch)
         # Every acknowledged row is marked now: the state row's count says so (status).
         self.stats.rows_done = self._low + len(self._ahead)
         self._store.progress(self.stats.rows_done)

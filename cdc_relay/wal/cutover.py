@@ -32,7 +32,13 @@ from cdc_relay.db import connect, describe_dsn, translate_error, validated_table
 from cdc_relay.errors import ConfigError
 from cdc_relay.routing import Router
 from cdc_relay.sink.base import SinkFactory
-from cdc_relay.wal.backfill import Backfill, BackfillStats, BackfillTimings, SnapshotReader
+from cdc_relay.wal.backfill import (
+    Backfill,
+    BackfillStats,
+    BackfillTimings,
+    RowMarker,
+    SnapshotReader,
+)
 from cdc_relay.wal.backfill_state import StateStore, read_record
 from cdc_relay.wal.setup import ensure_publication, slot_info
 from cdc_relay.wal.snapshot import SlotSnapshot, create_slot_exporting_snapshot
@@ -165,7 +171,7 @@ def _backfill(store: StateStore, snapshot: SlotSnapshot | None, *, repl: Replica
         log.info("backfill: %d pending rows of %s in %s; streaming starts once all are "
                  "acknowledged", total, outbox.table, where,
                  extra={"rows_total": total, "slot": repl.slot})
-        done = Backfill(reader=reader, store=store, outbox=outbox, router=router,
+        done = Backfill(reader=reader, store=store, mark=RowMarker(store.conn, outbox), router=router,
                         sink_factory=sink_factory, flow=flow, timings=timings,
                         stats=stats).run(stop)
     finally:
