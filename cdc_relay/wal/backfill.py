@@ -24,6 +24,7 @@ stream from the slot, or confirm any LSN: the slot is not read until the backfil
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -45,6 +46,7 @@ log = logging.getLogger("cdc_relay.backfill")
 
 FETCH_SIZE = 2000  # rows per round trip of the server-side cursor
 _MARK_BATCH = 2000  # acked rows marked processed per UPDATE
+_MARK_QUEUE = 2  # batches handed to the marker thread and not yet marked
 _TOO_LARGE_MARKERS = ("too large", "TOO_LARGE")
 
 
@@ -91,25 +93,65 @@ class ProgressStore(Protocol):
     def snapshot_age(self, reader_pid: int) -> tuple[float, int] | None: ...
 
 
-MarkProcessed = Callable[[list[Any]], None]
+class MarkProcessed(Protocol):
+    """Sets ``processed_at`` on acknowledged rows (RowMarker)."""
+
+    def __call__(self, raw_ids: list[Any]) -> None: ...
+    def drain(self) -> None: ...
 
 
 class RowMarker:
-    """Sets ``processed_at`` on acknowledged rows (by raw id), on an autocommit connection."""
+    """Sets ``processed_at`` on acknowledged rows, on its own connection and thread.
 
-    def __init__(self, conn: psycopg.Connection[Any], outbox: OutboxConfig) -> None:
+    The UPDATEs cost the database about as much as reading and publishing the rows (measured:
+    a third of the backfill's time when run inline), so they overlap with publishing. The
+    queue holds at most ``_MARK_QUEUE`` batches: a slow database slows the backfill down
+    instead of growing memory or the window of acknowledged, unmarked rows.
+    """
+
+    def __init__(self, dsn: str, outbox: OutboxConfig) -> None:
         table = validated_table(outbox.table)
-        self._conn = conn
         self._sql = sql.SQL(
             "UPDATE {} SET processed_at = now() WHERE {} = ANY(%s) AND processed_at IS NULL"
         ).format(sql.Identifier(table.schema, table.name),
                  sql.Identifier(validated_columns(outbox.columns).id))
+        self._conn = connect(dsn, autocommit=True, application_name="cdc-relay backfill marks")
+        self._queue: queue.Queue[list[Any] | None] = queue.Queue(maxsize=_MARK_QUEUE)
+        self._error: RelayError | None = None
+        self._thread = threading.Thread(target=self._run, name="backfill-marks", daemon=True)
+        self._thread.start()
 
     def __call__(self, raw_ids: list[Any]) -> None:
-        try:
-            self._conn.execute(self._sql, (raw_ids,))
-        except psycopg.Error as exc:
-            raise translate_error(exc, "marking backfilled rows processed") from exc
+        """Queue a batch (blocks while the queue is full); raise an earlier batch's error."""
+        self._raise()
+        self._queue.put(raw_ids)
+
+    def drain(self) -> None:
+        """Wait until every queued batch is marked; raise if one failed."""
+        self._queue.join()
+        self._raise()
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(30)
+        self._conn.close()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _run(self) -> None:
+        while True:
+            batch = self._queue.get()
+            try:
+                if batch is None:
+                    return
+                if self._error is None:
+                    self._conn.execute(self._sql, (batch,))
+            except psycopg.Error as exc:
+                self._error = translate_error(exc, "marking backfilled rows processed")
+            finally:
+                self._queue.task_done()
 
 
 class SnapshotReader:
@@ -358,12 +400,14 @@ class Backfill:
 
     def _flush_marks(self, *, force: bool = False) -> None:
         now = self._clock()
-        if not self._marks or (not force and len(self._marks) < _MARK_BATCH
-                               and now < self._next_mark):
+        if not force and (not self._marks or (len(self._marks) < _MARK_BATCH
+                                               and now < self._next_mark)):
             return
         while self._marks:
             batch, self._marks = self._marks[:_MARK_BATCH], self._marks[_MARK_BATCH:]
             self._mark(batch)
+        if force:
+            self._mark.drain()
         # Every acknowledged row is marked now: the state row's count says so (status).
         self.stats.rows_done = self._low + len(self._ahead)
         self._store.progress(self.stats.rows_done)

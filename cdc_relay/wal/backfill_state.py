@@ -121,10 +121,6 @@ class StateStore:
         self._slot = slot
         self._name = state_table(table)
 
-    @property
-    def conn(self) -> psycopg.Connection[Any]:
-        return self._conn
-
     def try_lock(self) -> bool:
         """Take the slot's backfill lock (session level) if no other relay holds it."""
         row = self._execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))",

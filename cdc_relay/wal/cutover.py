@@ -171,9 +171,13 @@ def _backfill(store: StateStore, snapshot: SlotSnapshot | None, *, repl: Replica
         log.info("backfill: %d pending rows of %s in %s; streaming starts once all are "
                  "acknowledged", total, outbox.table, where,
                  extra={"rows_total": total, "slot": repl.slot})
-        done = Backfill(reader=reader, store=store, mark=RowMarker(store.conn, outbox), router=router,
-                        sink_factory=sink_factory, flow=flow, timings=timings,
-                        stats=stats).run(stop)
+        marker = RowMarker(repl.dsn, outbox)
+        try:
+            done = Backfill(reader=reader, store=store, mark=marker, router=router,
+                            sink_factory=sink_factory, flow=flow, timings=timings,
+                            stats=stats).run(stop)
+        finally:
+            marker.close()
     finally:
         reader.close()
     if not done:

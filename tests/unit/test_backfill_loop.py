@@ -58,10 +58,20 @@ class FakeStore:
         return 1.0, 3
 
 
+class Marks(list[Any]):
+    """A MarkProcessed that keeps every marked id."""
+
+    def __call__(self, raw_ids: list[Any]) -> None:
+        self.extend(raw_ids)
+
+    def drain(self) -> None:
+        pass
+
+
 def make(reader: FakeReader, factory: FakeSinkFactory, *, max_inflight: int = 100,
          topic_pattern: str = "outbox.event.{aggregate_type}") -> tuple[Backfill, list[Any]]:
-    marked: list[Any] = []
-    backfill = Backfill(reader=reader, store=FakeStore(), mark=marked.extend,
+    marked = Marks()
+    backfill = Backfill(reader=reader, store=FakeStore(), mark=marked,
                         router=Router(RouterConfig(topic_pattern=topic_pattern)),
                         sink_factory=factory, flow=FlowConfig(max_inflight_events=max_inflight),
                         timings=BackfillTimings(retry_min=0, retry_max=0, progress_interval=0),
