@@ -1,41 +1,34 @@
-"""The backfill: publish the rows pending in a snapshot, wait for every ack, mark them processed.
+"""The backfill's publishing loop: rows of a snapshot → router → sink; every ack → marked processed.
 
-``SnapshotReader`` reads ``processed_at IS NULL AND dead_lettered_at IS NULL`` rows in a
-``REPEATABLE READ READ ONLY`` transaction that imports the slot's exported snapshot (or,
-when a crashed backfill is redone, in a fresh one), oldest first (``created_at``, then
-heap position), through a server-side cursor: memory is bounded by the fetch size plus
-what is in flight. The rows become OutboxEvents exactly as in polling mode (payload =
-the column's text output, the same bytes WAL mode sends; ``created_at`` in epoch ms),
-and go through the same Router and Sink as streaming, so the messages are identical.
+The rows come from a ``RowSource`` (backfill_rows.SnapshotReader: a server-side cursor
+over the pending rows of one snapshot) and go through the same Router and Sink as
+streaming, so the messages are identical. Rows are numbered in cursor order (fixed
+within one snapshot); a contiguous low-watermark of acknowledged ordinals plus the set
+acknowledged above it is the delivery accounting, as the AckTracker keeps it for LSNs.
+Acknowledged rows are handed to ``MarkProcessed`` (backfill_rows.RowMarker) in batches.
+Memory is bounded: at most ``max_inflight_events`` rows are unacknowledged.
 
-``Backfill`` is the publishing loop. Rows are numbered in cursor order (the order is
-fixed within one snapshot); a contiguous low-watermark of acknowledged ordinals plus the
-set acknowledged above it is the delivery accounting, as the AckTracker keeps it for
-LSNs. Acked rows are marked processed in batches on the state connection. Failures
-follow WAL mode's rules (docs/design.md, failure rules): a message refused for good goes to the
-dead-letter topic (then its row counts as done); a fatal producer error or a timed-out
-message discards the producer and the backfill resumes, with a new one, at the
-watermark of the same snapshot (only the rows unacknowledged at the failure are sent again).
+Failures follow WAL mode's rules (docs/design.md, failure rules): a message refused for
+good goes to the dead-letter topic (then its row counts as done); a fatal producer error
+or a timed-out message discards the producer and the backfill resumes, with a new one,
+at the watermark of the same snapshot (only the rows unacknowledged at the failure are
+sent again).
 
-Must not: create slots, take locks or decide whether a backfill is needed (cutover.py),
-stream from the slot, or confirm any LSN: the slot is not read until the backfill is done.
+Must not: do I/O of its own, create slots, take locks or decide whether a backfill is
+needed (cutover.py), stream from the slot, or confirm any LSN: the slot is not read until
+the backfill is done.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-import psycopg
-from psycopg import sql
-
-from cdc_relay.config import FlowConfig, OutboxConfig
-from cdc_relay.db import connect, translate_error, validated_columns, validated_table
+from cdc_relay.config import FlowConfig
 from cdc_relay.errors import ConfigError, RelayError
 from cdc_relay.logs import event_fields
 from cdc_relay.model import OutboxEvent
@@ -44,9 +37,7 @@ from cdc_relay.sink.base import Delivery, ErrorKind, ProduceRejected, QueueFull,
 
 log = logging.getLogger("cdc_relay.backfill")
 
-FETCH_SIZE = 2000  # rows per round trip of the server-side cursor
 _MARK_BATCH = 2000  # acked rows marked processed per UPDATE
-_MARK_QUEUE = 2  # batches handed to the marker thread and not yet marked
 _TOO_LARGE_MARKERS = ("too large", "TOO_LARGE")
 
 
@@ -83,7 +74,7 @@ class RowSource(Protocol):
 
     pid: int
 
-    def rows(self, offset: int) -> Iterator[tuple[Any, OutboxEvent]]: ...
+    def rows(self, offset: int) -> Generator[tuple[Any, OutboxEvent], None, None]: ...
 
 
 class ProgressStore(Protocol):
@@ -98,119 +89,6 @@ class MarkProcessed(Protocol):
 
     def __call__(self, raw_ids: list[Any]) -> None: ...
     def drain(self) -> None: ...
-
-
-class RowMarker:
-    """Sets ``processed_at`` on acknowledged rows, on its own connection and thread.
-
-    The UPDATEs cost the database about as much as reading and publishing the rows (measured:
-    a third of the backfill's time when run inline), so they overlap with publishing. The
-    queue holds at most ``_MARK_QUEUE`` batches: a slow database slows the backfill down
-    instead of growing memory or the window of acknowledged, unmarked rows.
-    """
-
-    def __init__(self, dsn: str, outbox: OutboxConfig) -> None:
-        table = validated_table(outbox.table)
-        self._sql = sql.SQL(
-            "UPDATE {} SET processed_at = now() WHERE {} = ANY(%s) AND processed_at IS NULL"
-        ).format(sql.Identifier(table.schema, table.name),
-                 sql.Identifier(validated_columns(outbox.columns).id))
-        self._conn = connect(dsn, autocommit=True, application_name="cdc-relay backfill marks")
-        self._queue: queue.Queue[list[Any] | None] = queue.Queue(maxsize=_MARK_QUEUE)
-        self._error: RelayError | None = None
-        self._thread = threading.Thread(target=self._run, name="backfill-marks", daemon=True)
-        self._thread.start()
-
-    def __call__(self, raw_ids: list[Any]) -> None:
-        """Queue a batch (blocks while the queue is full); raise an earlier batch's error."""
-        self._raise()
-        self._queue.put(raw_ids)
-
-    def drain(self) -> None:
-        """Wait until every queued batch is marked; raise if one failed."""
-        self._queue.join()
-        self._raise()
-
-    def close(self) -> None:
-        self._queue.put(None)
-        self._thread.join(30)
-        self._conn.close()
-
-    def _raise(self) -> None:
-        if self._error is not None:
-            raise self._error
-
-    def _run(self) -> None:
-        while True:
-            batch = self._queue.get()
-            try:
-                if batch is None:
-                    return
-                if self._error is None:
-                    self._conn.execute(self._sql, (batch,))
-            except psycopg.Error as exc:
-                self._error = translate_error(exc, "marking backfilled rows processed")
-            finally:
-                self._queue.task_done()
-
-
-class SnapshotReader:
-    """The reading transaction: pending rows of one snapshot, oldest first."""
-
-    def __init__(self, dsn: str, outbox: OutboxConfig, snapshot_name: str | None) -> None:
-        table = validated_table(outbox.table)
-        cols = validated_columns(outbox.columns)
-        c = {role: sql.Identifier(getattr(cols, role)) for role in cols.__dataclass_fields__}
-        names = {"t": sql.Identifier(table.schema, table.name), **{f"c_{k}": v for k, v in c.items()}}
-        pending = "FROM {t} WHERE processed_at IS NULL AND dead_lettered_at IS NULL"
-        self._count = sql.SQL("SELECT count(*) " + pending).format(**names)
-        self._select = sql.SQL(
-            "SELECT {c_id}::text, {c_aggregate_type}::text, {c_aggregate_id}::text,"
-            " {c_event_type}::text, {c_payload}::text,"
-            " CASE WHEN isfinite({c_created_at})"
-            " THEN floor(extract(epoch FROM {c_created_at}) * 1000)::bigint END, {c_id} "
-            + pending + " ORDER BY {c_created_at}, tableoid, ctid OFFSET %s").format(**names)
-        self._dsn = dsn
-        self._snapshot_name = snapshot_name
-        self._conn: psycopg.Connection[Any] | None = None
-        self.pid = 0
-
-    def open(self) -> int:
-        """Begin the transaction (importing the snapshot); return the number of pending rows."""
-        conn = connect(self._dsn, application_name="cdc-relay backfill")
-        self._conn = conn
-        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-        conn.read_only = True
-        try:
-            if self._snapshot_name is not None:
-                # The first statement of the transaction: BEGIN is sent just before it.
-                conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(
-                    sql.Literal(self._snapshot_name)))
-            row = conn.execute(self._count).fetchone()
-            pid = conn.execute("SELECT pg_backend_pid()").fetchone()
-        except psycopg.Error as exc:
-            self.close()
-            raise translate_error(exc, "opening the backfill's snapshot") from exc
-        self.pid = int(pid[0]) if pid else 0
-        return int(row[0]) if row else 0
-
-    def rows(self, offset: int) -> Iterator[tuple[Any, OutboxEvent]]:
-        """(raw id, event) from the ``offset``-th pending row on, through a server-side cursor."""
-        assert self._conn is not None, "rows() before open()"
-        try:
-            with self._conn.cursor(name="cdc_relay_backfill") as cursor:
-                cursor.itersize = FETCH_SIZE
-                cursor.execute(self._select, (offset,))
-                for row in cursor:
-                    yield row[6], OutboxEvent(row[0], row[1], row[2], row[3], row[4].encode(),
-                                              row[5])
-        except psycopg.Error as exc:
-            raise translate_error(exc, "reading pending rows for the backfill") from exc
-
-    def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
 
 
 class Backfill:
@@ -287,19 +165,23 @@ class Backfill:
 
     def _publish_all(self, sink: Sink, stop: threading.Event) -> bool:
         limit = self._flow.max_inflight_events
-        for ordinal, (raw_id, event) in enumerate(self._reader.rows(self._low), start=self._low):
-            if ordinal in self._ahead:
-                continue  # acknowledged before the producer was replaced
-            while len(self._inflight) >= limit:
-                sink.poll(0.05)
-                self._tick(sink)
-            self._publish(sink, ordinal, raw_id, event)
-            if not ordinal % 256:
-                sink.poll(0)
-                self._tick(sink)
-            if stop.is_set():
-                self._await_acks(sink, self._timings.shutdown_timeout, fail=False)
-                return False
+        rows = self._reader.rows(self._low)
+        try:
+            for ordinal, (raw_id, event) in enumerate(rows, start=self._low):
+                if ordinal in self._ahead:
+                    continue  # acknowledged before the producer was replaced
+                while len(self._inflight) >= limit:
+                    sink.poll(0.05)
+                    self._tick(sink)
+                self._publish(sink, ordinal, raw_id, event)
+                if not ordinal % 256:
+                    sink.poll(0)
+                    self._tick(sink)
+                if stop.is_set():
+                    self._await_acks(sink, self._timings.shutdown_timeout, fail=False)
+                    return False
+        finally:
+            rows.close()  # the server-side cursor, before a retry opens another
         self._await_acks(sink, self._timings.delivery_timeout, fail=True)
         return True
 

@@ -32,13 +32,8 @@ from cdc_relay.db import connect, describe_dsn, translate_error, validated_table
 from cdc_relay.errors import ConfigError
 from cdc_relay.routing import Router
 from cdc_relay.sink.base import SinkFactory
-from cdc_relay.wal.backfill import (
-    Backfill,
-    BackfillStats,
-    BackfillTimings,
-    RowMarker,
-    SnapshotReader,
-)
+from cdc_relay.wal.backfill import Backfill, BackfillStats, BackfillTimings
+from cdc_relay.wal.backfill_rows import RowMarker, SnapshotReader
 from cdc_relay.wal.backfill_state import StateStore, read_record
 from cdc_relay.wal.setup import ensure_publication, slot_info
 from cdc_relay.wal.snapshot import SlotSnapshot, create_slot_exporting_snapshot

@@ -149,3 +149,32 @@ def test_kill_9_mid_backfill_then_the_same_command_loses_nothing(
 def _ids(dsn: str, where: str) -> list[str]:
     with psycopg.connect(dsn) as conn:
         return [r[0] for r in conn.execute(f"SELECT id::text FROM outbox_events WHERE {where}")]
+
+
+def test_a_broker_stall_mid_backfill_resumes_in_the_same_snapshot_with_a_new_producer(
+    db: str, private_broker: Broker, topic_prefix: str
+) -> None:
+    init_no_slot(db)
+    backlog = insert_rows(db, 0, 20_000)
+    bootstrap = private_broker.bootstrap
+    with KafkaCollector(bootstrap, topic_prefix) as collector, start_backfilling_relay(
+            db, bootstrap, topic_prefix, extra=("--message-timeout", "2s",
+                                                "--max-inflight", "1000")) as relay:
+        wait_for(lambda: count(db, "SELECT count(*) FROM outbox_events"
+                                   " WHERE processed_at IS NOT NULL") > 0,
+                 timeout=60, interval=0.01, message="the backfill marking rows")
+        private_broker.pause()
+        try:
+            wait_for(lambda: "resuming the backfill at row" in relay.stderr, timeout=60,
+                     message="the backfill giving up on the stalled producer")
+        finally:
+            private_broker.resume()
+        wait_streaming(relay)
+        messages = collector.collect(until=lambda ms: set(ids_of(ms)) >= set(backlog),
+                                     timeout=90)
+        assert relay.stop() == 0, relay.stderr
+    assert "did not finish" not in relay.stderr  # resumed in place, not redone
+    assert set(ids_of(messages)) == set(backlog)
+    assert_aggregate_order(messages)
+    assert backfill_state(db) == "done"
+    assert count(db, "SELECT count(*) FROM outbox_events WHERE processed_at IS NULL") == 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -39,7 +39,7 @@ class FakeReader:
         self.offsets: list[int] = []
         self._after = after
 
-    def rows(self, offset: int) -> Iterator[tuple[Any, OutboxEvent]]:
+    def rows(self, offset: int) -> Generator[tuple[Any, OutboxEvent], None, None]:
         self.offsets.append(offset)
         for i in range(offset, len(self.events)):
             yield i, self.events[i]
