@@ -87,7 +87,8 @@ def build_wal_relay(settings: WalSettings, *, router: Router | None = None,
 
 
 def run_wal(settings: WalSettings) -> int:
-    """``cdc-relay run``: ensure the slot, stream until a signal, exit 0 after a clean stop."""
+    """``cdc-relay run``: ensure the slot (or backfill first), stream until a signal, exit 0."""
+    from cdc_relay.wal.cutover import precheck, warn_if_unfinished
     from cdc_relay.wal.setup import ensure_replication
 
     stop = threading.Event()
@@ -99,9 +100,8 @@ def run_wal(settings: WalSettings) -> int:
     if backfill is None:
         ensure_replication(repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
                            publication=repl.publication)
+        warn_if_unfinished(repl, settings.outbox)
     else:
-        from cdc_relay.wal.cutover import precheck
-
         precheck(repl, settings.outbox)
     relay = build_wal_relay(settings, router=router, sink_factory=sink_factory)
     log.info("WAL mode: slot %s, plugin %s, table %s", repl.slot, repl.plugin, settings.outbox.table,
