@@ -31,19 +31,27 @@ from cdc_relay.signals import install_signal_handlers
 from cdc_relay.sink.base import SinkFactory
 from cdc_relay.sink.kafka import kafka_sink_factory
 from cdc_relay.wal.backfill import BackfillStats
-from cdc_relay.wal.loop import Decoder, LoopTimings, ReplicationSource, WalRelay
+from cdc_relay.wal.loop import Decoder, LoopTimings, RelayStats, ReplicationSource, WalRelay
+from cdc_relay.wal.partitions import PartitionTree
 from cdc_relay.wal.stream import ReplicationStream
 
 log = logging.getLogger("cdc_relay")
 
 
-def make_decoder(repl: ReplicationConfig, outbox: OutboxConfig) -> tuple[Decoder, list[tuple[str, str]]]:
-    """The decoder and START_REPLICATION options for the configured plugin."""
+def make_decoder(repl: ReplicationConfig, outbox: OutboxConfig, *,
+                 partitioned: bool = False) -> tuple[Decoder, list[tuple[str, str]]]:
+    """The decoder and START_REPLICATION options for the configured plugin.
+
+    A partitioned outbox: pgoutput's publication publishes via the root (wal/setup.py),
+    so nothing changes; wal2json streams every table and its decoder looks partitions
+    up (wal/partitions.py).
+    """
     decoder: Decoder
     if repl.plugin == "pgoutput":
         return PgOutputDecoder(outbox.table, outbox.columns), pgoutput_options(repl.publication)
-    decoder = Wal2JsonDecoder(outbox.table, outbox.columns)
-    return decoder, wal2json_options(outbox.table)
+    tree = PartitionTree(repl.dsn, outbox.table) if partitioned else None
+    decoder = Wal2JsonDecoder(outbox.table, outbox.columns, tree)
+    return decoder, wal2json_options(outbox.table, partitioned=partitioned)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,14 +71,15 @@ class WalSettings:
             raise ConfigError(f"unknown --snapshot {self.snapshot!r}: use initial or never")
 
 
-def build_wal_relay(settings: WalSettings, *, router: Router | None = None,
-                    sink_factory: SinkFactory | None = None) -> WalRelay:
+def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
+                    router: Router | None = None, sink_factory: SinkFactory | None = None,
+                    stats: RelayStats | None = None) -> WalRelay:
     """Wire a WalRelay from settings (no I/O until ``run``).
 
-    ``router`` and ``sink_factory`` are shared with the backfill when one runs first.
+    ``router``, ``sink_factory`` and ``stats`` are shared with a backfill that runs first.
     """
     repl = settings.replication
-    decoder, options = make_decoder(repl, settings.outbox)
+    decoder, options = make_decoder(repl, settings.outbox, partitioned=partitioned)
 
     def source_factory() -> ReplicationSource:
         return ReplicationStream(repl, options)
@@ -83,6 +92,7 @@ def build_wal_relay(settings: WalSettings, *, router: Router | None = None,
             settings.kafka, logger=logging.getLogger("cdc_relay.kafka")),
         flow=settings.flow,
         timings=LoopTimings(status_interval=repl.status_interval, reconnect_max=repl.reconnect_max),
+        stats=stats,
     )
 
 
@@ -94,45 +104,54 @@ def run_wal(settings: WalSettings) -> int:
     stop = threading.Event()
     install_signal_handlers(stop)  # first: a SIGTERM during start-up is a clean stop too
     repl = settings.replication
-    router = Router(settings.router, settings.outbox.table)
-    sink_factory = kafka_sink_factory(settings.kafka, logger=logging.getLogger("cdc_relay.kafka"))
-    backfill = BackfillStats() if settings.snapshot == "initial" else None
-    if backfill is None:
-        ensure_replication(repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
-                           publication=repl.publication)
-        warn_if_unfinished(repl, settings.outbox)
-    else:
-        precheck(repl, settings.outbox)
-    relay = build_wal_relay(settings, router=router, sink_factory=sink_factory)
-    log.info("WAL mode: slot %s, plugin %s, table %s", repl.slot, repl.plugin, settings.outbox.table,
-             extra={"slot": repl.slot, "plugin": repl.plugin, "table": str(settings.outbox.table)})
-    with serve_wal(settings.metrics, relay.stats, dsn=repl.dsn, slot=repl.slot,
-                   backfill=backfill):
-        if backfill is not None and not _backfill_first(settings, router, sink_factory,
-                                                        backfill, stop):
-            return ExitCode.OK
+    if settings.snapshot == "initial":
+        precheck(repl, settings.outbox)  # the refusals, before anything is touched
+        return _backfill_then_stream(settings, stop)
+    setup = ensure_replication(repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
+                               publication=repl.publication)
+    warn_if_unfinished(repl, settings.outbox)
+    relay = build_wal_relay(settings, partitioned=setup.partitioned)
+    _log_start(settings)
+    with serve_wal(settings.metrics, relay.stats, dsn=repl.dsn, slot=repl.slot):
         relay.run(stop)
-    stats = relay.stats
-    log.info("stopped: %d events published, %d dead-lettered", stats.published,
-             stats.dead_lettered, extra={
-                 "slot": repl.slot, "confirmed_lsn": str(Lsn(stats.confirmed_lsn)),
-                 "published": stats.published, "dead_lettered": stats.dead_lettered,
-                 "restarts": stats.restarts})
-    return ExitCode.OK
+    return _stopped(relay.stats, repl.slot)
 
 
-def _backfill_first(settings: WalSettings, router: Router, sink_factory: SinkFactory,
-                    stats: BackfillStats, stop: threading.Event) -> bool:
-    """``--snapshot initial``: the backfill (if due), then the start-up check; False if stopped."""
+def _backfill_then_stream(settings: WalSettings, stop: threading.Event) -> int:
+    """``--snapshot initial``: the backfill (if due), then the start-up check, then stream."""
     from cdc_relay.wal.cutover import backfill_before_streaming
     from cdc_relay.wal.setup import ensure_replication
 
     repl = settings.replication
-    if not backfill_before_streaming(repl=repl, outbox=settings.outbox, router=router,
-                                     sink_factory=sink_factory, flow=settings.flow, stats=stats,
-                                     stop=stop):
-        log.info("stopped during the backfill: nothing streamed")
-        return False
-    ensure_replication(repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
-                       publication=repl.publication)
-    return not stop.is_set()
+    router = Router(settings.router, settings.outbox.table)
+    sink_factory = kafka_sink_factory(settings.kafka, logger=logging.getLogger("cdc_relay.kafka"))
+    stats, backfill = RelayStats(), BackfillStats()
+    _log_start(settings)
+    with serve_wal(settings.metrics, stats, dsn=repl.dsn, slot=repl.slot, backfill=backfill):
+        if not backfill_before_streaming(repl=repl, outbox=settings.outbox, router=router,
+                                         sink_factory=sink_factory, flow=settings.flow,
+                                         stats=backfill, stop=stop):
+            log.info("stopped during the backfill: nothing streamed")
+            return ExitCode.OK
+        setup = ensure_replication(repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
+                                   publication=repl.publication)
+        relay = build_wal_relay(settings, partitioned=setup.partitioned, router=router,
+                                sink_factory=sink_factory, stats=stats)
+        relay.run(stop)
+    return _stopped(stats, repl.slot)
+
+
+def _log_start(settings: WalSettings) -> None:
+    repl = settings.replication
+    log.info("WAL mode: slot %s, plugin %s, table %s", repl.slot, repl.plugin, settings.outbox.table,
+             extra={"slot": repl.slot, "plugin": repl.plugin, "table": str(settings.outbox.table),
+                    "snapshot": settings.snapshot})
+
+
+def _stopped(stats: RelayStats, slot: str) -> int:
+    log.info("stopped: %d events published, %d dead-lettered", stats.published,
+             stats.dead_lettered, extra={
+                 "slot": slot, "confirmed_lsn": str(Lsn(stats.confirmed_lsn)),
+                 "published": stats.published, "dead_lettered": stats.dead_lettered,
+                 "restarts": stats.restarts})
+    return ExitCode.OK
