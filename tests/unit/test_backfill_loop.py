@@ -165,7 +165,7 @@ SLOT = SlotStatus("cdc_relay", "wal2json", "logical", "app", False, None, None, 
 
 
 def facts(backfill: BackfillFacts | None, slot: SlotStatus | None = SLOT) -> Facts:
-    return Facts(SERVER, TableFacts(True), PublicationFacts(False), slot, backfill)
+    return Facts(SERVER, TableFacts(True), PublicationFacts(False), slot, backfill=backfill)
 
 
 @pytest.mark.parametrize(("info", "slot", "verdict", "words"), [
