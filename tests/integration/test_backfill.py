@@ -178,3 +178,25 @@ def test_a_broker_stall_mid_backfill_resumes_in_the_same_snapshot_with_a_new_pro
     assert_aggregate_order(messages)
     assert backfill_state(db) == "done"
     assert count(db, "SELECT count(*) FROM outbox_events WHERE processed_at IS NULL") == 0
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_a_partitioned_outbox_is_backfilled_from_every_partition(
+    db: str, broker: Broker, topic_prefix: str, plugin: str
+) -> None:
+    from tests.integration.test_partitioned_outbox import insert, make_outbox
+
+    make_outbox(db, [1, 2, 3])
+    init_no_slot(db, "--no-trigger")
+    backlog = insert(db, [1, 2, 3], 50)
+    with KafkaCollector(broker.bootstrap, topic_prefix) as collector, \
+            start_backfilling_relay(db, broker.bootstrap, topic_prefix, plugin=plugin) as relay:
+        wait_streaming(relay)
+        live = insert(db, [2, 3], 20)
+        messages = collector.collect(until=lambda ms: set(ids_of(ms)) >= backlog | live,
+                                     timeout=60)
+        assert relay.stop() == 0, relay.stderr
+    published = ids_of(messages)
+    assert set(published) == backlog | live
+    assert len(published) == len(set(published))
+    assert "150 pending rows" in relay.stderr
