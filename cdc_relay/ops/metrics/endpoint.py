@@ -40,7 +40,14 @@ from prometheus_client.exposition import choose_encoder
 from cdc_relay.config import MetricsConfig
 from cdc_relay.errors import ConfigError, RelayError
 from cdc_relay.model import SlotStatus
-from cdc_relay.ops.metrics.collectors import PollCollector, ReadyCollector, WalCollector, make_registry
+from cdc_relay.ops.metrics.collectors import (
+    BackfillCollector,
+    BackfillFigures,
+    PollCollector,
+    ReadyCollector,
+    WalCollector,
+    make_registry,
+)
 from cdc_relay.ops.status import SlotReader
 from cdc_relay.polling.settlement import PollStats
 from cdc_relay.wal.loop import RelayStats
@@ -237,9 +244,9 @@ def _serving(server: MetricsServer, host: str) -> None:
 
 
 @contextmanager
-def serve_wal(config: MetricsConfig, stats: RelayStats, *, dsn: str,
-              slot: str) -> Iterator[MetricsServer | None]:
-    """Serve WAL mode's metrics (with the slot lag probe) while the block runs."""
+def serve_wal(config: MetricsConfig, stats: RelayStats, *, dsn: str, slot: str,
+              backfill: BackfillFigures | None = None) -> Iterator[MetricsServer | None]:
+    """Serve WAL mode's metrics (with the slot lag probe, and the backfill's) while the block runs."""
     if config.port is None:
         yield None
         return
@@ -248,7 +255,10 @@ def serve_wal(config: MetricsConfig, stats: RelayStats, *, dsn: str,
     def ready() -> tuple[bool, str]:
         return wal_ready(stats)
 
-    endpoints = Endpoints(make_registry(WalCollector(stats, probe), ReadyCollector(ready)),
+    collectors: list[Any] = [WalCollector(stats, probe), ReadyCollector(ready)]
+    if backfill is not None:
+        collectors.append(BackfillCollector(backfill))
+    endpoints = Endpoints(make_registry(*collectors),
                           health=lambda: wal_health(stats, time.monotonic()), ready=ready)
     server = MetricsServer(config, endpoints)
     server.start()
