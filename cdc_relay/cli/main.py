@@ -106,12 +106,15 @@ def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mod
 @option("--max-inflight", type=click.IntRange(1), default=50_000, show_default=True,
         help="Stop reading WAL while this many events await broker acks.")
 @message_options
+@option("--snapshot", type=click.Choice(["initial", "never"]), default="never", show_default=True,
+        help="initial: when the relay creates the slot, first publish the rows pending in its "
+             "snapshot (moving from polling mode; docs/migration.md).")
 @observability_options
 def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_pattern: str,
         dead_letter_topic: str, message_timeout: float, producer_config: tuple[str, ...],
         table: TableRef, columns: str | None, slot: str,
         plugin: str, publication: str, status_interval: float, max_inflight: int,
-        message_format: str, header: tuple[str, ...], partition_column: str | None,
+        message_format: str, header: tuple[str, ...], partition_column: str | None, snapshot: str,
         metrics_port: int | None, metrics_host: str, log_level: str, log_format: str) -> int:
     """WAL mode: stream outbox inserts from a logical replication slot to the broker."""
     from cdc_relay.wal.app import WalSettings, run_wal
@@ -130,6 +133,7 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
         flow=FlowConfig(max_inflight_events=max_inflight),
         metrics=MetricsConfig(port=metrics_port, host=metrics_host),
         sink=other,
+        snapshot=snapshot,
     )
     return run_wal(settings)
 
@@ -160,16 +164,21 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
         help="Never publish an aggregate's event before its earlier ones (slower; "
              "use it on every poller of the table).")
 @message_options
+@click.option("--snapshot", "poll_snapshot", default=None, hidden=True, expose_value=True)
 @observability_options
 def poll(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_pattern: str,
          dead_letter_topic: str, message_timeout: float, producer_config: tuple[str, ...],
          table: TableRef, columns: str | None, batch_size: int,
          interval: float, max_attempts: int, backoff_base: float, backoff_max: float, workers: int,
          no_notify: bool, strict_order: bool, message_format: str, header: tuple[str, ...],
-         partition_column: str | None, metrics_port: int | None, metrics_host: str,
-         log_level: str, log_format: str) -> int:
+         partition_column: str | None, poll_snapshot: str | None, metrics_port: int | None,
+         metrics_host: str, log_level: str, log_format: str) -> int:
     """Polling mode: claim outbox rows (SKIP LOCKED), publish them, mark them processed."""
     from cdc_relay.polling.app import PollSettings, run_poll
+
+    if poll_snapshot is not None:
+        raise click.UsageError("--snapshot is a WAL-mode option (cdc-relay run --snapshot "
+                               "initial): polling mode publishes every pending row anyway")
 
     setup_logging(log_level, log_format)  # first: a config error is then a log line too
     other = sink_settings(sink, brokers, sink_config, producer_config, topic_pattern=topic_pattern,

@@ -24,14 +24,16 @@ from cdc_relay.decoding.pgoutput import PgOutputDecoder
 from cdc_relay.decoding.pgoutput import plugin_options as pgoutput_options
 from cdc_relay.decoding.wal2json import Wal2JsonDecoder
 from cdc_relay.decoding.wal2json import plugin_options as wal2json_options
-from cdc_relay.errors import ExitCode
+from cdc_relay.errors import ConfigError, ExitCode
 from cdc_relay.message_columns import resolve_message_columns
 from cdc_relay.model import Lsn
 from cdc_relay.ops.metrics.endpoint import serve_wal
 from cdc_relay.routing import Router
 from cdc_relay.signals import install_signal_handlers
+from cdc_relay.sink.base import SinkFactory
 from cdc_relay.sink.factory import OtherSink, make_sink_factory, sink_name
-from cdc_relay.wal.loop import Decoder, LoopTimings, ReplicationSource, WalRelay
+from cdc_relay.wal.backfill import BackfillStats
+from cdc_relay.wal.loop import Decoder, LoopTimings, RelayStats, ReplicationSource, WalRelay
 from cdc_relay.wal.partitions import PartitionTree
 from cdc_relay.wal.stream import ReplicationStream
 
@@ -66,10 +68,20 @@ class WalSettings:
     flow: FlowConfig = field(default_factory=FlowConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     sink: OtherSink | None = None  # --sink rabbitmq|nats; None: the Kafka sink of ``kafka``
+    snapshot: str = "never"  # "initial": backfill pending rows when the relay creates the slot
+
+    def __post_init__(self) -> None:
+        if self.snapshot not in ("initial", "never"):
+            raise ConfigError(f"unknown --snapshot {self.snapshot!r}: use initial or never")
 
 
-def build_wal_relay(settings: WalSettings, *, partitioned: bool = False) -> WalRelay:
-    """Wire a WalRelay from settings (no I/O until ``run``)."""
+def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
+                    router: Router | None = None, sink_factory: SinkFactory | None = None,
+                    stats: RelayStats | None = None) -> WalRelay:
+    """Wire a WalRelay from settings (no I/O until ``run``).
+
+    ``router``, ``sink_factory`` and ``stats`` are shared with a backfill that runs first.
+    """
     repl = settings.replication
     outbox = replace(settings.outbox, extra_columns=settings.router.extra_columns())
     decoder, options = make_decoder(repl, outbox, partitioned=partitioned)
@@ -80,40 +92,83 @@ def build_wal_relay(settings: WalSettings, *, partitioned: bool = False) -> WalR
     return WalRelay(
         source_factory=source_factory,
         decoder=decoder,
-        router=Router(settings.router, settings.outbox.table),
-        sink_factory=make_sink_factory(settings.kafka, settings.sink),
+        router=router or Router(settings.router, settings.outbox.table),
+        sink_factory=sink_factory or make_sink_factory(settings.kafka, settings.sink),
         flow=settings.flow,
         timings=LoopTimings(status_interval=repl.status_interval, reconnect_max=repl.reconnect_max),
+        stats=stats,
     )
 
 
 def run_wal(settings: WalSettings) -> int:
-    """``cdc-relay run``: ensure the slot, stream until a signal, exit 0 after a clean stop."""
+    """``cdc-relay run``: ensure the slot (or backfill first), stream until a signal, exit 0."""
+    from cdc_relay.wal.cutover import precheck, warn_if_unfinished
     from cdc_relay.wal.setup import ensure_replication
 
     stop = threading.Event()
     install_signal_handlers(stop)  # first: a SIGTERM during start-up is a clean stop too
     repl = settings.replication
-    sink = sink_name(settings.sink)
     # A missing client library or bad sink settings: one line now, before touching the slot
     # (a RabbitMQ or NATS sink does no I/O until warm_up; a Kafka producer would connect).
     factory = make_sink_factory(settings.kafka, settings.sink)
     if settings.sink is not None:
         factory(lambda _delivery: None).close(0)
+    if settings.snapshot == "initial":
+        precheck(repl, settings.outbox)  # the refusals, before anything is touched
+    # --header / --partition-column name real columns: a typo is one line now, exit 2.
+    # The backfill reads the carried columns (and the trace columns the table has) itself.
+    settings = replace(settings, outbox=resolve_message_columns(repl.dsn, settings.outbox,
+                                                                settings.router))
+    if settings.snapshot == "initial":
+        return _backfill_then_stream(settings, stop)
     setup = ensure_replication(repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
                                publication=repl.publication)
-    # --header / --partition-column name real columns: a typo is one line now, exit 2.
-    resolve_message_columns(repl.dsn, settings.outbox, settings.router)
+    warn_if_unfinished(repl, settings.outbox)
     relay = build_wal_relay(settings, partitioned=setup.partitioned)
-    log.info("WAL mode: slot %s, plugin %s, table %s, sink %s", repl.slot, repl.plugin,
-             settings.outbox.table, sink, extra={"slot": repl.slot, "plugin": repl.plugin,
-                                                 "table": str(settings.outbox.table), "sink": sink})
-    with serve_wal(settings.metrics, relay.stats, dsn=repl.dsn, slot=repl.slot, sink=sink):
+    _log_start(settings)
+    with serve_wal(settings.metrics, relay.stats, dsn=repl.dsn, slot=repl.slot,
+                   sink=sink_name(settings.sink)):
         relay.run(stop)
-    stats = relay.stats
+    return _stopped(relay.stats, repl.slot, sink_name(settings.sink))
+
+
+def _backfill_then_stream(settings: WalSettings, stop: threading.Event) -> int:
+    """``--snapshot initial``: the backfill (if due), then the start-up check, then stream."""
+    from cdc_relay.wal.cutover import backfill_before_streaming
+    from cdc_relay.wal.setup import ensure_replication
+
+    repl = settings.replication
+    router = Router(settings.router, settings.outbox.table)
+    sink_factory = make_sink_factory(settings.kafka, settings.sink)
+    stats, backfill = RelayStats(), BackfillStats()
+    _log_start(settings)
+    with serve_wal(settings.metrics, stats, dsn=repl.dsn, slot=repl.slot, backfill=backfill,
+                   sink=sink_name(settings.sink)):
+        if not backfill_before_streaming(repl=repl, outbox=settings.outbox, router=router,
+                                         sink_factory=sink_factory, flow=settings.flow,
+                                         stats=backfill, stop=stop):
+            log.info("stopped during the backfill: nothing streamed")
+            return ExitCode.OK
+        setup = ensure_replication(repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
+                                   publication=repl.publication)
+        relay = build_wal_relay(settings, partitioned=setup.partitioned, router=router,
+                                sink_factory=sink_factory, stats=stats)
+        relay.run(stop)
+    return _stopped(stats, repl.slot, sink_name(settings.sink))
+
+
+def _log_start(settings: WalSettings) -> None:
+    repl, sink = settings.replication, sink_name(settings.sink)
+    log.info("WAL mode: slot %s, plugin %s, table %s, sink %s", repl.slot, repl.plugin,
+             settings.outbox.table, sink,
+             extra={"slot": repl.slot, "plugin": repl.plugin, "table": str(settings.outbox.table),
+                    "snapshot": settings.snapshot, "sink": sink})
+
+
+def _stopped(stats: RelayStats, slot: str, sink: str) -> int:
     log.info("stopped: %d events published, %d dead-lettered", stats.published,
              stats.dead_lettered, extra={
-                 "slot": repl.slot, "confirmed_lsn": str(Lsn(stats.confirmed_lsn)),
+                 "slot": slot, "confirmed_lsn": str(Lsn(stats.confirmed_lsn)),
                  "published": stats.published, "dead_lettered": stats.dead_lettered,
                  "restarts": stats.restarts, "sink": sink})
     return ExitCode.OK

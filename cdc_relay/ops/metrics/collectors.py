@@ -138,6 +138,40 @@ class WalCollector:
             yield from slot_metrics(self._probe)
 
 
+class BackfillFigures(Protocol):
+    """What the backfill collector reads (wal.backfill.BackfillStats)."""
+
+    running: bool
+    finished: bool
+    rows_total: int
+    rows_done: int
+    rate: float
+    snapshot_age: float
+
+
+class BackfillCollector:
+    """``run --snapshot initial``: the backfill's progress, read at scrape time."""
+
+    def __init__(self, stats: BackfillFigures) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterable[Metric]:
+        stats = self._stats
+        yield _gauge("cdc_relay_backfill_running", "1 while the backfill publishes pending rows.",
+                     1 if stats.running else 0)
+        yield _gauge("cdc_relay_backfill_finished", "1 once the backfill of this slot is done.",
+                     1 if stats.finished else 0)
+        yield _gauge("cdc_relay_backfill_rows_total", "Rows pending in the backfill's snapshot.",
+                     stats.rows_total)
+        yield _gauge("cdc_relay_backfill_rows_done", "Backfilled rows the broker acknowledged.",
+                     stats.rows_done)
+        yield _gauge("cdc_relay_backfill_rows_per_second", "Backfill rate since it started.",
+                     stats.rate)
+        yield _gauge("cdc_relay_backfill_snapshot_age_seconds",
+                     "How long the backfill's snapshot (its xmin, which holds back VACUUM) "
+                     "has been held.", stats.snapshot_age)
+
+
 def batch_histogram(counts: list[int], total: float) -> HistogramMetricFamily:
     """``outbox_batch_duration_seconds`` from per-bucket counts (last = above every bound)."""
     buckets: list[tuple[str, float]] = []

@@ -41,6 +41,8 @@ from cdc_relay.config import MetricsConfig
 from cdc_relay.errors import ConfigError, RelayError
 from cdc_relay.model import SlotStatus
 from cdc_relay.ops.metrics.collectors import (
+    BackfillCollector,
+    BackfillFigures,
     PollCollector,
     ReadyCollector,
     SinkInfoCollector,
@@ -243,9 +245,10 @@ def _serving(server: MetricsServer, host: str) -> None:
 
 
 @contextmanager
-def serve_wal(config: MetricsConfig, stats: RelayStats, *, dsn: str,
-              slot: str, sink: str = "kafka") -> Iterator[MetricsServer | None]:
-    """Serve WAL mode's metrics (with the slot lag probe) while the block runs."""
+def serve_wal(config: MetricsConfig, stats: RelayStats, *, dsn: str, slot: str,
+              backfill: BackfillFigures | None = None,
+              sink: str = "kafka") -> Iterator[MetricsServer | None]:
+    """Serve WAL mode's metrics (with the slot lag probe, and the backfill's) while the block runs."""
     if config.port is None:
         yield None
         return
@@ -254,8 +257,11 @@ def serve_wal(config: MetricsConfig, stats: RelayStats, *, dsn: str,
     def ready() -> tuple[bool, str]:
         return wal_ready(stats)
 
-    endpoints = Endpoints(make_registry(WalCollector(stats, probe), ReadyCollector(ready),
-                                        SinkInfoCollector(sink)),
+    collectors: list[Any] = [WalCollector(stats, probe), ReadyCollector(ready),
+                             SinkInfoCollector(sink)]
+    if backfill is not None:
+        collectors.append(BackfillCollector(backfill))
+    endpoints = Endpoints(make_registry(*collectors),
                           health=lambda: wal_health(stats, time.monotonic()), ready=ready)
     server = MetricsServer(config, endpoints)
     server.start()
