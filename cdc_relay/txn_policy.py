@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from cdc_relay.acks import AckTracker
 from cdc_relay.errors import ConfigError
+from cdc_relay.model import ZERO_LSN, Lsn
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,12 +114,28 @@ class TxnBatch:
 
 
 class CommittedTracker(AckTracker):
-    """An AckTracker for which "delivered" means "in a committed Kafka transaction"."""
+    """An AckTracker for which "delivered" means "in a committed Kafka transaction".
 
-    __slots__ = ()
+    ``inflight`` still counts what the broker has not acknowledged (the loop's
+    backpressure): events awaiting the commit are not in flight, or a PostgreSQL
+    transaction larger than the flow limits could never reach its commit.
+    """
+
+    __slots__ = ("_acked",)
+
+    def __init__(self, start: Lsn = ZERO_LSN) -> None:
+        super().__init__(start)
+        self._acked = 0  # broker acks of events not yet committed
+
+    @property
+    def inflight(self) -> int:
+        """Events produced and not yet acknowledged by the broker."""
+        return max(0, super().inflight - self._acked)
 
     def delivered(self, seq: int) -> None:
-        """A broker ack inside an open transaction proves nothing yet: ignored."""
+        """A broker ack inside an open transaction proves nothing yet: only counted."""
+        if seq >= self._low:
+            self._acked += 1
 
     @property
     def last_produced(self) -> int:
@@ -127,5 +144,6 @@ class CommittedTracker(AckTracker):
 
     def committed(self, last_token: int) -> None:
         """The Kafka transaction holding every event up to ``last_token`` committed."""
-        if last_token >= 0:
+        if last_token >= self._low:
+            self._acked = max(0, self._acked - (last_token + 1 - self._low))
             self.delivered_through(last_token)

@@ -13,6 +13,10 @@ module only feeds it and acts on failures:
 * a busy slot (another relay holds it) → wait and retry: hot standby;
 * a decode error is fatal: nothing past it is ever confirmed.
 
+What counts as delivered, and which transactions are already delivered, is the delivery
+mode's (wal/delivery.py): at-least-once by default, ``run --exactly-once``
+(wal/exactly_once.py) otherwise. The loop calls it at the points marked "delivery mode".
+
 It must not block on one side while the other needs service: the replication socket is
 read only while fewer than the configured events/bytes are in flight; status updates
 continue on a timer while backed up so the walsender does not time out.
@@ -42,6 +46,7 @@ from cdc_relay.sink.base import (
     Sink,
     SinkFactory,
 )
+from cdc_relay.wal.delivery import AtLeastOnce, DeliveryMode
 from cdc_relay.wal.protocol import KEEPALIVE, ServerMessage
 
 log = logging.getLogger("cdc_relay.relay")
@@ -115,6 +120,7 @@ class WalRelay:
         timings: LoopTimings,
         stats: RelayStats | None = None,
         clock: Callable[[], float] = time.monotonic,
+        mode: DeliveryMode | None = None,
     ) -> None:
         self._source_factory = source_factory
         self._decoder = decoder
@@ -125,6 +131,7 @@ class WalRelay:
         self.stats = stats or RelayStats()
         self._clock = clock
         self._session: _Session | None = None
+        self._mode: DeliveryMode = mode or AtLeastOnce()
 
     def run(self, stop: threading.Event) -> None:
         """Stream until ``stop`` is set; survive broker and PostgreSQL failures.
@@ -202,7 +209,7 @@ class WalRelay:
         try:
             start = source.open()
             self._decoder.reset()
-            session = _Session(self, source, sink, AckTracker(start))
+            session = _Session(self, source, sink, self._mode.start(sink, start))  # delivery mode
             self._session = session
             self.stats.streaming = True
             self.stats.confirmed_lsn = int(start)
@@ -232,6 +239,8 @@ class _Session:
         self.failure: str | None = None
         self.next_status = 0.0
         self.sent = Lsn(-1)
+        self.mode = relay._mode
+        self.skip = 0  # events of the current transaction still to skip (delivery mode)
 
     # -- delivery reports (called from sink.poll) ------------------------------------
     def on_delivery(self, delivery: Delivery) -> None:
@@ -250,6 +259,8 @@ class _Session:
             return
         failed = self.stats.failed_by_type
         failed[event.event_type] = failed.get(event.event_type, 0) + 1
+        if self.mode.delivery_failed(event, error):  # delivery mode
+            return
         if error.kind is ErrorKind.PERMANENT:
             try:
                 self.redo.append((token, self._next_dead_letter(token, error.reason)))
@@ -269,6 +280,7 @@ class _Session:
         while not stop.is_set():
             sink.poll(0)
             self._check()
+            self.mode.tick(clock())  # delivery mode
             if self.redo:
                 self._produce_redo()
             now = clock()
@@ -321,13 +333,19 @@ class _Session:
                 continue
             change_type = type(change)
             if change_type is OutboxEvent:
+                if self.skip:  # delivery mode: already delivered
+                    self.skip -= 1
+                    continue
                 self._publish(change)  # type: ignore[arg-type]
                 if len(self.inflight) >= limit:
                     break
             elif change_type is Commit:
+                self.skip = 0
                 tracker.commit(change.end_lsn)  # type: ignore[union-attr]
+                self.mode.commit(change.end_lsn)  # type: ignore[union-attr]  # delivery mode
             elif change_type is Begin:
                 tracker.begin()
+                self.skip = self.mode.begin(change)  # type: ignore[arg-type]  # delivery mode
         return count
 
     def _publish(self, event: OutboxEvent) -> None:
@@ -338,6 +356,9 @@ class _Session:
             message = self.relay._router.route(event)
         except RoutingError as exc:
             message = self._next_dead_letter(token, str(exc))
+        refusal = self.mode.admit(token, event, message)  # delivery mode
+        if refusal is not None:
+            message = self._next_dead_letter(token, refusal)
         try:
             self.sink.produce(message, token)  # the common case, without the retry loop
         except (QueueFull, ProduceRejected):
@@ -394,6 +415,7 @@ class _Session:
             self.sink.poll(0.1)
             if self.redo:
                 self._produce_redo()
+        self.mode.finish()  # delivery mode
         self._maybe_send_status(self.relay._clock(), force=True)
         log.info("stopped; confirmed %s, %d events unacknowledged", self.tracker.confirmed,
                  len(self.inflight))

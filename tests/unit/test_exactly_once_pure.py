@@ -168,3 +168,18 @@ def test_committed_tracker_split_commit_does_not_confirm_the_open_transaction() 
     assert tracker.confirmed == Lsn(10)
     tracker.commit(Lsn(70))
     assert tracker.confirmed == Lsn(70)
+
+
+def test_committed_tracker_counts_broker_acks_out_of_flight() -> None:
+    tracker = CommittedTracker(Lsn(10))
+    tracker.begin()
+    tokens = [tracker.produced() for _ in range(3)]
+    assert tracker.inflight == 3
+    tracker.delivered(tokens[0])
+    tracker.delivered(tokens[2])
+    assert tracker.inflight == 1  # backpressure sees only what the broker has not acked
+    tracker.delivered(tokens[1])
+    tracker.committed(tokens[2])
+    assert tracker.inflight == 0
+    tracker.produced()
+    assert tracker.inflight == 1
