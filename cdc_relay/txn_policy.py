@@ -113,6 +113,16 @@ class TxnBatch:
         return split is not None and self.open and self.in_pg_txn and self.pg_events_here >= split
 
 
+@dataclass
+class TxnStats:
+    """Exactly-once counters for metrics (plain attributes, read from the metrics thread)."""
+
+    committed: int = 0
+    aborted: int = 0
+    open_since: float | None = None  # time.monotonic() when the open transaction began
+    checkpoint_lsn: int = 0
+
+
 class CommittedTracker(AckTracker):
     """An AckTracker for which "delivered" means "in a committed Kafka transaction".
 

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from cdc_relay import __version__
+from cdc_relay.cli.exactly_once import exactly_once_options
 from cdc_relay.cli.options import (
     DURATION,
     columns_option,
@@ -28,6 +29,7 @@ from cdc_relay.cli.options import (
     table_option,
 )
 from cdc_relay.config import (
+    ExactlyOnceSettings,
     FlowConfig,
     KafkaConfig,
     MetricsConfig,
@@ -85,11 +87,13 @@ def init(dsn: str, table: TableRef, columns: str | None, slot: str, plugin: str,
         help="How often the confirmed LSN is reported to PostgreSQL.")
 @option("--max-inflight", type=click.IntRange(1), default=50_000, show_default=True,
         help="Stop reading WAL while this many events await broker acks.")
+@exactly_once_options
 @observability_options
 def run(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, message_timeout: float,
         producer_config: tuple[str, ...], table: TableRef, columns: str | None, slot: str,
         plugin: str, publication: str, status_interval: float, max_inflight: int,
-        metrics_port: int | None, metrics_host: str, log_level: str, log_format: str) -> int:
+        metrics_port: int | None, metrics_host: str, log_level: str, log_format: str,
+        exactly_once: ExactlyOnceSettings | None) -> int:
     """WAL mode: stream outbox inserts from a logical replication slot to Kafka."""
     from cdc_relay.wal.app import WalSettings, run_wal
 
@@ -103,6 +107,7 @@ def run(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, mess
                           message_timeout_ms=int(message_timeout * 1000)),
         flow=FlowConfig(max_inflight_events=max_inflight),
         metrics=MetricsConfig(port=metrics_port, host=metrics_host),
+        exactly_once=exactly_once,
     )
     return run_wal(settings)
 

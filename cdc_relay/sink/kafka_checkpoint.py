@@ -56,7 +56,8 @@ def describe_topic(settings: dict[str, str], topic: str,
     """``(partitions, config)`` of ``topic``, or None if it does not exist."""
     admin = AdminClient(client_settings(settings))
     try:
-        metadata = admin.list_topics(topic=topic, timeout=timeout)
+        # All topics: a metadata request naming the topic could auto-create it (delete policy).
+        metadata = admin.list_topics(timeout=timeout)
         found = metadata.topics.get(topic)
         if found is None or found.error is not None:
             return None

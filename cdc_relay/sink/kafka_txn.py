@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
@@ -165,9 +165,14 @@ class TransactionalKafkaSink(KafkaSink):
         return producer
 
 
+class TransactionalSinkFactory(Protocol):
+    """A SinkFactory whose sinks are TransactionalKafkaSinks."""
+
+    def __call__(self, on_delivery: DeliveryHandler) -> TransactionalKafkaSink: ...
+
+
 def transactional_sink_factory(config: KafkaConfig, txn: TxnSinkConfig, *,
-                               logger: logging.Logger | None = None
-                               ) -> Callable[[DeliveryHandler], TransactionalKafkaSink]:
+                               logger: logging.Logger | None = None) -> TransactionalSinkFactory:
     """A SinkFactory of TransactionalKafkaSinks, numbering their generations."""
     transactional_config(config, txn)  # ConfigError now, not at the first producer
     log = logger or _log

@@ -42,7 +42,7 @@ from cdc_relay.logs import event_fields
 from cdc_relay.model import Begin, Lsn, Message, OutboxEvent
 from cdc_relay.sink.base import DeliveryError, ErrorKind, Sink
 from cdc_relay.sink.transactions import TransactionalSink, TxnError, TxnErrorKind
-from cdc_relay.txn_policy import CommittedTracker, TxnBatch, TxnLimits
+from cdc_relay.txn_policy import CommittedTracker, TxnBatch, TxnLimits, TxnStats
 from cdc_relay.wal.loop import ProducerFailed
 
 log = logging.getLogger("cdc_relay.exactly_once")
@@ -66,16 +66,6 @@ class ExactlyOnceConfig:
     max_message_bytes: int = 1_000_000  # the producer's message.max.bytes
     call_timeout: float = 30.0  # per transaction call, retries included
     checkpoint_timeout: float = 60.0  # reading the checkpoint topic to its end
-
-
-@dataclass
-class TxnStats:
-    """Counters for metrics (read from another thread; plain attributes)."""
-
-    committed: int = 0
-    aborted: int = 0
-    open_since: float | None = None  # time.monotonic() when the open transaction began
-    checkpoint_lsn: int = 0
 
 
 class ExactlyOnce:

@@ -2,7 +2,8 @@
 
 Owns every metric name, help text and label the relay exposes: ``WalCollector`` reads
 ``RelayStats`` (relay.py) and the slot figures of the lag probe, ``PollCollector`` reads
-``PollStats`` (poller/settlement.py), ``make_registry`` adds the process, platform and
+``PollStats`` (poller/settlement.py), ``TxnCollector`` reads exactly-once's ``TxnStats``
+(txn_policy.py), ``make_registry`` adds the process, platform and
 GC collectors. The slot gauges are absent while the probe cannot read or the slot does
 not exist.
 
@@ -12,7 +13,8 @@ probe and the endpoint are cdc_relay.ops.metrics.endpoint.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
@@ -25,6 +27,7 @@ from prometheus_client.core import (
 
 from cdc_relay.model import SlotStatus
 from cdc_relay.polling.settlement import BATCH_BUCKETS, PollStats
+from cdc_relay.txn_policy import TxnStats
 from cdc_relay.wal.loop import RelayStats
 
 
@@ -118,6 +121,28 @@ class WalCollector:
                        "Stream or producer restarts (reconnects, new producers).", stats.restarts)
         if self._probe is not None:
             yield from slot_metrics(self._probe)
+
+
+class TxnCollector:
+    """Exactly-once mode's metrics, read from TxnStats at scrape time."""
+
+    def __init__(self, stats: TxnStats, clock: Callable[[], float] = time.monotonic) -> None:
+        self._stats = stats
+        self._clock = clock
+
+    def collect(self) -> Iterable[Metric]:
+        stats = self._stats
+        yield _counter("cdc_relay_transactions_committed", "Kafka transactions committed.",
+                       stats.committed)
+        yield _counter("cdc_relay_transactions_aborted",
+                       "Kafka transactions aborted (their events are replayed).", stats.aborted)
+        opened = stats.open_since
+        yield _gauge("cdc_relay_transaction_open_age_seconds",
+                     "Age of the open Kafka transaction; 0 when none is open.",
+                     0.0 if opened is None else max(0.0, self._clock() - opened))
+        yield _gauge("cdc_relay_checkpoint_lsn",
+                     "The checkpoint LSN of the last committed Kafka transaction.",
+                     stats.checkpoint_lsn)
 
 
 def batch_histogram(counts: list[int], total: float) -> HistogramMetricFamily:

@@ -40,9 +40,10 @@ from prometheus_client.exposition import choose_encoder
 from cdc_relay.config import MetricsConfig
 from cdc_relay.errors import ConfigError, RelayError
 from cdc_relay.model import SlotStatus
-from cdc_relay.ops.metrics.collectors import PollCollector, WalCollector, make_registry
+from cdc_relay.ops.metrics.collectors import PollCollector, TxnCollector, WalCollector, make_registry
 from cdc_relay.ops.status import SlotReader
 from cdc_relay.polling.settlement import PollStats
+from cdc_relay.txn_policy import TxnStats
 from cdc_relay.wal.loop import RelayStats
 
 log = logging.getLogger("cdc_relay.metrics")
@@ -234,13 +235,16 @@ def _serving(server: MetricsServer, host: str) -> None:
 
 @contextmanager
 def serve_wal(config: MetricsConfig, stats: RelayStats, *, dsn: str,
-              slot: str) -> Iterator[MetricsServer | None]:
+              slot: str, txn: TxnStats | None = None) -> Iterator[MetricsServer | None]:
     """Serve WAL mode's metrics (with the slot lag probe) while the block runs."""
     if config.port is None:
         yield None
         return
     probe = SlotLagProbe(SlotReader(dsn, slot))
-    endpoints = Endpoints(make_registry(WalCollector(stats, probe)),
+    collectors: list[object] = [WalCollector(stats, probe)]
+    if txn is not None:
+        collectors.append(TxnCollector(txn))
+    endpoints = Endpoints(make_registry(*collectors),
                           health=lambda: wal_health(stats, time.monotonic()),
                           ready=lambda: wal_ready(stats))
     server = MetricsServer(config, endpoints)
