@@ -23,7 +23,9 @@ The DeliveryMode (wal/delivery.py) behind ``run --exactly-once``. Per replicatio
 5. **Dead letters** inside a transaction: a message too large or with an illegal topic is
    dead-lettered *before* it is produced, so it cannot doom the transaction; an event
    the broker still refuses aborts the transaction, and in the replay it goes to the
-   dead-letter topic (remembered by event id).
+   dead-letter topic (remembered by event id). librdkafka fails a whole batch when the
+   broker refuses it as too large, so of a round of "too large" reports only the largest
+   event is taken as the culprit; a replay that fails again takes the next one.
 
 It must not import a broker client (the sink does the Kafka calls) nor read the stream.
 """
@@ -84,6 +86,7 @@ class ExactlyOnce:
         self._batch = TxnBatch(config.limits)
         self._replay = ReplayFilter(None)
         self._refused: dict[str, str] = {}  # event id -> why the broker refused it
+        self._suspects: dict[str, tuple[int, str]] = {}  # too large this round: id -> (size, why)
         self._failure: str | None = None
         self._last_token = -1  # token of the last event admitted into the open transaction
         self._last_end = Lsn(0)  # newest PostgreSQL commit end seen
@@ -161,26 +164,33 @@ class ExactlyOnce:
         self._commit_lsn = None
         if end_lsn > self._last_end:
             self._last_end = end_lsn
+        self._raise_failure()
         if self._batch.should_close(self._clock()):
             self._commit(partial=False)
 
     def tick(self, now: float) -> None:
-        failure = self._failure
-        if failure is not None:
-            self._abort(failure)
-            raise KafkaTransactionAborted(f"Kafka transaction aborted: {failure}")
+        self._raise_failure()
         if self._batch.should_close(now):
             self._commit(partial=False)
 
     def delivery_failed(self, event: OutboxEvent, error: DeliveryError) -> bool:
-        if error.kind is not ErrorKind.PERMANENT:
-            return False  # timed out or fatal: the loop replaces the producer
-        log.warning("the broker refused an event inside a Kafka transaction (%s): the "
-                    "transaction is aborted and replayed with the event dead-lettered",
-                    error.reason, extra=event_fields(event))
-        self._refused[event.id] = error.reason
-        if self._failure is None:
-            self._failure = f"event {event.id} refused: {error.reason}"
+        """Any failed delivery dooms the open transaction: abort and replay (next tick).
+
+        Failures other than a refusal (purged after the transaction failed, timed out)
+        are consequences: they only end the transaction. A producer that died on its
+        own (``fatal_error``) is replaced by the loop before the next tick.
+        """
+        first = self._failure is None
+        if error.kind is ErrorKind.PERMANENT:
+            if "TOO_LARGE" in error.reason or "too large" in error.reason:
+                self._suspects[event.id] = (len(event.payload), error.reason)
+            else:
+                self._refused[event.id] = error.reason
+        if first:
+            log.warning("delivery inside the Kafka transaction failed (%s): aborting it and "
+                        "replaying%s", error.reason, " with the refused event dead-lettered"
+                        if error.kind is ErrorKind.PERMANENT else "", extra=event_fields(event))
+            self._failure = f"delivery of event {event.id} failed: {error.reason}"
         return True
 
     def finish(self) -> None:
@@ -196,6 +206,15 @@ class ExactlyOnce:
             log.warning("exactly-once shutdown: %s; the open transaction will be replayed", exc)
 
     # -- the Kafka transaction ---------------------------------------------------------
+    def _raise_failure(self) -> None:
+        """A delivery inside the open transaction failed: abort it and replay."""
+        failure = self._failure
+        if failure is not None:
+            self._abort(failure)
+            # After a failed batch librdkafka must bump the producer epoch to go on, which
+            # not every broker supports: a fresh producer (and checkpoint read) is safe anywhere.
+            raise ProducerFailed(f"Kafka transaction aborted: {failure}")
+
     def _begin_transaction(self) -> None:
         sink = self._live_sink()
         self._call(sink.begin_transaction, "begin_transaction")
@@ -227,6 +246,10 @@ class ExactlyOnce:
     def _abort(self, reason: str) -> None:
         """Abort the open transaction; its events are replayed from the checkpoint."""
         sink = self._live_sink()
+        if self._suspects:
+            culprit = max(self._suspects, key=lambda event_id: self._suspects[event_id][0])
+            self._refused[culprit] = self._suspects[culprit][1]
+            self._suspects.clear()
         log.warning("aborting the Kafka transaction: %s; replaying from checkpoint %s", reason,
                     self._checkpoint.lsn if self._checkpoint else "none")
         self._call(lambda: sink.abort_transaction(self._config.call_timeout), "abort_transaction")

@@ -1,0 +1,227 @@
+"""``run --exactly-once`` under faults, on noida-db: kill -9, fencing, broker restart, big and
+poisoned transactions. A read_committed consumer must end with every committed event exactly
+once and no rolled-back one."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import orjson
+import psycopg
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from cdc_relay.local.helpers import free_port
+from cdc_relay.local.noida import NoidaBroker
+from cdc_relay.outbox import emit
+from tests.integration.eos_support import (
+    READ_COMMITTED,
+    assert_exactly_once,
+    checkpoints,
+    collect_exactly,
+    event_ids,
+    start_eos_relay,
+)
+from tests.integration.test_operations import scrape
+from tests.integration.wal_support import (
+    Expected,
+    confirmed_flush,
+    current_wal,
+    init_db,
+    write_workload,
+)
+from tests.support import KafkaCollector, wait_for
+
+
+@contextmanager
+def steady_writes(dsn: str, expected: Expected) -> Iterator[threading.Event]:
+    """Transactions of 1..10 events over three topics (some rolled back) until the block ends."""
+    done = threading.Event()
+
+    def writer() -> None:
+        seed = 100
+        while not done.is_set():
+            write_workload(dsn, transactions=5, seed=seed, expected=expected, max_events=10)
+            seed += 1
+            done.wait(0.02)
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    try:
+        yield done
+    finally:
+        done.set()
+        thread.join()
+
+
+def _metric(port: int, name: str) -> float:
+    return scrape(port).get(name, -1.0)
+
+
+def _wait_kill_point(kind: str, port: int, rng: random.Random) -> None:
+    if kind == "mid-transaction":  # a Kafka transaction is open with events in it
+        wait_for(lambda: _metric(port, "cdc_relay_transaction_open_age_seconds") > 0,
+                 timeout=20, interval=0.005, message="an open Kafka transaction")
+    elif kind == "after-commit":  # committed to Kafka, not yet confirmed to PostgreSQL
+        wait_for(lambda: (m := scrape(port)).get("cdc_relay_checkpoint_lsn", 0)
+                 > m.get("cdc_relay_confirmed_lsn", 0) > 0,
+                 timeout=20, interval=0.005, message="a checkpoint ahead of the slot")
+    else:
+        time.sleep(rng.uniform(0.05, 0.8))  # a random point of the run, not a synchronisation
+
+
+def test_kill_9_at_random_points_leaves_every_committed_event_exactly_once(
+        db: str, noida: NoidaBroker, topic_prefix: str) -> None:
+    init_db(db)
+    expected = Expected()
+    rng = random.Random(14)
+    kinds = ["mid-transaction", "after-commit", "random"] * 4
+    ahead_of_slot = 0  # kills that left the checkpoint ahead of the slot (replay must skip)
+    with KafkaCollector(noida.bootstrap, f"{topic_prefix}.checkpoints",
+                        config=READ_COMMITTED) as cp_reader:
+        with steady_writes(db, expected):
+            for kind in kinds:
+                port = free_port()
+                relay = start_eos_relay(db, noida.bootstrap, topic_prefix, extra=(
+                    "--metrics-port", str(port), "--status-interval", "1s",
+                    "--txn-interval", "150ms"))
+                try:
+                    _wait_kill_point(kind, port, rng)
+                finally:
+                    relay.kill()
+                found = checkpoints(cp_reader.collect(timeout=0.3))
+                if found and max(cp.lsn for cp in found) > confirmed_flush(db):
+                    ahead_of_slot += 1
+        with start_eos_relay(db, noida.bootstrap, topic_prefix) as last, \
+                KafkaCollector(noida.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
+            messages = collect_exactly(collector, expected, timeout=90)
+            assert last.stop() == 0, last.stderr
+    assert len(expected.events) > 300 and expected.rolled_back
+    assert_exactly_once(messages, expected)
+    assert ahead_of_slot >= 1, "no kill landed between a Kafka commit and the slot update"
+    assert len({m.topic for m in messages if not m.topic.endswith(".checkpoints")}) == 3
+
+
+def _slot_pid(dsn: str) -> int | None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'cdc_relay'"
+                           ).fetchone()
+    return None if row is None else row[0]
+
+
+def test_a_second_relay_fences_the_first_whose_late_writes_never_appear(
+        db: str, noida: NoidaBroker, topic_prefix: str) -> None:
+    init_db(db)
+    port = free_port()
+    first = start_eos_relay(db, noida.bootstrap, topic_prefix,
+                            extra=("--metrics-port", str(port), "--txn-interval", "2s"))
+    try:
+        expected = write_workload(db, transactions=5, seed=3, rollback_every=0)
+        # Every event is in the broker, inside the first relay's still open transaction.
+        wait_for(lambda: _metric(port, "outbox_events_published_total") >= len(expected.events),
+                 timeout=20, message="the first relay producing")
+        os.kill(first.proc.pid, signal.SIGSTOP)  # a zombie: alive, its transaction open
+        with psycopg.connect(db, autocommit=True) as conn:  # its walsender goes, the slot frees
+            conn.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots"
+                         " WHERE slot_name = 'cdc_relay'")
+        wait_for(lambda: _slot_pid(db) is None, timeout=20, message="the slot released")
+        with start_eos_relay(db, noida.bootstrap, topic_prefix) as second, \
+                KafkaCollector(noida.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
+            collect_exactly(collector, expected)
+            os.kill(first.proc.pid, signal.SIGCONT)  # its interval is over: it tries to commit
+            wait_for(lambda: "fenced" in first.stderr, timeout=30, message="the first relay fenced")
+            write_workload(db, transactions=5, seed=4, expected=expected, rollback_every=3)
+            messages = collect_exactly(collector, expected)
+            assert first.running(), "the fenced relay should stand by, not exit"
+            assert second.stop() == 0, second.stderr
+    finally:
+        os.kill(first.proc.pid, signal.SIGCONT)
+        first.kill()
+    assert_exactly_once(messages, expected)
+
+
+def test_a_broker_restart_under_load_is_survived_exactly_once(
+        db: str, private_noida: NoidaBroker, topic_prefix: str) -> None:
+    init_db(db)
+    expected = Expected()
+    with start_eos_relay(db, private_noida.bootstrap, topic_prefix) as relay:
+        with steady_writes(db, expected):
+            with KafkaCollector(private_noida.bootstrap, topic_prefix,
+                                config=READ_COMMITTED) as early:
+                early.collect(until=lambda ms: len(ms) >= 50, timeout=30)
+            private_noida.restart()
+            wait_for(lambda: len(expected.events) > 400, timeout=60, message="more writes")
+        with KafkaCollector(private_noida.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
+            messages = collect_exactly(collector, expected, timeout=90)
+        assert relay.running(), relay.stderr
+        assert relay.stop() == 0, relay.stderr
+    assert_exactly_once(messages, expected)
+
+
+BIG_TXN_EVENTS = 100_000
+
+
+def test_one_postgres_transaction_of_100k_events_is_one_atomic_kafka_transaction(
+        db: str, noida: NoidaBroker, topic_prefix: str) -> None:
+    init_db(db)
+    with psycopg.connect(db) as conn:
+        conn.execute(
+            "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)"
+            " SELECT 'bulk', 'b-' || (i % 97), 'BulkLoaded', jsonb_build_object('i', i)"
+            " FROM generate_series(1, %s) AS i", (BIG_TXN_EVENTS,))
+        conn.commit()
+    port = free_port()
+    started = time.monotonic()
+    with start_eos_relay(db, noida.bootstrap, topic_prefix, extra=(
+            "--metrics-port", str(port), "--transaction-timeout", "120s")) as relay, \
+            KafkaCollector(noida.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
+        messages = collector.collect(until=lambda ms: len(ms) >= BIG_TXN_EVENTS + 1, timeout=180)
+        elapsed = time.monotonic() - started
+        committed = _metric(port, "cdc_relay_transactions_committed_total")
+        assert relay.stop() == 0, relay.stderr
+    counts = event_ids(messages)
+    assert len(counts) == BIG_TXN_EVENTS and max(counts.values()) == 1
+    assert committed == 1, "the PostgreSQL transaction was split across Kafka transactions"
+    print(f"one {BIG_TXN_EVENTS}-event transaction through noida-db: {elapsed:.1f} s")
+
+
+def test_poison_events_inside_a_transaction_are_dead_lettered_and_the_rest_arrive_once(
+        db: str, noida: NoidaBroker, topic_prefix: str) -> None:
+    init_db(db)
+    admin = AdminClient({"bootstrap.servers": noida.bootstrap})
+    # The broker refuses records over 2 kB on this topic; librdkafka's own limit is 1 MB.
+    admin.create_topics([NewTopic(f"{topic_prefix}.order", 1, 1,
+                                  config={"max.message.bytes": "2000"})])[f"{topic_prefix}.order"].result()
+    good: list[str] = []
+    with psycopg.connect(db) as conn:
+        for i in range(5):
+            good.append(str(emit(conn, "order", f"o-{i}", "OrderPlaced", {"i": i})))
+        too_big = str(emit(conn, "order", "o-big", "OrderPlaced", {"pad": "x" * 5000}))
+        illegal = str(emit(conn, "bad topic!", "x-1", "Bad", {"i": 0}))
+        good.append(str(emit(conn, "customer", "c-1", "CustomerSeen", {"i": 9})))
+        conn.commit()
+        good.append(str(emit(conn, "order", "o-after", "OrderPlaced", {"after": True})))
+        conn.commit()
+    end = current_wal(db)
+    with start_eos_relay(db, noida.bootstrap, topic_prefix) as relay:
+        # The aborted attempts are over once the slot passed the end (only a Kafka commit
+        # moves it): read only then, because noida-db never shows a read_committed consumer
+        # what follows a transaction that was still open when it first fetched and aborted later.
+        wait_for(lambda: confirmed_flush(db) >= end, timeout=60, message="the slot past the end")
+        with KafkaCollector(noida.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
+            messages = collector.collect(until=lambda ms: len(ms) >= len(good) + 3, timeout=30)
+            messages = collector.collect(timeout=1.0)
+        assert relay.stop() == 0, relay.stderr
+    counts = event_ids(messages)
+    assert set(counts) == set(good) and max(counts.values()) == 1
+    dead = [m for m in messages if m.topic.endswith(".dlq")]
+    assert sorted(m.headers["id"].decode() for m in dead) == sorted([too_big, illegal])
+    big = next(m for m in dead if m.headers["id"].decode() == too_big)
+    assert b"TOO_LARGE" in big.headers["error"] and big.value == b""
+    assert orjson.loads(next(m for m in messages if m.headers.get("id") == good[-1].encode()).value) \
+        == {"after": True}
