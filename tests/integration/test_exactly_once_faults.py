@@ -140,18 +140,25 @@ def test_a_second_relay_fences_the_first_whose_late_writes_never_appear(
         # Every event is in the broker, inside the first relay's still open transaction.
         wait_for(lambda: _metric(port, "outbox_events_published_total") >= len(expected.events),
                  timeout=20, message="the first relay producing")
+        age = _metric(port, "cdc_relay_transaction_open_age_seconds")
         os.kill(first.proc.pid, signal.SIGSTOP)  # a zombie: alive, its transaction open
+        stopped_at = time.monotonic()
+        assert 0 < age < 2.0, f"the first relay's transaction is not open (age {age})"
         with psycopg.connect(db, autocommit=True) as conn:  # its walsender goes, the slot frees
             conn.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots"
                          " WHERE slot_name = 'cdc_relay'")
         wait_for(lambda: _slot_pid(db) is None, timeout=20, message="the slot released")
-        with start_eos_relay(db, noida.bootstrap, topic_prefix) as second, \
-                KafkaCollector(noida.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
-            collect_exactly(collector, expected)
-            os.kill(first.proc.pid, signal.SIGCONT)  # its interval is over: it tries to commit
+        with start_eos_relay(db, noida.bootstrap, topic_prefix) as second:
+            read_when_settled(db, current_wal(db))  # the second relay replayed the first's events
+            # Resumed after its --txn-interval, the zombie's first act is to commit (the loop
+            # ticks before it reads the stream): that commit must be fenced.
+            wait_for(lambda: age + time.monotonic() - stopped_at > 2.5, timeout=10)
+            os.kill(first.proc.pid, signal.SIGCONT)
             wait_for(lambda: "fenced" in first.stderr, timeout=30, message="the first relay fenced")
             write_workload(db, transactions=5, seed=4, expected=expected, rollback_every=3)
-            messages = collect_exactly(collector, expected)
+            read_when_settled(db, current_wal(db))
+            with KafkaCollector(noida.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
+                messages = collect_exactly(collector, expected)
             assert first.running(), "the fenced relay should stand by, not exit"
             assert second.stop() == 0, second.stderr
     finally:
