@@ -14,6 +14,12 @@ one (fenced included) the producer is dead. Aborting purges the transaction's
 messages; their purge reports are swallowed (like those of ``close()``), so an abort
 never looks like a failed delivery. Aborting before the first AddPartitionsToTxn
 completed can go fatal (librdkafka#4849): that, too, is FATAL - a new producer.
+
+A broker connection lost while a transaction is open makes that transaction doubtful
+(``doubt``): a broker that restarts may come back without its state (noida-db, the test
+broker, does: a later commit "succeeds" and the records are gone), so the relay aborts
+it and replays rather than commit it. Against a real Kafka cluster this costs one replay
+of one transaction per connection loss.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from cdc_relay.sink.kafka_client import describe_error, producer_settings
 from cdc_relay.sink.transactions import TransactionalSink, TxnError, TxnErrorKind
 
 _log = logging.getLogger("cdc_relay.sink.kafka")
+_CONNECTION_LOST = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN})
 _FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
                            KafkaError.INVALID_PRODUCER_EPOCH})
 
@@ -91,6 +98,7 @@ class TransactionalKafkaSink(KafkaSink):
         self._initialized = False
         self._in_txn = False
         self._checkpoint_written = False  # in the open transaction (a retried commit keeps it)
+        self._doubt: str | None = None  # why the open transaction cannot be trusted
 
     @property
     def initialized(self) -> bool:
@@ -99,6 +107,16 @@ class TransactionalKafkaSink(KafkaSink):
     @property
     def in_transaction(self) -> bool:
         return self._in_txn
+
+    @property
+    def doubt(self) -> str | None:
+        """Set when a broker connection was lost while the open transaction was open."""
+        return self._doubt
+
+    def _on_error(self, error: KafkaError) -> None:
+        if self._in_txn and self._doubt is None and error.code() in _CONNECTION_LOST:
+            self._doubt = f"broker connection lost during the transaction ({describe_error(error)})"
+        super()._on_error(error)
 
     def init_transactions(self, timeout: float) -> None:
         """Fence older producers of this transactional.id; abort what they left open."""
@@ -121,6 +139,7 @@ class TransactionalKafkaSink(KafkaSink):
             raise _txn_error(exc, "begin_transaction failed") from exc
         self._in_txn = True
         self._checkpoint_written = False
+        self._doubt = None
 
     def commit_transaction(self, key: bytes, checkpoint: bytes, timeout: float) -> None:
         """Produce the checkpoint record, then commit (which flushes everything first)."""

@@ -48,6 +48,10 @@ class TransactionalSink(Sink, Protocol):
     def in_transaction(self) -> bool:
         """True between ``begin_transaction`` and its commit or abort."""
 
+    @property
+    def doubt(self) -> str | None:
+        """Why the open transaction must not be committed (e.g. a broker connection lost)."""
+
     def init_transactions(self, timeout: float) -> None:
         """Register the transactional id, fencing every older producer with it."""
 

@@ -207,8 +207,10 @@ class ExactlyOnce:
 
     # -- the Kafka transaction ---------------------------------------------------------
     def _raise_failure(self) -> None:
-        """A delivery inside the open transaction failed: abort it and replay."""
+        """A delivery inside the open transaction failed, or the sink doubts it: abort, replay."""
         failure = self._failure
+        if failure is None and self._batch.open:
+            failure = self._live_sink().doubt
         if failure is not None:
             self._abort(failure)
             # After a failed batch librdkafka must bump the producer epoch to go on, which

@@ -178,11 +178,31 @@ def test_a_broker_restart_under_load_is_survived_exactly_once(
                 early.collect(until=lambda ms: len(ms) >= 50, timeout=30)
             private_noida.restart()
             wait_for(lambda: len(expected.events) > 400, timeout=60, message="more writes")
+        try:
+            read_when_settled(db, current_wal(db))
+        except TimeoutError:
+            print(relay.stderr)
+            raise
         with KafkaCollector(private_noida.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
-            messages = collect_exactly(collector, expected, timeout=90)
+            try:
+                messages = collect_exactly(collector, expected, timeout=30)
+            except TimeoutError:
+                print(relay.stderr[-5000:])
+                with KafkaCollector(private_noida.bootstrap, topic_prefix) as dump:
+                    ms = dump.collect(timeout=3)
+                    print("UNCOMMITTED", len(ms), "expected", len(expected.events), "rc", len(collector.messages))
+                    from collections import Counter
+                    print(Counter(m.topic for m in ms), Counter(m.topic for m in collector.messages))
+                    have = {m.headers.get("id", b"").decode() for m in ms}
+                    missing = [e for e in expected.events if str(e["id"]) not in have]
+                    print("MISSING", sorted({(e["payload"]["seed"], e["payload"]["txn"], expected.commit_lsn[str(e["id"])]) for e in missing}))
+                    print("CHECKPOINTS", [str(c.lsn.__int__()) for c in checkpoints(ms)])
+                    print("ALLCOMMITS", sorted(set(expected.commit_lsn.values())))
+                raise
         assert relay.running(), relay.stderr
         assert relay.stop() == 0, relay.stderr
     assert_exactly_once(messages, expected)
+    print("aborted by the restart:", relay.stderr.count("aborting the Kafka transaction"))
 
 
 BIG_TXN_EVENTS = 100_000
