@@ -48,3 +48,12 @@ def assert_exactly_once(messages: list[Msg], expected: Expected) -> None:
 def checkpoints(messages: list[Msg]) -> list[Checkpoint]:
     return [Checkpoint.decode(m.value) for m in messages
             if m.topic.endswith(".checkpoints") and m.value is not None]
+
+
+def explain_missing(bootstrap: str, prefix: str, expected: Expected) -> str:
+    """For a failure message: which committed events are not in the broker at all."""
+    with KafkaCollector(bootstrap, prefix) as everything:  # read_uncommitted
+        have = set(event_ids(everything.collect(timeout=3)))
+    missing = sorted({(str(e["payload"]["seed"]), str(e["payload"]["txn"]))  # type: ignore[index]
+                      for e in expected.events if str(e["id"]) not in have})
+    return f"{len(missing)} committed transactions (seed, txn) absent even read_uncommitted: {missing[:20]}"

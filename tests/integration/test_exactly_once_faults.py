@@ -25,6 +25,7 @@ from tests.integration.eos_support import (
     checkpoints,
     collect_exactly,
     event_ids,
+    explain_missing,
     start_eos_relay,
 )
 from tests.integration.test_operations import scrape
@@ -188,16 +189,7 @@ def test_a_broker_restart_under_load_is_survived_exactly_once(
                 messages = collect_exactly(collector, expected, timeout=30)
             except TimeoutError:
                 print(relay.stderr[-5000:])
-                with KafkaCollector(private_noida.bootstrap, topic_prefix) as dump:
-                    ms = dump.collect(timeout=3)
-                    print("UNCOMMITTED", len(ms), "expected", len(expected.events), "rc", len(collector.messages))
-                    from collections import Counter
-                    print(Counter(m.topic for m in ms), Counter(m.topic for m in collector.messages))
-                    have = {m.headers.get("id", b"").decode() for m in ms}
-                    missing = [e for e in expected.events if str(e["id"]) not in have]
-                    print("MISSING", sorted({(e["payload"]["seed"], e["payload"]["txn"], expected.commit_lsn[str(e["id"])]) for e in missing}))
-                    print("CHECKPOINTS", [str(c.lsn.__int__()) for c in checkpoints(ms)])
-                    print("ALLCOMMITS", sorted(set(expected.commit_lsn.values())))
+                print(explain_missing(private_noida.bootstrap, topic_prefix, expected))
                 raise
         assert relay.running(), relay.stderr
         assert relay.stop() == 0, relay.stderr
