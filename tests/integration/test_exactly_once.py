@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from cdc_relay.local.noida import NoidaBroker
@@ -13,7 +14,7 @@ from tests.integration.eos_support import (
     start_eos_relay,
 )
 from tests.integration.wal_support import confirmed_flush, init_db, write_workload
-from tests.support import KafkaCollector, wait_for
+from tests.support import KafkaCollector, run_cli, wait_for
 
 
 @pytest.mark.parametrize("plugin", ["wal2json", "pgoutput"])
@@ -31,3 +32,21 @@ def test_committed_events_arrive_once_with_a_checkpoint_and_the_slot_follows(
         assert relay.stop() == 0, relay.stderr
     assert checkpoints(messages), "no checkpoint record in the checkpoint topic"
     assert max(cp.lsn for cp in checkpoints(messages)) <= confirmed_flush(db)
+
+
+def test_doctor_exactly_once_reports_the_checkpoint_topic_and_checkpoint(
+        db: str, noida: NoidaBroker, topic_prefix: str) -> None:
+    init_db(db)
+    args = ("doctor", "--dsn", db, "--brokers", noida.bootstrap, "--exactly-once",
+            "--checkpoint-topic", f"{topic_prefix}.checkpoints", "--format", "json")
+    before = {c["name"]: c for c in orjson.loads(run_cli(*args).stdout)}
+    assert before["checkpoint topic"]["verdict"] == "warn"  # not created yet
+    with start_eos_relay(db, noida.bootstrap, topic_prefix) as relay:
+        expected = write_workload(db, transactions=3, seed=2, rollback_every=0)
+        wait_for(lambda: confirmed_flush(db) >= max(expected.commit_lsn.values()), timeout=20)
+        assert relay.stop() == 0
+    result = run_cli(*args)
+    after = {c["name"]: c for c in orjson.loads(result.stdout)}
+    assert after["checkpoint topic"]["verdict"] == "pass", result.stdout
+    assert after["checkpoint"]["verdict"] == "pass" and "checkpoint 0/" in after["checkpoint"]["detail"]
+    assert "TransactionalId cdc-relay." in after["transactional.id"]["detail"]
