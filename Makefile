@@ -13,6 +13,12 @@ bootstrap:
 lint: bootstrap
 	$(VENV)/bin/ruff check $(LINT_DIRS)
 	$(VENV)/bin/mypy --strict cdc_relay
+	@# promtool comes with Debian's prometheus (bootstrap installs it as root; it records why not).
+	@if command -v promtool >/dev/null; then promtool check rules docker/prometheus/alerts.yml \
+	  && promtool check config docker/prometheus/prometheus.yml >/dev/null; \
+	elif [ -f $(VENV)/.prometheus-unavailable ]; then \
+	  echo "lint: alert rules not checked: promtool missing ($$(cat $(VENV)/.prometheus-unavailable))" >&2; \
+	else echo "lint: promtool missing: run scripts/bootstrap.sh as root" >&2; exit 1; fi
 
 unit: bootstrap
 	$(VENV)/bin/pytest -q tests/unit

@@ -1,9 +1,10 @@
 """cdc-relay's benchmark harness: WAL mode vs polling vs the machine's limits (benchmarks/README.md).
 
 ``python -m benchmarks run [--quick] [--modes …] [--events N] --out DIR`` starts its own
-throwaway PostgreSQL cluster and a fresh memory-only broker per mode (cdc_relay.local.postgres, local_broker),
-runs the real ``cdc-relay run`` / ``cdc-relay poll`` as subprocesses, and writes
-``results.json``, ``report.md`` and PNG plots to DIR. See benchmarks/README.md for what
+throwaway PostgreSQL cluster and a fresh memory-only broker per mode
+(cdc_relay.local.postgres, cdc_relay.local.broker), runs the real ``cdc-relay run`` /
+``cdc-relay poll`` as subprocesses, and writes ``results.json``, ``report.md`` and PNG
+plots to DIR. See benchmarks/README.md for what
 is measured and how to read it.
 
 Modules: ``plan`` (modes and workload sizes), ``procstat`` (CPU and memory from /proc),

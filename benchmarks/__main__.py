@@ -29,51 +29,55 @@ from benchmarks.plan import (
     FULL_DURATION,
     FULL_EVENTS,
     FULL_RATES,
+    FULL_ROUNDS,
     MODES,
     QUICK_DURATION,
     QUICK_EVENTS,
     QUICK_RATES,
+    QUICK_ROUNDS,
     Plan,
     parse_modes,
 )
 from benchmarks.procstat import postmaster_pid
 from benchmarks.progress import Progress
 from benchmarks.report import write_all
+from benchmarks.rounds import fold_entries, fold_limits
 from benchmarks.runner import ModeRun
 from cdc_relay.errors import LocalServiceError
 from cdc_relay.local.postgres import PostgresCluster
 
-SMOKE_MODES = "wal-wal2json,poll-notify"
+SMOKE_MODES = "wal-wal2json,poll-notify,poll-classic"
 RELAY_LINGER_MS = 5  # the relay's default linger.ms: the floor at every rate uses it
 
 
-def _rates(text: str) -> tuple[int, ...]:
+def _ints(text: str, what: str, minimum: int) -> tuple[int, ...]:
     try:
-        rates = tuple(int(r) for r in text.split(",") if r.strip())
+        values = tuple(int(r.replace("_", "")) for r in text.split(",") if r.strip())
     except ValueError as exc:
         raise click.BadParameter(f"not a list of integers: {text!r}") from exc
-    if not rates or min(rates) < 1:
-        raise click.BadParameter("rates must be positive integers")
-    return rates
+    if not values or min(values) < minimum:
+        raise click.BadParameter(f"{what} must be integers of at least {minimum}")
+    return values
 
 
-def build_plan(out: Path, quick: bool, smoke: bool, modes: str | None, events: int | None,
+def build_plan(out: Path, quick: bool, smoke: bool, modes: str | None, events: str | None,
                rates: str | None, duration: float | None, warmup: float | None,
-               relay_producer_config: tuple[str, ...]) -> Plan:
+               relay_producer_config: tuple[str, ...], rounds: int | None = None) -> Plan:
     """The Plan from the command line: full by default, then --quick/--smoke, then overrides."""
     label = "smoke" if smoke else "quick" if quick else "full"
-    base = {"full": (FULL_EVENTS, FULL_RATES, FULL_DURATION, 1.0, ",".join(MODES)),
-            "quick": (QUICK_EVENTS, QUICK_RATES, QUICK_DURATION, 1.0, ",".join(MODES)),
-            "smoke": (500, (50,), 2.0, 0.5, SMOKE_MODES)}[label]
+    base = {"full": (FULL_EVENTS, FULL_RATES, FULL_DURATION, 1.0, ",".join(MODES), FULL_ROUNDS),
+            "quick": (QUICK_EVENTS, QUICK_RATES, QUICK_DURATION, 1.0, ",".join(MODES), QUICK_ROUNDS),
+            "smoke": ((500,), (50,), 2.0, 0.5, SMOKE_MODES, 1)}[label]
     try:
         parsed_modes = parse_modes(modes or base[4])
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--modes") from exc
-    if events is not None or rates or duration is not None or modes:
+    if events is not None or rates or duration is not None or modes or rounds is not None:
         label += " (custom)"
     extra = tuple(arg for kv in relay_producer_config for arg in ("--producer-config", kv))
-    chosen_rates = _rates(rates) if rates else base[1]
-    return Plan(out=out, modes=parsed_modes, events=events or base[0], rates=chosen_rates,
+    chosen_rates = _ints(rates, "rates", 1) if rates else base[1]
+    return Plan(out=out, modes=parsed_modes, sizes=_ints(events, "--events", 100) if events else base[0],
+                rounds=rounds if rounds is not None else base[5], rates=chosen_rates,
                 duration=duration if duration is not None else base[2],
                 warmup=warmup if warmup is not None else base[3],
                 floor_rate=min(1_000, max(chosen_rates)), label=label, relay_extra=extra)
@@ -87,11 +91,14 @@ def main() -> None:
 @main.command()
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Directory for results.json, report.md, the plots and logs/.")
-@click.option("--quick", is_flag=True, help=f"{QUICK_EVENTS:,} events, rates {QUICK_RATES}, "
+@click.option("--quick", is_flag=True, help=f"{QUICK_EVENTS[0]:,} events, rates {QUICK_RATES}, one round, "
               f"{QUICK_DURATION:.0f} s per rate (a few minutes).")
 @click.option("--modes", default=None, help=f"Comma-separated subset of: {', '.join(MODES)}.")
-@click.option("--events", type=click.IntRange(100), default=None,
-              help=f"Backlog size (full: {FULL_EVENTS:,}).")
+@click.option("--events", default=None, metavar="N[,N…]",
+              help=f"Backlog sizes (full: {', '.join(f'{n:,}' for n in FULL_EVENTS)}).")
+@click.option("--rounds", type=click.IntRange(1), default=None,
+              help=f"Repeat every measurement N times; figures are medians with min-max "
+                   f"(full: {FULL_ROUNDS}, --quick: {QUICK_ROUNDS}).")
 @click.option("--smoke", is_flag=True, hidden=True, help="Tiny run for the smoke test.")
 @click.option("--rates", default=None, hidden=True, help="Insert rates, e.g. 100,1000.")
 @click.option("--duration", type=click.FloatRange(0.5), default=None, hidden=True,
@@ -99,23 +106,23 @@ def main() -> None:
 @click.option("--warmup", type=click.FloatRange(0), default=None, hidden=True)
 @click.option("--relay-producer-config", multiple=True, hidden=True, metavar="KEY=VALUE",
               help="Passed to every relay as --producer-config.")
-def run(out: Path, quick: bool, modes: str | None, events: int | None, smoke: bool,
-        rates: str | None, duration: float | None, warmup: float | None,
+def run(out: Path, quick: bool, modes: str | None, events: str | None, rounds: int | None,
+        smoke: bool, rates: str | None, duration: float | None, warmup: float | None,
         relay_producer_config: tuple[str, ...]) -> None:
     """Measure limits, backlog throughput and latency; write DIR/results.json and report.md."""
     plan = build_plan(out, quick, smoke, modes, events, rates, duration, warmup,
-                      relay_producer_config)
+                      relay_producer_config, rounds)
     workdir = out / "logs"
     workdir.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {
-        "plan": {"label": plan.label, "events": plan.events, "rates": list(plan.rates),
+        "plan": {"label": plan.label, "events": plan.events, "sizes": list(plan.sizes),
+                 "rounds": plan.rounds, "rates": list(plan.rates),
                  "duration": plan.duration, "warmup": plan.warmup, "floor_rate": plan.floor_rate,
                  "modes": [m.name for m in plan.modes], "fetch_wait_max_ms": FETCH_WAIT_MS,
                  "relay_extra_args": list(plan.relay_extra)},
         "command": shlex.join(["python", "-m", "benchmarks", *sys.argv[1:]]),
         "started_at": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "load_start": load_average(), "limits": {}, "throughput": [], "latency": [],
-        "latency_floor": [], "errors": [],
+        "load_start": load_average(), "rounds": [], "errors": [],
     }
     _interrupt_on_signals()
     started = time.monotonic()
@@ -127,7 +134,10 @@ def run(out: Path, quick: bool, modes: str | None, events: int | None, smoke: bo
             cluster.require_plugin("wal2json")
             meter.add_root(postmaster_pid(cluster.data_dir))
             results["machine"] = machine_info(cluster)
-            _measure(plan, cluster, progress, workdir, results)
+            for number in range(1, plan.rounds + 1):
+                progress.result(f"round {number} of {plan.rounds}")
+                results["rounds"].append(_measure(plan, cluster, progress, workdir, results["errors"]))
+            _fold(results)
     except LocalServiceError as exc:
         raise click.ClickException(str(exc)) from exc
     except KeyboardInterrupt:
@@ -163,32 +173,47 @@ def _interrupt_on_signals() -> None:
 
 
 def _measure(plan: Plan, cluster: PostgresCluster, progress: Progress, workdir: Path,
-             results: dict[str, Any]) -> None:
-    limits = results["limits"]
-    for plugin, r in recvlogical_limits(cluster, plan, progress, workdir).items():
-        limits[f"pg_recvlogical_{plugin}_eps"] = round(r["eps"], 1)
-        limits[f"pg_recvlogical_{plugin}_seconds"] = round(r["seconds"], 3)
-        limits[f"pg_recvlogical_{plugin}_pg_cpu_s"] = round(r["pg_cpu_s"], 2)
-        limits[f"pg_recvlogical_{plugin}_foreign_cpu_s"] = r["foreign_cpu_s"]
-    limits["pg_recvlogical_eps"] = limits["pg_recvlogical_wal2json_eps"]
-    producer = producer_limit(plan, progress, workdir)
-    limits["producer_eps"] = round(producer["eps"], 1)
-    limits["producer_seconds"] = round(producer["seconds"], 3)
-    limits["producer_foreign_cpu_s"] = producer["foreign_cpu_s"]
+             errors: list[dict[str, Any]]) -> dict[str, Any]:
+    """One round: the limits at every backlog size, the broker floors, then every mode."""
+    one: dict[str, Any] = {"limits": {}, "throughput": [], "latency": [], "latency_floor": []}
+    for events in plan.sizes:
+        limits = one["limits"][str(events)] = {}
+        for plugin, r in recvlogical_limits(cluster, events, progress, workdir).items():
+            limits[f"pg_recvlogical_{plugin}_eps"] = round(r["eps"], 1)
+            limits[f"pg_recvlogical_{plugin}_seconds"] = round(r["seconds"], 3)
+            limits[f"pg_recvlogical_{plugin}_pg_cpu_s"] = round(r["pg_cpu_s"], 2)
+            limits[f"pg_recvlogical_{plugin}_foreign_cpu_s"] = r["foreign_cpu_s"]
+        limits["pg_recvlogical_eps"] = limits["pg_recvlogical_wal2json_eps"]
+        producer = producer_limit(events, progress, workdir)
+        limits["producer_eps"] = round(producer["eps"], 1)
+        limits["producer_seconds"] = round(producer["seconds"], 3)
+        limits["producer_foreign_cpu_s"] = producer["foreign_cpu_s"]
     for rate in plan.rates:
-        results["latency_floor"].append(broker_floor(plan, progress, workdir, rate, RELAY_LINGER_MS))
+        one["latency_floor"].append(broker_floor(plan, progress, workdir, rate, RELAY_LINGER_MS))
     # and what the producer's linger costs at low rates
-    results["latency_floor"].append(broker_floor(plan, progress, workdir, plan.floor_rate, 0))
+    one["latency_floor"].append(broker_floor(plan, progress, workdir, plan.floor_rate, 0))
     for mode in plan.modes:
         try:
             throughput, latency = ModeRun(plan, mode, cluster, progress, workdir).run()
         except Exception as exc:  # one broken mode must not cost the others' figures
             progress.result(f"{mode.name} FAILED: {exc}")
             (workdir / f"{mode.name}-error.txt").write_text(traceback.format_exc())
-            results["errors"].append({"mode": mode.name, "error": str(exc)[:2000]})
+            errors.append({"mode": mode.name, "error": str(exc)[:2000]})
             continue
-        results["throughput"].append(throughput)
-        results["latency"].extend(latency)
+        one["throughput"].extend(throughput)
+        one["latency"].extend(latency)
+    return one
+
+
+def _fold(results: dict[str, Any]) -> None:
+    """The rounds' medians (with min-max) become the run's figures."""
+    rounds = results["rounds"]
+    results["limits"] = fold_limits([r["limits"] for r in rounds])
+    for part in ("throughput", "latency", "latency_floor"):
+        results[part] = fold_entries([r[part] for r in rounds])
+    for one in rounds:  # the folded entries keep a CDF; the rounds' copies would only bloat
+        for entry in (*one["latency"], *one["latency_floor"]):
+            entry.pop("cdf_ms", None)
 
 
 @main.command()

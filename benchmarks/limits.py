@@ -45,9 +45,9 @@ from cdc_relay.local.postgres import PostgresCluster
 _PUBLICATION = "bench_limits"
 
 
-def recvlogical_limits(cluster: PostgresCluster, plan: Plan, progress: Progress,
+def recvlogical_limits(cluster: PostgresCluster, events: int, progress: Progress,
                        logs: Path) -> dict[str, Any]:
-    """pg_recvlogical's drain rate of an N-event backlog, per plugin."""
+    """pg_recvlogical's drain rate of an ``events``-event backlog, per plugin."""
     name = "bench_limits"
     dsn = cluster.create_database(name)
     try:
@@ -60,8 +60,8 @@ def recvlogical_limits(cluster: PostgresCluster, plan: Plan, progress: Progress,
             for plugin in plugins:
                 conn.execute("SELECT pg_create_logical_replication_slot(%s, %s)",
                              (f"limit_{plugin}", plugin))
-        progress.phase("limits", "preload backlog", plan.events)
-        preload(dsn, plan.events, EVENTS_PER_BACKLOG_TXN, "order", progress.update)
+        progress.phase("limits", f"preload backlog of {events:,}", events)
+        preload(dsn, events, EVENTS_PER_BACKLOG_TXN, "order", progress.update)
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f"VACUUM ANALYZE {TABLE}")  # as before a mode's backlog run
             conn.execute("CHECKPOINT")
@@ -69,9 +69,10 @@ def recvlogical_limits(cluster: PostgresCluster, plan: Plan, progress: Progress,
         results: dict[str, Any] = {}
         for plugin, options in plugins.items():
             progress.phase("limits", f"pg_recvlogical {plugin}")
-            results[plugin] = _drain(cluster, dsn, f"limit_{plugin}", options, end, plan.events)
+            results[plugin] = _drain(cluster, dsn, f"limit_{plugin}", options, end, events)
             results[plugin]["foreign_cpu_s"] = progress.phase_foreign()
-            progress.result(f"limit pg_recvlogical {plugin}: {results[plugin]['eps']:,.0f} events/s "
+            progress.result(f"limit pg_recvlogical {plugin} ({events:,}): "
+                            f"{results[plugin]['eps']:,.0f} events/s "
                             f"({results[plugin]['seconds']:.2f} s)")
         return results
     finally:
@@ -114,14 +115,14 @@ def _drain(cluster: PostgresCluster, dsn: str, slot: str, options: list[tuple[st
     return {"eps": events / seconds, "seconds": seconds, "pg_cpu_s": cpu}
 
 
-def producer_limit(plan: Plan, progress: Progress, workdir: Path) -> dict[str, Any]:
-    """A bare idempotent producer's rate for N relay-like messages, on a fresh broker."""
-    progress.phase("limits", "bare producer", plan.events)
+def producer_limit(events: int, progress: Progress, workdir: Path) -> dict[str, Any]:
+    """A bare idempotent producer's rate for ``events`` relay-like messages, on a fresh broker."""
+    progress.phase("limits", f"bare producer, {events:,}", events)
     with Broker() as broker:
         create_topics(broker.bootstrap, ["bench.limit"])
         sent = CTX.Value("q", 0)
         out = workdir / "producer-limit.pkl"
-        proc = spawn(producer_limit_process, broker.bootstrap, "bench.limit", plan.events,
+        proc = spawn(producer_limit_process, broker.bootstrap, "bench.limit", events,
                      str(out), sent)
         try:
             while proc.is_alive():
@@ -132,9 +133,9 @@ def producer_limit(plan: Plan, progress: Progress, workdir: Path) -> dict[str, A
         if proc.exitcode != 0:
             raise RuntimeError(f"the bare producer failed (exit {proc.exitcode})")
     result: dict[str, Any] = pickle.loads(out.read_bytes())
-    if result["acked"] != plan.events:
+    if result["acked"] != events:
         raise RuntimeError(f"the bare producer had {result['failed']} failed deliveries")
-    result["eps"] = plan.events / result["seconds"]
+    result["eps"] = events / result["seconds"]
     result["foreign_cpu_s"] = progress.phase_foreign()
     progress.result(f"limit bare producer: {result['eps']:,.0f} events/s ({result['seconds']:.2f} s)")
     return result

@@ -14,6 +14,11 @@ wal-pgoutput   ``--plugin pgoutput --no-trigger``          ``run --plugin pgoutp
 poll-1s        ``--no-slot --no-trigger``                  ``poll --interval 1s --no-notify``
 poll-100ms     ``--no-slot --no-trigger``                  ``poll --interval 100ms --no-notify``
 poll-notify    ``--no-slot`` (the NOTIFY trigger is on)    ``poll --interval 1s``
+poll-batch500  ``--no-slot --no-trigger``                  ``poll --batch-size 500 --interval 100ms
+                                                           --no-notify`` (docs/polling.md's
+                                                           settings for throughput)
+poll-classic   ``--no-slot --no-trigger``                  ``python -m benchmarks.classic``: the
+                                                           textbook relay, the baseline
 =============  ==========================================  ============================
 
 WAL modes and plain polling run without the NOTIFY trigger (they do not need it, and
@@ -35,6 +40,12 @@ class Mode:
     plugin: str | None
     init_args: tuple[str, ...]
     relay_args: tuple[str, ...]
+    module: str = "cdc_relay"  # what ``python -m`` runs: the relay, or the classic baseline
+
+    @property
+    def is_relay(self) -> bool:
+        """True for cdc-relay itself, False for the classic baseline."""
+        return self.module == "cdc_relay"
 
 
 MODES: dict[str, Mode] = {m.name: m for m in (
@@ -47,10 +58,15 @@ MODES: dict[str, Mode] = {m.name: m for m in (
     Mode("poll-100ms", "poll", None, ("--no-slot", "--no-trigger"),
          ("poll", "--interval", "100ms", "--no-notify")),
     Mode("poll-notify", "poll", None, ("--no-slot",), ("poll", "--interval", "1s")),
+    Mode("poll-batch500", "poll", None, ("--no-slot", "--no-trigger"),
+         ("poll", "--batch-size", "500", "--interval", "100ms", "--no-notify")),
+    Mode("poll-classic", "poll", None, ("--no-slot", "--no-trigger"), (), module="benchmarks.classic"),
 )}
 
-FULL_EVENTS = 200_000
-QUICK_EVENTS = 50_000
+FULL_EVENTS = (100_000, 200_000)  # backlog sizes: both are reported
+QUICK_EVENTS = (50_000,)
+FULL_ROUNDS = 3  # every figure of a full run is the median of this many, with min-max
+QUICK_ROUNDS = 1
 FULL_RATES = (100, 1_000, 5_000)
 QUICK_RATES = (100, 1_000, 5_000)
 FULL_DURATION = 10.0
@@ -78,13 +94,19 @@ class Plan:
 
     out: Path
     modes: tuple[Mode, ...] = tuple(MODES.values())
-    events: int = FULL_EVENTS
+    sizes: tuple[int, ...] = FULL_EVENTS  # backlog sizes measured, each in every round
+    rounds: int = FULL_ROUNDS
     rates: tuple[int, ...] = FULL_RATES
     duration: float = FULL_DURATION  # measured seconds per latency rate
     warmup: float = 1.0  # written but not measured, before each latency rate
     floor_rate: int = 1_000
     label: str = "full"
     relay_extra: tuple[str, ...] = field(default=())  # extra args for every relay process
+
+    @property
+    def events(self) -> int:
+        """The largest backlog size (what the limits and the pre-sizing use)."""
+        return max(self.sizes)
 
     def events_per_txn(self, rate: int) -> int:
         """Events per transaction the fixed-rate writer uses at ``rate`` events/s."""

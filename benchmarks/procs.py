@@ -55,9 +55,9 @@ def finish(proc: BaseProcess, timeout: float = 30.0) -> None:
         proc.join(5)
 
 
-def cli(*args: str) -> list[str]:
-    """argv running ``cdc-relay args…`` with this interpreter."""
-    return [sys.executable, "-m", "cdc_relay", *args]
+def cli(*args: str, module: str = "cdc_relay") -> list[str]:
+    """argv running ``cdc-relay args…`` (or another ``python -m`` module) with this interpreter."""
+    return [sys.executable, "-m", module, *args]
 
 
 def run_cli(args: Sequence[str], log: Path, timeout: float = 120.0) -> None:
@@ -73,11 +73,11 @@ def run_cli(args: Sequence[str], log: Path, timeout: float = 120.0) -> None:
 class RelayProcess:
     """The relay under test: ``cdc-relay run|poll …`` as a subprocess, logging to a file."""
 
-    def __init__(self, args: Sequence[str], log: Path) -> None:
+    def __init__(self, args: Sequence[str], log: Path, module: str = "cdc_relay") -> None:
         self.log = log
         self.started = time.time()
         with open(log, "ab") as out:
-            self.proc = subprocess.Popen(cli(*args), stdout=out, stderr=subprocess.STDOUT,
+            self.proc = subprocess.Popen(cli(*args, module=module), stdout=out, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL)
 
     @property

@@ -26,7 +26,9 @@ Must not: start the cluster (the caller shares one across modes) or write output
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +76,22 @@ class ModeRun:
         # would fork a backend each time and show up as PostgreSQL CPU.
         self.monitor: psycopg.Connection[Any] | None = None
 
-    def run(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """(throughput entry, latency entries) for this mode."""
+    def run(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """(a throughput entry per backlog size, latency entries) for this mode.
+
+        Every measurement gets a fresh database and a fresh broker.
+        """
+        throughput = []
+        for n in self.plan.sizes:
+            with self._fresh():
+                throughput.append(self.throughput(n))
+        with self._fresh():
+            latency = self.latency()
+        return throughput, latency
+
+    @contextlib.contextmanager
+    def _fresh(self) -> Iterator[None]:
+        """A new database (initialised for the mode) and a new broker with the topics."""
         self.dsn = self.cluster.create_database(self.db)
         try:
             with Broker() as broker, psycopg.connect(self.dsn, autocommit=True) as monitor:
@@ -84,12 +100,10 @@ class ModeRun:
                 run_cli(["init", "--dsn", self.dsn, *self.mode.init_args], self._log("init"))
                 create_topics(broker.bootstrap, [f"bench.{BACKLOG}", "bench.probe",
                                                  *(f"bench.lat{r}" for r in self.plan.rates)])
-                throughput = self.throughput()
-                latency = self.latency()
+                yield
         finally:
             self.monitor = None
             self.cluster.drop_database(self.db)
-        return throughput, latency
 
     def _one(self, query: str, *args: Any) -> Any:
         assert self.monitor is not None
@@ -99,14 +113,17 @@ class ModeRun:
         return self.workdir / f"{self.mode.name}-{what}.log"
 
     def _relay(self, what: str) -> RelayProcess:
-        return RelayProcess([*self.mode.relay_args, "--dsn", self.dsn, "--brokers", self.bootstrap,
-                             "--topic-pattern", TOPIC_PATTERN, "--dead-letter-topic", "bench.dlq",
+        common = ["--dsn", self.dsn, "--brokers", self.bootstrap, "--topic-pattern", TOPIC_PATTERN]
+        if not self.mode.is_relay:  # the classic baseline takes only the common options
+            return RelayProcess([*self.mode.relay_args, *common], self._log(what),
+                                module=self.mode.module)
+        return RelayProcess([*self.mode.relay_args, *common, "--dead-letter-topic", "bench.dlq",
                              "--log-level", "warning", *self.plan.relay_extra], self._log(what))
 
     # ------------------------------------------------------------ backlog throughput
 
-    def throughput(self) -> dict[str, Any]:
-        n, progress, name = self.plan.events, self.progress, self.mode.name
+    def throughput(self, n: int) -> dict[str, Any]:
+        progress, name = self.progress, self.mode.name
         progress.phase(name, "preload backlog", n)
         started = time.perf_counter()
         last_ids = preload(self.dsn, n, EVENTS_PER_BACKLOG_TXN, BACKLOG, progress.update)

@@ -47,11 +47,6 @@ class AckTracker:
         return self._next_seq - self._low
 
     @property
-    def in_transaction(self) -> bool:
-        """True between a transaction's Begin and its Commit."""
-        return self._in_txn
-
-    @property
     def idle(self) -> bool:
         """True when no transaction is open and every produced event is delivered."""
         return not self._in_txn and self._low == self._next_seq and not self._commits

@@ -2,7 +2,7 @@
 
 Owns three small things:
 
-* ``connect`` / ``connect_async``: open a psycopg connection and turn a failure into
+* ``connect``: open a psycopg connection and turn a failure into
   ``ServiceUnavailable("cannot connect to PostgreSQL at host:port/db: <reason>")``,
   never showing the password; a malformed DSN is a ``ConfigError``.
 * ``translate_error``: a psycopg error -> a RelayError whose message names the cause
@@ -37,6 +37,7 @@ from cdc_relay.errors import (
     mask_secrets,
 )
 from cdc_relay.model import BOOKKEEPING_COLUMNS, OutboxColumns
+from cdc_relay.text import one_line
 
 # Only applied when neither the DSN, the caller nor PGCONNECT_TIMEOUT sets one: an
 # unreachable host should fail a command in seconds, not hang on the OS's TCP timeout.
@@ -90,15 +91,6 @@ def connect(dsn: str, **kwargs: Any) -> psycopg.Connection[TupleRow]:
         raise _connect_failed(dsn, exc) from exc
 
 
-async def connect_async(dsn: str, **kwargs: Any) -> psycopg.AsyncConnection[TupleRow]:
-    """The asyncio twin of :func:`connect`."""
-    kwargs = _connect_kwargs(dsn, kwargs)
-    try:
-        return await psycopg.AsyncConnection.connect(dsn, **kwargs)
-    except psycopg.Error as exc:
-        raise _connect_failed(dsn, exc) from exc
-
-
 _SERVER_PREFIX = re.compile(
     r'^(?:connection failed:\s*)?(?:connection to server (?:at|on) "[^"]*"'
     r"(?:\s*\([^)]*\))?,\s*port \d+ failed:\s*)?",
@@ -106,7 +98,7 @@ _SERVER_PREFIX = re.compile(
 
 
 def _one_line(text: str) -> str:
-    return mask_secrets(" ".join(text.split()))
+    return mask_secrets(one_line(text))
 
 
 def _connect_reason(exc: BaseException) -> str:

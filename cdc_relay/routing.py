@@ -24,6 +24,7 @@ import re
 from cdc_relay.config import RouterConfig, TableRef
 from cdc_relay.errors import ConfigError
 from cdc_relay.model import Message, OutboxEvent
+from cdc_relay.text import shorten
 
 MAX_TOPIC_LENGTH = 249  # Kafka's limit (the broker keeps 255 for partition directories)
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
@@ -57,7 +58,7 @@ def topic_problem(name: str) -> str | None:
         return "the topic name is empty"
     if len(name) > MAX_TOPIC_LENGTH:
         return (
-            f"topic name {_shorten(name)!r} is {len(name)} characters long "
+            f"topic name {shorten(name, 60)!r} is {len(name)} characters long "
             f"(Kafka allows at most {MAX_TOPIC_LENGTH})"
         )
     if name in (".", ".."):
@@ -69,10 +70,6 @@ def topic_problem(name: str) -> str | None:
             "'.', '_' and '-'"
         )
     return None
-
-
-def _shorten(text: str, limit: int = 60) -> str:
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 # One cache entry: topic, problem (None if legal), aggregate_type and event_type as bytes.
@@ -156,9 +153,7 @@ class Router:
             original_topic = item.topic
             key, value, headers = item.key, item.value, list(item.headers)
             timestamp_ms = item.timestamp_ms
-        if len(reason) > _MAX_REASON_CHARS:
-            reason = reason[:_MAX_REASON_CHARS] + "..."
-        headers.append(("error", _encode(reason)))
+        headers.append(("error", _encode(shorten(reason, _MAX_REASON_CHARS))))
         headers.append(("original_topic", _encode(original_topic)))
         return Message(self._dead_letter_topic, key, value, headers, timestamp_ms)
 

@@ -1,10 +1,16 @@
-"""``cdc-relay init``: apply the sql/ migrations, then the WAL-mode publication and slot.
+"""``cdc-relay init``: apply the sql/ migrations, then what the chosen relay mode uses.
 
 Owns the outbox's own database objects (docs/design.md, the outbox table): the outbox table, its indexes, the
 dead-letter view, the NOTIFY trigger, ``processed_events`` and the migration
-bookkeeping table; and ``init_database``, which also asks replication_setup.py for the
+bookkeeping table; and ``init_database``, which also asks wal/setup.py for the
 pgoutput publication and the logical replication slot (that module owns those, and
 the slot helpers other commands reuse).
+
+Each mode installs only what it uses (``mode``): WAL mode gets the slot (and, for
+pgoutput, the publication) and no NOTIFY trigger - an existing one is dropped, since it
+costs every insert and makes ``PREPARE TRANSACTION`` fail; polling mode gets the trigger
+and no slot - an existing inactive logical slot is reported (``idle_slots``), never
+dropped: dropping loses a position someone may still need.
 
 How: the numbered templates in ``sql/`` (package ``cdc_relay.sql``) are filled only with
 ``psycopg.sql.Identifier`` names and applied in one transaction under a transaction-level
@@ -37,7 +43,8 @@ from cdc_relay.db import (
     validated_table,
 )
 from cdc_relay.errors import ConfigError
-from cdc_relay.model import NOTIFY_TRIGGER
+from cdc_relay.model import NOTIFY_TRIGGER, SlotStatus, human_bytes
+from cdc_relay.ops.status import idle_logical_slots
 from cdc_relay.wal.setup import (
     ADVISORY_LOCK_KEY,
     Outcome,
@@ -46,6 +53,7 @@ from cdc_relay.wal.setup import (
     validate_wal_options,
 )
 
+MODES = ("wal", "poll")
 MIGRATIONS_TABLE = "cdc_relay_schema_migrations"
 PROCESSED_EVENTS_TABLE = "processed_events"
 NOTIFY_FUNCTION = "cdc_relay_notify"
@@ -78,6 +86,8 @@ class InitReport:
     slot_name: str | None = None
     publication_name: str | None = None
     plugin: str | None = None
+    mode: str = "wal"
+    idle_slots: tuple[SlotStatus, ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -93,17 +103,37 @@ class InitReport:
             schema = f"applied migrations {applied} (schema version {self.schema_version})"
         else:
             schema = f"schema up to date (version {self.schema_version})"
-        lines = [f"outbox {self.table}: {schema}", f"notify trigger: {self.trigger.value}"]
+        lines = [f"outbox {self.table}: {schema}", f"mode: {self.mode}",
+                 f"notify trigger: {self.trigger.value}"
+                 + _TRIGGER_NOTES.get((self.mode, self.trigger), "")]
         if self.publication is not Outcome.SKIPPED:
             lines.append(f"publication {self.publication_name}: {self.publication.value}")
         if self.slot is Outcome.SKIPPED:
-            lines.append("replication slot: skipped (no slot requested)")
+            lines.append("replication slot: none (polling mode does not use one)")
         else:
             lines.append(f"replication slot {self.slot_name} ({self.plugin}): {self.slot.value}")
+        lines += [idle_slot_warning(slot) for slot in self.idle_slots]
         return lines
 
     def __str__(self) -> str:
         return "\n".join(self.lines())
+
+
+_TRIGGER_NOTES: dict[tuple[str, Outcome], str] = {
+    ("wal", Outcome.DROPPED): " (WAL mode does not use it; it slowed every insert and made "
+                              "PREPARE TRANSACTION fail. Pollers of this table: init --mode poll)",
+    ("wal", Outcome.ABSENT): " (WAL mode does not use it)",
+}
+
+
+def idle_slot_warning(slot: SlotStatus) -> str:
+    """The warning line for an inactive logical slot that polling mode leaves unread."""
+    retained = "an unknown amount of" if slot.retained_bytes is None else human_bytes(
+        slot.retained_bytes)
+    return (f"warning: replication slot {slot.name} ({slot.plugin}) is inactive and retains "
+            f"{retained} WAL, more with every write until the disk is full: polling mode does "
+            f"not read it. Drop it (cdc-relay slot drop --slot {slot.name}) unless a WAL-mode "
+            "relay will use it")
 
 
 @functools.cache
@@ -169,33 +199,44 @@ def init_database(
     slot: str | None,
     plugin: str = "wal2json",
     publication: str = "cdc_relay_outbox",
-    notify_trigger: bool = True,
+    notify_trigger: bool | None = None,
+    mode: str | None = None,
 ) -> InitReport:
-    """Apply pending migrations; for WAL mode create the publication and the slot.
+    """Apply pending migrations, then install what ``mode`` uses (see the module docstring).
 
-    Idempotent: a second run changes nothing and its report says so (``changed``).
-    ``slot=None`` skips the slot and the publication (polling-only users). The
-    publication is only needed, and only created, for ``plugin="pgoutput"``.
-    ``notify_trigger=False`` makes sure the NOTIFY trigger is absent (WAL mode does not
-    need it). Creating a slot waits for transactions already running in the database.
-    Raises ConfigError for invalid names (before connecting), ServiceUnavailable /
-    DatabaseError for PostgreSQL trouble, with the fix in the message.
+    ``mode`` is ``"wal"`` (the slot named ``slot`` and, for pgoutput, the publication;
+    no NOTIFY trigger) or ``"poll"`` (the trigger; no slot, no publication); by default
+    ``"poll"`` when ``slot`` is None, else ``"wal"``. ``notify_trigger`` overrides the
+    mode's choice of trigger. Idempotent: a second run changes nothing and its report
+    says so (``changed``). Creating a slot waits for transactions already running in
+    the database. Raises ConfigError for invalid names or options (before connecting),
+    ServiceUnavailable / DatabaseError for PostgreSQL trouble, with the fix in the message.
     """
+    mode = mode or ("poll" if slot is None else "wal")
+    if mode not in MODES:
+        raise ConfigError(f"unknown mode {mode!r}: use wal or poll")
+    if mode == "wal" and slot is None:
+        raise ConfigError("WAL mode needs a replication slot name (--slot)")
     names = template_names(outbox)
     validate_wal_options(slot, plugin, publication)
     table = validated_table(outbox.table)
+    wanted_trigger = (mode == "poll") if notify_trigger is None else notify_trigger
     with connect(dsn, autocommit=True) as conn:
         try:
             applied, version, trigger = _apply_schema(
-                conn, outbox, names, notify_trigger=notify_trigger
+                conn, outbox, names, notify_trigger=wanted_trigger
             )
         except psycopg.Error as exc:
             raise translate_error(exc, f"initialising {table}") from exc
         replication = ReplicationReport(Outcome.SKIPPED, Outcome.SKIPPED)
-        if slot is not None:
+        idle: tuple[SlotStatus, ...] = ()
+        if mode == "wal" and slot is not None:
             replication = ensure_publication_and_slot(
                 conn, table, slot=slot, plugin=plugin, publication=publication
             )
+        else:
+            slot = None
+            idle = tuple(idle_logical_slots(conn))
     return InitReport(
         table=table,
         migrations_applied=applied,
@@ -206,6 +247,8 @@ def init_database(
         slot_name=slot,
         publication_name=publication if replication.publication is not Outcome.SKIPPED else None,
         plugin=plugin if slot is not None else None,
+        mode=mode,
+        idle_slots=idle,
     )
 
 

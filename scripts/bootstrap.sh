@@ -3,7 +3,11 @@
 #   * .venv with cdc-relay installed editable, extras test,dev,bench (skipped when
 #     pyproject.toml has not changed since the last install);
 #   * PostgreSQL server binaries and wal2json for its newest installed major version,
-#     from Debian's packages (apt-get, as root only; otherwise it says what to install).
+#     from Debian's packages (apt-get, as root only; otherwise it says what to install);
+#   * Prometheus (promtool for the alert-rule tests, the server for the live alert test),
+#     from Debian's `prometheus` package; its service is never started. Not being root
+#     is no failure here: $VENV/.prometheus-unavailable records why, and only the tests
+#     that need it skip.
 # Idempotent and non-interactive: `make test`, `make demo`, `make bench` and CI run it.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -60,4 +64,43 @@ if [ -z "$pg_version" ]; then
 fi
 if [ ! -f "/usr/lib/postgresql/$pg_version/lib/wal2json.so" ]; then
   apt_install "postgresql-$pg_version-wal2json"
+fi
+
+# --- Prometheus: promtool (rule tests, `make lint`) and the server (the live alert test).
+# Debian ships promtool only inside `prometheus`. Its postinst starts the service through
+# invoke-rc.d (no systemd) or deb-systemd-invoke (systemd); both ask policy-rc.d first, so a
+# policy that forbids every start (exit 101) is in place during the install, and the
+# service is disabled at boot afterwards: nothing listens on :9090 because of us.
+# --no-install-recommends keeps out prometheus-node-exporter (another service, :9100).
+PROM_MARKER="$VENV/.prometheus-unavailable"
+install_prometheus() {
+  local policy=/usr/sbin/policy-rc.d own_policy=
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\n# cdc-relay bootstrap: no service starts during this install\nexit 101\n' >"$policy"
+    chmod 755 "$policy"
+    own_policy=1
+    trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+  fi
+  apt_install --no-install-recommends prometheus
+  if [ -n "$own_policy" ]; then rm -f "$policy"; trap - EXIT; fi
+  # Not started at boot either (sysvinit links and systemd's, as the package's own
+  # scripts manage them); and if the machine's own policy-rc.d let it start, stop what
+  # this install started (it was not installed before).
+  update-rc.d prometheus disable >/dev/null 2>&1 || true
+  DPKG_MAINTSCRIPT_PACKAGE=prometheus deb-systemd-helper disable prometheus.service >/dev/null 2>&1 || true
+  if [ -d /run/systemd/system ]; then
+    systemctl stop prometheus.service >/dev/null 2>&1 || true
+  elif [ -s /run/prometheus/prometheus.pid ]; then
+    say "stopping the prometheus service the package started"
+    /etc/init.d/prometheus stop >/dev/null 2>&1 || true
+  fi
+}
+if command -v promtool >/dev/null && command -v prometheus >/dev/null; then
+  rm -f "$PROM_MARKER"
+elif [ "$(id -u)" != 0 ]; then
+  say "missing: prometheus (promtool). The alert-rule tests skip without it; install it (as root): apt-get install --no-install-recommends prometheus"
+  echo "not root: could not apt-get install prometheus" >"$PROM_MARKER"
+else
+  install_prometheus
+  rm -f "$PROM_MARKER"
 fi

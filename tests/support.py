@@ -14,6 +14,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +23,7 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
 
 T = TypeVar("T")
 
@@ -205,3 +208,27 @@ class CliProcess:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.kill()
+
+
+def http_get(port: int, path: str) -> tuple[int, str]:
+    """GET a relay's metrics endpoint: (status, body); (0, "") while nothing listens."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError:
+        return 0, ""  # not listening yet
+
+
+def scrape(port: int) -> dict[str, float]:
+    """A relay's metrics as ``{"name{label=value,...}": value}``; empty while unreachable."""
+    code, text = http_get(port, "/metrics")
+    if code != 200:
+        return {}
+    values = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+            values[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return values

@@ -1,6 +1,6 @@
 """``cdc-relay demo``: the click command only (the run itself is cdc_relay.demo.run).
 
-Registered on the ``cli`` group by cli.py. Exit codes: 0 when every event arrived,
+Registered on the ``cli`` group by cdc_relay.cli.main. Exit codes: 0 when every event arrived,
 1 when one was lost or the demo failed, 130 on Ctrl-C (after stopping everything).
 """
 

@@ -1,7 +1,7 @@
-"""``cdc-relay``: click commands only - parse, build config, call app.
+"""``cdc-relay``: click commands only - parse, build config, call a composition root.
 
 Every option can also come from ``CDC_RELAY_<OPTION>`` or the ``--config`` TOML file
-(precedence flag > env > file; see cli_support). No command logic lives here.
+(precedence flag > env > file; see cli/options.py). No command logic lives here.
 """
 
 from __future__ import annotations
@@ -57,21 +57,33 @@ def cli(ctx: click.Context, config_file: str | None) -> None:
 @dsn_option
 @table_option
 @columns_option
+@option("--mode", type=click.Choice(["wal", "poll"]), default="wal", show_default=True,
+        help="The relay mode that will read the table; init installs only what it uses: "
+             "wal = slot (+ publication for pgoutput), no NOTIFY trigger; poll = the NOTIFY "
+             "trigger, no slot.")
 @slot_option
 @plugin_option
 @publication_option
 @option("--no-slot", is_flag=True, default=False,
-        help="Only apply the schema (polling mode): create no slot or publication.")
+        help="Same as --mode poll (kept for existing scripts).")
 @option("--no-trigger", is_flag=True, default=False,
-        help="Skip the NOTIFY trigger (WAL-mode-only deployments save its cost per insert).")
-def init(dsn: str, table: TableRef, columns: str | None, slot: str, plugin: str, publication: str,
-         no_slot: bool, no_trigger: bool) -> None:
-    """Apply the outbox schema (idempotent) and create the replication slot."""
+        help="Polling mode without the NOTIFY trigger (pollers then wake every --interval).")
+@click.pass_context
+def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mode: str, slot: str,
+         plugin: str, publication: str, no_slot: bool, no_trigger: bool) -> None:
+    """Apply the outbox schema (idempotent) and install what the relay mode uses."""
+    from click.core import ParameterSource
+
     from cdc_relay.schema import init_database
 
+    if no_slot:
+        if mode == "wal" and ctx.get_parameter_source("mode") is not ParameterSource.DEFAULT:
+            raise click.UsageError("--no-slot means --mode poll; it cannot go with --mode wal")
+        mode = "poll"
     ReplicationConfig(dsn=dsn, slot=slot, plugin=plugin, publication=publication)  # validate
-    report = init_database(dsn, outbox_config(table, columns), slot=None if no_slot else slot,
-                           plugin=plugin, publication=publication, notify_trigger=not no_trigger)
+    report = init_database(dsn, outbox_config(table, columns), slot=slot if mode == "wal" else None,
+                           plugin=plugin, publication=publication, mode=mode,
+                           notify_trigger=False if no_trigger else None)
     click.echo(str(report))
 
 
@@ -112,7 +124,7 @@ def run(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, mess
     return run_wal(settings)
 
 
-# ---------------------------------------------------------------- polling mode (issue 4)
+# ---------------------------------------------------------------- polling mode
 
 @cli.command()
 @dsn_option
@@ -162,19 +174,34 @@ def poll(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, mes
 
 @cli.group("dead-letters")
 def dead_letters() -> None:
-    """Inspect and requeue events polling mode gave up on."""
+    """Inspect, requeue (polling mode) and replay (WAL mode) dead letters."""
 
 
 @dead_letters.command("list")
-@dsn_option
+@option("--dsn", default=None, help="PostgreSQL connection string: polling mode's dead letters "
+        "(rows of the outbox).")
+@option("--from-topic", default=None, metavar="TOPIC",
+        help="Read WAL mode's dead letters from this topic instead (needs --brokers).")
+@option("--brokers", default=None, help="Kafka bootstrap servers, for --from-topic.")
+@option("--producer-config", multiple=True, metavar="KEY=VALUE",
+        help="librdkafka settings (SASL/SSL) for --from-topic, as given to the relay.")
 @table_option
 @columns_option
 @option("--limit", type=click.IntRange(1), default=100, show_default=True,
         help="Show at most this many (oldest first).")
 @format_option
-def dead_letters_list(dsn: str, table: TableRef, columns: str | None, limit: int,
-                      output_format: str) -> None:
-    """List dead letters: id, aggregate, event type, attempts, last error, times."""
+def dead_letters_list(dsn: str | None, from_topic: str | None, brokers: str | None,
+                      producer_config: tuple[str, ...], table: TableRef, columns: str | None,
+                      limit: int, output_format: str) -> None:
+    """List dead letters: id, aggregate, event type, attempts or topic, error, times."""
+    if from_topic is not None:
+        from cdc_relay.cli.ops import list_topic_dead_letters
+
+        list_topic_dead_letters(from_topic, brokers, producer_config, limit, output_format)
+        return
+    if dsn is None:
+        raise click.UsageError("give --dsn (polling mode's dead letters, in the outbox table) or "
+                               "--from-topic TOPIC --brokers HOST:PORT (WAL mode's)")
     from cdc_relay.polling.app import dead_letters_json, dead_letters_table, list_dead_letters
 
     rows = list_dead_letters(dsn, outbox_config(table, columns), limit)
@@ -225,10 +252,11 @@ def main() -> None:
     main_entry(cli)
 
 
-# ---------------------------------------------------------------- operations (issue 5)
+# ---------------------------------------------------------------- operations
 
-from cdc_relay.cli.ops import doctor, slot, status  # noqa: E402 - registered after the group
+from cdc_relay.cli.ops import doctor, replay, slot, status  # noqa: E402 - registered after the group
 
+dead_letters.add_command(replay)
 cli.add_command(status)
 cli.add_command(doctor)
 cli.add_command(slot)

@@ -1,17 +1,20 @@
-"""Operator commands: ``status``, ``doctor``, ``slot drop`` - click only (issue 5).
+"""Operator commands: ``status``, ``doctor``, ``slot drop``, ``dead-letters replay`` - click only.
 
-Parse, build config, call ops.py / doctor.py, print. Registered on the group at the end of
-cli.py. Options come from the cli_support frame, so each has its ``CDC_RELAY_*`` variable
-and may come from the ``--config`` file like every other command's.
+Parse, build config, call cdc_relay.ops.status / cdc_relay.ops.doctor, print. Registered on
+the group at the end of cdc_relay.cli.main. Options come from cdc_relay.cli.options, so each
+has its ``CDC_RELAY_*`` variable and may come from the ``--config`` file like every other
+command's.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
 from cdc_relay.cli.options import (
+    brokers_option,
     columns_option,
     dsn_option,
     format_option,
@@ -22,7 +25,7 @@ from cdc_relay.cli.options import (
     slot_option,
     table_option,
 )
-from cdc_relay.config import KafkaConfig, TableRef, parse_producer_config
+from cdc_relay.config import KafkaConfig, RouterConfig, TableRef, parse_producer_config
 from cdc_relay.errors import ConfigError, ExitCode
 
 
@@ -104,3 +107,75 @@ def slot_drop(dsn: str, slot: str, yes: bool) -> None:
                       "while no slot exists are never relayed", abort=True, err=True)
     drop_replication_slot(dsn, slot)
     click.echo(f"dropped replication slot {slot}")
+
+
+# ---------------------------------------------------------------- WAL mode's dead letters
+
+def _kafka(brokers: str | None, producer_config: tuple[str, ...]) -> KafkaConfig:
+    if not brokers:
+        raise click.UsageError("--from-topic needs --brokers HOST:PORT")
+    return KafkaConfig(brokers=brokers, producer_config=parse_producer_config(producer_config))
+
+
+def list_topic_dead_letters(topic: str, brokers: str | None, producer_config: tuple[str, ...],
+                            limit: int, output_format: str) -> None:
+    """``dead-letters list --from-topic``: one line (or object) per event, oldest first."""
+    from cdc_relay.ops.dead_letters import records_json, records_table, select
+    from cdc_relay.sink.kafka_dead_letters import read_dead_letters
+
+    records = select(read_dead_letters(_kafka(brokers, producer_config), topic), None, topic)
+    records = records[:limit]
+    click.echo(records_json(records) if output_format == "json" else records_table(records, topic))
+
+
+@click.command("replay")
+@option("--from-topic", required=True, metavar="TOPIC",
+        help="The dead-letter topic WAL mode wrote to (the relay's --dead-letter-topic).")
+@brokers_option
+@option("--producer-config", multiple=True, metavar="KEY=VALUE",
+        help="librdkafka settings (SASL/SSL), as given to the relay.")
+@click.option("--id", "ids", type=click.UUID, multiple=True, metavar="UUID",
+              help="An event to replay (repeatable).")
+@click.option("--all", "replay_all", is_flag=True, default=False,
+              help="Replay every event in the topic.")
+@option("--to-original", is_flag=True, default=False,
+        help="Send to the topic named in the dead letter's original_topic header instead of "
+             "routing again with --topic-pattern.")
+@option("--topic-pattern", default="outbox.event.{aggregate_type}", show_default=True,
+        help="Topic name pattern to route with (as the relay's).")
+@table_option
+def replay(from_topic: str, brokers: str, producer_config: tuple[str, ...], ids: tuple[Any, ...],
+           replay_all: bool, to_original: bool, topic_pattern: str, table: TableRef) -> int:
+    """Produce WAL mode's dead letters again (same id, key, value, headers); the topic keeps them."""
+    from cdc_relay.ops.dead_letters import replay_message, select
+    from cdc_relay.routing import Router
+    from cdc_relay.sink.kafka_dead_letters import produce_again, read_dead_letters
+
+    if bool(ids) == replay_all:
+        raise click.UsageError("give either --id UUID (repeatable) or --all")
+    kafka = _kafka(brokers, producer_config)
+    router = Router(RouterConfig(topic_pattern=topic_pattern, dead_letter_topic=from_topic), table)
+    chosen = select(read_dead_letters(kafka, from_topic), None if replay_all else
+                    [str(i) for i in ids], from_topic)
+    sendable, messages, failed = [], [], 0
+    for record in chosen:
+        try:
+            messages.append(replay_message(record, router, to_original=to_original))
+        except ConfigError as exc:
+            if not replay_all:
+                raise  # asked for by id: nothing is sent
+            failed += 1
+            click.echo(f"cdc-relay: error: {exc}", err=True)
+            continue
+        sendable.append(record)
+    results = produce_again(kafka, messages) if messages else []
+    for record, message, error in zip(sendable, messages, results, strict=True):
+        if error is None:
+            click.echo(f"replayed {record.id} to {message.topic}")
+        else:
+            failed += 1
+            click.echo(f"cdc-relay: error: {record.id} not replayed to {message.topic}: {error}",
+                       err=True)
+    click.echo(f"replayed {len(chosen) - failed} of {len(chosen)} dead letter(s) from {from_topic}"
+               " (nothing was removed from it)")
+    return ExitCode.FAILURE if failed else ExitCode.OK

@@ -3,7 +3,8 @@
 Owns how a value reaches a command - flag > ``CDC_RELAY_*`` environment variable >
 ``--config`` TOML file > default (click's own precedence: the file becomes the
 context's ``default_map``) - and how any failure becomes one line on stderr with a named
-exit code. It must not contain command logic; commands live in cli.py and call app.py.
+exit code. It must not contain command logic; commands live in cli/main.py, cli/ops.py
+and cli/demo.py and call a composition root (wal/app.py, polling/app.py, ...).
 """
 
 from __future__ import annotations

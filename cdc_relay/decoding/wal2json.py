@@ -11,6 +11,15 @@ message raises ``DecodeError`` naming the LSN: the relay then stops without conf
 past it (docs/design.md, WAL mode). Messages that are well formed but not outbox inserts (other tables,
 U, D, T, M) decode to None.
 
+Partitioned outboxes: rows are logged under their partition's name, and wal2json's
+``add-tables`` matches names literally (``*`` only as a whole schema or table name), so
+it cannot follow partitions created later. For a partitioned outbox the relay passes no
+``add-tables`` (``plugin_options(table, partitioned=True)``) and the decoder decides per
+table name, asking a ``PartitionCatalog`` (wal/partitions.py, the I/O) the first time an
+outbox-shaped table name shows up; the answers are remembered. A row whose table lacks
+the outbox's columns cannot be a partition's (partitions have exactly the parent's
+columns) and is ignored without asking. No row is skipped before that decision.
+
 Row positions: an ``I`` message's ``lsn`` is the start of the row's WAL record, and the
 XLogData ``wal_start`` of the same message is that same value (wal2json and the
 walsender both print ``change->lsn``; pgoutput reports it too). ``OutboxEvent.lsn`` is
@@ -29,7 +38,7 @@ into their decimal text. The database encoding must be UTF8.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -39,6 +48,7 @@ from cdc_relay.model import Begin, Change, Commit, Lsn, OutboxColumns, OutboxEve
 
 __all__ = [
     "MESSAGE_PREFIX",
+    "PartitionCatalog",
     "TimestampParser",
     "Wal2JsonDecoder",
     "plugin_options",
@@ -60,7 +70,16 @@ def _escape_add_tables(name: str) -> str:
     return "".join("\\" + ch if ch in _ADD_TABLES_SPECIAL else ch for ch in name)
 
 
-def plugin_options(table: TableRef) -> list[tuple[str, str]]:
+class PartitionCatalog(Protocol):
+    """Which tables' rows are outbox rows (a partitioned outbox; see the module docstring)."""
+
+    def refresh(self, schema: str, table: str) -> tuple[frozenset[tuple[str, str]], bool]:
+        """(every table now in the outbox's partition tree, whether ``schema.table``'s
+        rows are outbox rows). Raises a RelayError when it cannot tell."""
+        ...
+
+
+def plugin_options(table: TableRef, *, partitioned: bool = False) -> list[tuple[str, str]]:
     """The wal2json options to pass to ``START_REPLICATION`` for the outbox ``table``.
 
     Chosen so the walsender, which is the throughput bound (~100k rows/s for wal2json),
@@ -85,12 +104,16 @@ def plugin_options(table: TableRef) -> list[tuple[str, str]]:
       contract (docs/design.md, WAL mode), so wal2json does not even format them. Safe: B/C still come
       for every transaction.
     * ``add-tables <schema.table>``: only the outbox table's rows are formatted; other
-      tables' rows cost the walsender a name comparison, not a JSON document.
+      tables' rows cost the walsender a name comparison, not a JSON document. Not for a
+      partitioned outbox (``partitioned``): its rows arrive under partition names no
+      list fixed at start can follow, so every table's inserts come and the decoder
+      picks the outbox's (more walsender work; pgoutput filters on the server).
     * ``add-msg-prefixes cdc_relay``: logical decoding messages
       (``pg_logical_emit_message``) from other tools are dropped by wal2json;
       ``filter-msg-prefixes`` cannot express "all", and only this prefix - reserved for
       the relay - passes. The decoder ignores M messages anyway.
     """
+    tables = f"{_escape_add_tables(table.schema)}.{_escape_add_tables(table.name)}"
     return [
         ("format-version", "2"),
         ("include-transaction", "1"),
@@ -101,7 +124,7 @@ def plugin_options(table: TableRef) -> list[tuple[str, str]]:
         ("include-timestamp", "0"),
         ("include-type-oids", "0"),
         ("actions", "insert"),
-        ("add-tables", f"{_escape_add_tables(table.schema)}.{_escape_add_tables(table.name)}"),
+        *([] if partitioned else [("add-tables", tables)]),
         ("add-msg-prefixes", MESSAGE_PREFIX),
     ]
 
@@ -167,11 +190,18 @@ def _lsn(text: object) -> Lsn:
 class Wal2JsonDecoder:
     """Decodes wal2json v2 messages for one outbox table (see the module docstring)."""
 
-    __slots__ = ("_created_at", "_names", "_plan", "_schema", "_table", "_timestamps")
+    __slots__ = ("_created_at", "_members", "_names", "_others", "_partitions", "_plan",
+                 "_required", "_schema", "_table", "_timestamps")
 
-    def __init__(self, table: TableRef, columns: OutboxColumns) -> None:
+    def __init__(self, table: TableRef, columns: OutboxColumns,
+                 partitions: PartitionCatalog | None = None) -> None:
         self._schema = table.schema
         self._table = table.name
+        # A partitioned outbox: tables known to hold outbox rows, and outbox-shaped
+        # tables known not to (each asked once).
+        self._partitions = partitions
+        self._members: set[tuple[str, str]] = set()
+        self._others: set[tuple[str, str]] = set()
         # An empty created_at name means "the table has no creation time column".
         self._created_at = columns.created_at or None
         # The six looked-up columns, in OutboxEvent field order. Without a created_at
@@ -188,10 +218,16 @@ class Wal2JsonDecoder:
         # table order, which changes only with DDL: checking six names at known positions
         # is cheaper than indexing every column of every row by name.
         self._plan = (0, 1, 2, 3, 4, 5)
+        self._required = frozenset(self._names)
         self._timestamps = TimestampParser()
 
     def reset(self) -> None:
-        """Nothing to forget on reconnect: every wal2json v2 message is self-describing."""
+        """On reconnect: forget which outbox-shaped tables are not partitions (ask again).
+
+        Every wal2json v2 message is self-describing; known partitions are kept, since
+        a dropped one's rows may still be ahead in the stream.
+        """
+        self._others.clear()
 
     def decode(self, payload: bytes | memoryview, wal_start: Lsn) -> Change | None:
         """Decode one message; None for messages that are not outbox Changes."""
@@ -207,7 +243,8 @@ class Wal2JsonDecoder:
             table = msg.get("table")
             if type(schema) is not str or type(table) is not str:
                 raise _error(wal_start, "insert without 'schema' and 'table' (include-schemas=1?)")
-            if table != self._table or schema != self._schema:
+            if (table != self._table or schema != self._schema) and not self._is_partition(
+                    schema, table, msg.get("columns")):
                 return None
             return self._insert(msg.get("columns"), wal_start)
         if action == "B":
@@ -231,6 +268,27 @@ class Wal2JsonDecoder:
         if action is None:
             raise _error(wal_start, "message without 'action'")
         raise _error(wal_start, f"unknown action {action!r}")
+
+    def _is_partition(self, schema: str, table: str, columns: Any) -> bool:
+        """True if this row of another table than the outbox's is an outbox row."""
+        if self._partitions is None:
+            return False
+        key = (schema, table)
+        if key in self._members:
+            return True
+        if key in self._others or not self._shaped(columns):
+            return False
+        members, outbox = self._partitions.refresh(schema, table)
+        self._members.update(members)
+        (self._members if outbox else self._others).add(key)
+        return outbox
+
+    def _shaped(self, columns: Any) -> bool:
+        """Whether the row has every column the outbox mapping names."""
+        try:
+            return self._required <= {column["name"] for column in columns}
+        except (KeyError, TypeError):
+            return False
 
     def _insert(self, columns: Any, wal_start: Lsn) -> OutboxEvent:
         # The row's LSN is wal_start: wal2json writes the same change->lsn into both the

@@ -1,14 +1,15 @@
-"""What ``cdc-relay status`` and ``slot drop`` know (issue 5); doctor.py is the third.
+"""What ``cdc-relay status`` and ``slot drop`` know; ``cdc_relay.ops.doctor`` is the third.
 
 Owns the read-only queries an operator runs against a live deployment - the slot's
 position and lag (``pg_replication_slots``, ``pg_current_wal_lsn()``, the walsender's
 ``flush_lag`` in ``pg_stat_replication``) and the outbox backlog - and the report
-``status`` prints (table or JSON). The metrics lag probe reuses ``SlotReader``,
-doctor.py ``read_slot_status``.
+``status`` prints (table or JSON). The slot query itself is
+``cdc_relay.wal.setup.query_slot_status`` (one query, one ``model.SlotStatus`` for every
+command). The metrics lag probe reuses ``SlotReader``, the doctor ``read_slot_status``.
 
 Must not write anything except ``drop_replication_slot``, which the user confirmed, or
-hold a connection beyond one command (``SlotReader`` is the probe's own). cli_ops.py only
-prints what this returns.
+hold a connection beyond one command (``SlotReader`` is the probe's own).
+``cdc_relay.cli.ops`` only prints what this returns.
 """
 
 from __future__ import annotations
@@ -24,45 +25,36 @@ from cdc_relay.db import connect, describe_dsn, translate_error, validated_table
 from cdc_relay.errors import ConfigError, RelayError
 from cdc_relay.model import Lsn, SlotStatus, human_bytes
 from cdc_relay.polling.admin import count_pending
-from cdc_relay.wal.setup import drop_slot
+from cdc_relay.wal.setup import drop_slot, query_slot_status
 
-# One row always: the server's position, then the slot's columns (NULL without a slot).
-# flush_lag is NULL once the walsender has caught up and gone idle: that reads as 0.
-_SLOT_STATUS_SQL = """
-SELECT w.lsn::text, s.slot_name, s.plugin, s.slot_type, s.database, s.active, s.active_pid,
-       s.confirmed_flush_lsn::text, s.restart_lsn::text,
-       greatest(pg_wal_lsn_diff(w.lsn, s.confirmed_flush_lsn), 0)::bigint,
-       greatest(pg_wal_lsn_diff(w.lsn, s.restart_lsn), 0)::bigint,
-       s.wal_status, s.safe_wal_size,
-       CASE WHEN r.pid IS NULL THEN NULL
-            ELSE coalesce(extract(epoch FROM r.flush_lag), 0)::float8 END
-FROM (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
-                  ELSE pg_current_wal_lsn() END AS lsn) AS w
-LEFT JOIN pg_replication_slots AS s ON s.slot_name = %s
-LEFT JOIN pg_stat_replication AS r ON r.pid = s.active_pid
+# Every inactive logical slot of this database (what polling mode warns about).
+_IDLE_SLOTS_SQL = """
+SELECT s.slot_name FROM pg_replication_slots AS s
+WHERE s.database = current_database() AND s.slot_type = 'logical' AND NOT s.active
+ORDER BY s.slot_name
 """
-
-
-def _lsn(text: str | None) -> Lsn | None:
-    return Lsn.parse(text) if text else None
 
 
 def read_slot_status(conn: psycopg.Connection[Any], slot: str) -> tuple[Lsn, SlotStatus | None]:
     """(the server's WAL position, the slot's status or None when there is no such slot)."""
     try:
-        row = conn.execute(_SLOT_STATUS_SQL, (slot,)).fetchone()
+        return query_slot_status(conn, slot)
     except psycopg.Error as exc:
         raise translate_error(exc, f"reading replication slot {slot!r}") from exc
-    assert row is not None
-    current = Lsn.parse(row[0]) if row[0] else Lsn(0)
-    if row[1] is None:
-        return current, None
-    return current, SlotStatus(
-        name=row[1], plugin=row[2], slot_type=row[3], database=row[4], active=bool(row[5]),
-        active_pid=row[6], confirmed_flush_lsn=_lsn(row[7]), restart_lsn=_lsn(row[8]),
-        lag_bytes=row[9], lag_seconds=row[13], retained_bytes=row[10], wal_status=row[11],
-        safe_wal_size=row[12],
-    )
+
+
+def idle_logical_slots(conn: psycopg.Connection[Any]) -> list[SlotStatus]:
+    """Inactive logical slots of the current database, each with the WAL it retains.
+
+    Nothing reads such a slot, yet the server keeps every WAL segment since its restart
+    LSN: the disk fills unless someone streams from it or drops it.
+    """
+    try:
+        names = [row[0] for row in conn.execute(_IDLE_SLOTS_SQL).fetchall()]
+    except psycopg.Error as exc:
+        raise translate_error(exc, "listing replication slots") from exc
+    found = (read_slot_status(conn, name)[1] for name in names)
+    return [slot for slot in found if slot is not None and not slot.active]
 
 
 class SlotReader:
@@ -109,6 +101,7 @@ class StatusReport:
     table: TableRef
     pending: int | None  # None: the table has no polling bookkeeping columns
     dead_letters: int | None
+    partitions: tuple[str, ...] | None = None  # None: not a partitioned table
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values (LSNs as text) for JSON."""
@@ -123,7 +116,9 @@ class StatusReport:
             "slot": slot,
             "current_wal_lsn": str(self.current_lsn),
             "outbox": {"table": str(self.table), "pending": self.pending,
-                       "dead_letters": self.dead_letters},
+                       "dead_letters": self.dead_letters,
+                       "partitioned": self.partitions is not None,
+                       "partitions": list(self.partitions) if self.partitions is not None else None},
         }
 
     def to_json(self) -> str:
@@ -136,11 +131,19 @@ class StatusReport:
         rows += [
             ("server WAL position", str(self.current_lsn)),
             ("outbox", str(self.table)),
+            *_partition_rows(self.partitions),
             ("  pending rows", _count(self.pending) + " (polling mode's backlog)"),
             ("  dead letters", _count(self.dead_letters)),
         ]
         width = max(len(key) for key, _ in rows)
         return [f"{key.ljust(width)}  {value}" for key, value in rows]
+
+
+def _partition_rows(partitions: tuple[str, ...] | None) -> list[tuple[str, str]]:
+    if partitions is None:
+        return []
+    shown = ", ".join(partitions[:6]) + (", ..." if len(partitions) > 6 else "")
+    return [("  partitioned", f"{len(partitions)} partitions" + (f" ({shown})" if shown else ""))]
 
 
 def _count(value: int | None) -> str:
@@ -164,9 +167,34 @@ def _slot_rows(slot: SlotStatus) -> list[tuple[str, str]]:
     ]
 
 
+_PARTITIONS_SQL = """
+SELECT n.nspname::text || '.' || c.relname::text
+FROM pg_partition_tree(%s) AS t JOIN pg_class AS c ON c.oid = t.relid
+JOIN pg_namespace AS n ON n.oid = c.relnamespace
+WHERE t.isleaf ORDER BY c.relname
+"""
+
+
+def outbox_partitions(conn: psycopg.Connection[Any], table: TableRef) -> tuple[str, ...] | None:
+    """The leaf partitions (schema.name) of a partitioned outbox; None if it is not one."""
+    try:
+        row = conn.execute(
+            "SELECT c.oid, c.relkind = 'p' FROM pg_class c JOIN pg_namespace n"
+            " ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
+            (table.schema, table.name)).fetchone()
+        if row is None or not row[1]:
+            return None
+        return tuple(r[0] for r in conn.execute(_PARTITIONS_SQL, (row[0],)).fetchall())
+    except psycopg.Error as exc:
+        raise translate_error(exc, f"listing the partitions of {table}") from exc
+
+
 def outbox_counts(conn: psycopg.Connection[Any], dsn: str,
                   outbox: OutboxConfig) -> tuple[int | None, int | None]:
-    """(pending rows, dead letters); ConfigError when the table does not exist."""
+    """(pending rows, dead letters); ConfigError when the table does not exist.
+
+    For a partitioned outbox the counts cover every partition (they query the parent).
+    """
     table = validated_table(outbox.table)
     try:
         row = conn.execute(
@@ -191,7 +219,8 @@ def status(dsn: str, slot: str, outbox: OutboxConfig) -> StatusReport:
     with connect(dsn, autocommit=True, application_name="cdc-relay status") as conn:
         current, slot_status = read_slot_status(conn, slot)
         pending, dead = outbox_counts(conn, dsn, outbox)
-    return StatusReport(slot, current, slot_status, outbox.table, pending, dead)
+        partitions = outbox_partitions(conn, outbox.table)
+    return StatusReport(slot, current, slot_status, outbox.table, pending, dead, partitions)
 
 
 def drop_replication_slot(dsn: str, slot: str) -> None:

@@ -10,6 +10,8 @@ Three modules, each importing only the ones before it:
 * ``worker``: ``PollWorker``, one worker thread's loop over its own database connection
   and its own sink.
 
-app_poll.py builds and wires them. Nothing in this package runs SQL (source/ does) or
-knows Kafka types (sink/ does).
+``app`` builds and wires them. Beside the loop: ``sql`` (every statement), ``claims`` (one
+batch's transaction on one connection) and ``admin`` (the monitor connection,
+``dead-letters``, ``cleanup``) are the only modules here that run SQL; none knows Kafka
+types (sink/ does).
 """

@@ -3,8 +3,8 @@
 Builds the real parts from frozen configs - one PollingSource and one Kafka sink per
 worker, one OutboxMonitor per process, the router - checks the outbox before starting,
 installs the signal handlers and runs the threads. The admin commands are thin wrappers
-over source/polling_admin.py plus their output formatting. Must not contain loop logic (that
-is poller/) or SQL (source/).
+over polling/admin.py plus their output formatting. Must not contain loop logic (that is
+worker.py and threads.py) or SQL (sql.py, claims.py, admin.py).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import orjson
 
 from cdc_relay.config import KafkaConfig, MetricsConfig, OutboxConfig, PollConfig, RouterConfig
 from cdc_relay.errors import ExitCode
+from cdc_relay.model import human_bytes
 from cdc_relay.ops.metrics.endpoint import serve_poll
 from cdc_relay.polling import admin as polling_admin
 from cdc_relay.polling.admin import DeadLetter, OutboxMonitor
@@ -29,6 +30,7 @@ from cdc_relay.polling.worker import PollerSettings, PollWorker
 from cdc_relay.routing import Router
 from cdc_relay.signals import install_signal_handlers
 from cdc_relay.sink.kafka import KafkaSink, kafka_sink_factory
+from cdc_relay.text import shorten
 
 log = logging.getLogger("cdc_relay")
 
@@ -89,6 +91,7 @@ def run_poll(settings: PollSettings, stats: PollStats | None = None,
     stats = stats or PollStats()
     monitor = OutboxMonitor(poll.dsn, settings.outbox, listen=poll.notify)
     monitor.check()  # a missing table or column is a one-line error now, not a retry loop
+    warn_unread_slots(poll.dsn)
     KafkaSink(settings.kafka, lambda _delivery: None).close(0)  # bad --producer-config: now too
     waker = Waker()
     workers = build_pollers(settings, stats, waker)
@@ -110,6 +113,16 @@ def run_poll(settings: PollSettings, stats: PollStats | None = None,
     log.info("stopped; %d events published, %d dead-lettered", stats.published, stats.dead_lettered,
              extra={"published": stats.published, "dead_lettered": stats.dead_lettered})
     return ExitCode.OK
+
+
+def warn_unread_slots(dsn: str) -> None:
+    """Warn about each inactive logical slot of the database: nothing in polling mode reads it."""
+    for name, plugin, retained in polling_admin.unread_slots(dsn):
+        log.warning("replication slot %s (%s) is inactive and retains %s of WAL, more with every "
+                    "write until the disk is full: polling mode does not read it. Drop it "
+                    "(cdc-relay slot drop --slot %s) unless a WAL-mode relay will use it",
+                    name, plugin, human_bytes(retained), name,
+                    extra={"slot": name, "retained_bytes": retained})
 
 
 # ---------------------------------------------------------------- admin commands
@@ -155,7 +168,7 @@ def dead_letters_table(rows: Sequence[DeadLetter]) -> str:
             row.event_type,
             str(row.attempts),
             row.dead_lettered_at.strftime("%Y-%m-%d %H:%M:%S%z"),
-            _shorten(row.last_error or "", _ERROR_WIDTH),
+            shorten(row.last_error or "", _ERROR_WIDTH),
         )
         for row in rows
     ]
@@ -165,11 +178,6 @@ def dead_letters_table(rows: Sequence[DeadLetter]) -> str:
     out += ["  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip()
             for line in lines]
     return "\n".join(out)
-
-
-def _shorten(text: str, width: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 @dataclass(frozen=True, slots=True)

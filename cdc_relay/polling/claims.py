@@ -4,13 +4,13 @@ Owns the transaction of one batch on one poller's connection: ``PollingSource.cl
 opens it (the claimed rows stay locked), and ``complete`` (mark successes processed,
 record failures, commit) or ``release`` (roll back: nothing counted) ends it. The
 statements themselves, the strict-order claim's design and how rows become
-OutboxEvents are in polling_sql.py (``OutboxQueries``).
+OutboxEvents are in ``polling/sql.py`` (``OutboxQueries``).
 
-The retry policy's arithmetic is the pure ``backoff_delay``; ``truncate_error`` keeps
-``last_error`` to one readable line.
+The retry policy's arithmetic is the pure ``backoff_delay``; ``text.shorten`` keeps
+``last_error`` to one readable line of at most ``MAX_ERROR_LENGTH`` characters.
 
 Must not: talk to the broker, route, decide which failures count (the poller does),
-build SQL text (polling_sql.py), or sleep. psycopg errors leave this module as
+build SQL text (``polling/sql.py``), or sleep. psycopg errors leave this module as
 RelayErrors (``translate_error``).
 """
 
@@ -26,10 +26,23 @@ from cdc_relay.config import OutboxConfig
 from cdc_relay.db import connect, translate_error
 from cdc_relay.errors import RelayError
 from cdc_relay.model import OutboxEvent
-from cdc_relay.polling.settlement import AttemptFailure, Completion, truncate_error
-from cdc_relay.polling.sql import Candidate, OutboxQueries, event_from_row, ready_prefix
+from cdc_relay.polling.settlement import MAX_ERROR_LENGTH, AttemptFailure, Completion
+from cdc_relay.polling.sql import (
+    Candidate,
+    OutboxQueries,
+    event_from_row,
+    locked_prefix,
+    ready_prefix,
+)
+from cdc_relay.text import shorten
 
 # ---------------------------------------------------------------- connections
+
+# transaction_timeout exists from PostgreSQL 17 on: set whichever the server has.
+_SESSION_TIMEOUTS_OFF = (
+    "SELECT set_config(name, '0', false) FROM pg_settings"
+    " WHERE name IN ('idle_in_transaction_session_timeout', 'transaction_timeout')"
+)
 
 class PollingSource:
     """One poller's connection: claims a batch in a transaction and ends it.
@@ -53,9 +66,24 @@ class PollingSource:
         return self._conn is not None and not self._conn.closed
 
     def open(self) -> None:
-        """Connect (not in autocommit: each batch is one explicit transaction)."""
-        if not self.connected:
-            self._conn = connect(self._dsn, application_name=self._application_name)
+        """Connect (not in autocommit: each batch is one explicit transaction).
+
+        The session's idle-in-transaction and transaction timeouts are switched off: a
+        batch's transaction waits for delivery reports while its rows stay locked, and a
+        server (or role, or DSN) timeout shorter than that would end the session, release
+        the locks mid-batch and let another poller publish the same rows. The batch's
+        own length is bounded by the producer's message timeout instead.
+        """
+        if self.connected:
+            return
+        conn = connect(self._dsn, application_name=self._application_name)
+        try:
+            conn.execute(_SESSION_TIMEOUTS_OFF)
+            conn.commit()
+        except psycopg.Error as exc:
+            conn.close()
+            raise translate_error(exc, "configuring the polling session") from exc
+        self._conn = conn
 
     def close(self) -> None:
         """Close the connection; an open batch is rolled back by the server."""
@@ -123,9 +151,11 @@ class PollingSource:
         rows = conn.execute(self._queries.strict_rows(), window).fetchall()
         taken = ready_prefix((Candidate(row[0], row[1], tuple(row[2:])) for row in rows),
                              params["limit"])
-        if taken:
-            conn.execute(self._queries.lock_rows(), {"ids": [row[7] for row in taken]})
-        return taken
+        if not taken:
+            return []
+        still_pending = {row[0] for row in conn.execute(
+            self._queries.lock_rows(), {**params, "ids": [row[7] for row in taken]})}
+        return locked_prefix(taken, still_pending)
 
     def complete(self, processed: Sequence[OutboxEvent], failures: Sequence[AttemptFailure],
                  max_attempts: int) -> Completion:
@@ -143,7 +173,7 @@ class PollingSource:
             if failures:
                 rows = conn.execute(self._queries.record_failures(), {
                     "ids": [raw[f.event.id] for f in failures],
-                    "errs": [truncate_error(f.reason) for f in failures],
+                    "errs": [shorten(f.reason, MAX_ERROR_LENGTH) for f in failures],
                     "delays": [f.delay for f in failures],
                     "max": max_attempts,
                 }).fetchall()

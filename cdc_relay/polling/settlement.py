@@ -11,12 +11,15 @@ attempt and the worker waits for the broker (docs/design.md, failure rules). A f
 or a missing delivery report, means the sink must be discarded; its undelivered events
 are released, never counted. One bad event never aborts its batch.
 
-Strict order (``--strict-order``): once an event of an aggregate fails, its later events
-in the batch are released without an attempt (or, if already acked, kept as published),
-so the failed event stays the aggregate's head until it succeeds or is dead-lettered.
+Strict order (``--strict-order``): once an event of an aggregate is not acknowledged
+(failed, held back or unreported), its later events in the batch are released without an
+attempt - even those the broker already acknowledged: marking them processed would let
+them stand as published before the earlier event ever is. They go out again after it
+(a duplicate, but the last copies arrive in order), and the failed event stays the
+aggregate's head until it succeeds or is dead-lettered.
 
 ``PollStats`` holds the plain counters the workers and the monitor update and
-metrics.py reads. Must not: do I/O, sleep, or log.
+ops/metrics/collectors.py reads. Must not: do I/O, sleep, or log.
 """
 
 from __future__ import annotations
@@ -54,12 +57,6 @@ def backoff_delay(failures_before: int, policy: BackoffPolicy, rand: float) -> f
     delay = policy.maximum if exponent > 60 else min(policy.base * 2.0**exponent, policy.maximum)
     jittered = delay * (1.0 + policy.jitter * (2.0 * rand - 1.0))
     return min(max(jittered, 0.0), policy.maximum)
-
-
-def truncate_error(reason: str) -> str:
-    """``last_error`` text: one line, at most MAX_ERROR_LENGTH characters."""
-    text = " ".join(reason.split())
-    return text if len(text) <= MAX_ERROR_LENGTH else text[: MAX_ERROR_LENGTH - 1] + "…"
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,24 +123,22 @@ def settle(events: Sequence[OutboxEvent], results: Sequence[Result], *, strict: 
     blocked: set[tuple[str, str]] = set()
     for event, result in zip(events, results, strict=True):
         aggregate = (event.aggregate_type, event.aggregate_id)
+        if aggregate in blocked:
+            released.append(event)
+            continue
+        if strict and result is not None:
+            blocked.add(aggregate)
         if result is None:
             processed.append(event)
-        elif not isinstance(result, DeliveryError) or aggregate in blocked:
-            released.append(event)
-        elif result.kind is ErrorKind.PERMANENT or (
-            result.kind is ErrorKind.RETRIABLE and not broker_down
-        ):
+        elif isinstance(result, DeliveryError) and (result.kind is ErrorKind.PERMANENT or (
+                result.kind is ErrorKind.RETRIABLE and not broker_down)):
             failures.append((event, result.reason))
-            if strict:
-                blocked.add(aggregate)
         else:
             released.append(event)
-            if strict:
-                blocked.add(aggregate)
     return Settlement(processed, failures, released, broker_down, discard)
 
 
-# Upper bounds (seconds) of the batch duration histogram (metrics.py exports it).
+# Upper bounds (seconds) of the batch duration histogram (ops/metrics/collectors.py exports it).
 BATCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 

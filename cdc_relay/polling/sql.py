@@ -1,7 +1,7 @@
 """Polling mode's SQL text: every statement run against the outbox table, and its rows.
 
 Owns ``OutboxQueries`` - the statements polling mode and the admin commands
-(polling_admin.py) run, built once per table from ``psycopg.sql.Identifier`` names, so
+(polling/admin.py) run, built once per table from ``psycopg.sql.Identifier`` names, so
 configurable column names (``OutboxColumns``) are respected and never interpolated raw -
 and the pure reading of the rows they return: ``event_from_row`` and, for strict
 per-aggregate order, ``ready_prefix``.
@@ -15,7 +15,11 @@ Strict order (``PollingSource.claim`` with ``strict_order=True``):
   (``pg_try_advisory_xact_lock(hashtext(table), hashtext(aggregate))``); an aggregate
   another poller holds is skipped, so two pollers never interleave one aggregate;
 * under the lock, the aggregate's pending rows are read again (fresh snapshot) and only
-  the prefix of rows ready to send is claimed, so nothing overtakes a row in backoff.
+  the prefix of rows ready to send is claimed, so nothing overtakes a row in backoff;
+* those rows are then locked (``lock_rows``), re-checking that each is still pending and
+  ready and skipping rows a plain poller holds; an aggregate's rows after one that
+  failed this check are not taken (``locked_prefix``), so a poller without
+  ``--strict-order`` on the same table cannot make a row go out twice.
 
 Order is ``created_at`` (the inserting transaction's start time), then ``ctid``: the
 schema has no insertion sequence, so the events of one transaction are ordered by heap
@@ -26,7 +30,7 @@ Rows become OutboxEvents exactly as WAL mode makes them: the payload is the colu
 text output (``payload::text``: jsonb's normal form, the bytes WAL mode sends),
 ``created_at`` is floor epoch milliseconds, ``attempt`` is ``attempts + 1``.
 
-Must not: hold or open a connection, run a statement (source/polling.py does), talk to
+Must not: hold or open a connection, run a statement (polling/claims.py and polling/admin.py do), talk to
 the broker, or decide anything about failures.
 """
 
@@ -132,7 +136,16 @@ class OutboxQueries:
             order=self.strict_order)
 
     def lock_rows(self) -> sql.Composed:
-        return self.q("SELECT 1 FROM {t} WHERE {c_id} = ANY(%(ids)s) FOR UPDATE")
+        """Lock the rows to take; return the ids of those still pending and ready.
+
+        ``strict_rows`` read them without a lock, so a plain poller may have claimed or
+        even processed one since: the WHERE clause is evaluated again on the locked row
+        version (READ COMMITTED re-checks updated rows), and a row another poller holds
+        is skipped rather than waited for (it would come back processed).
+        """
+        return self.q(
+            "SELECT {c_id} FROM {t} WHERE {c_id} = ANY(%(ids)s) AND {pending} AND " + self._ready
+            + " FOR UPDATE SKIP LOCKED", pending=self.pending_where)
 
     def mark_processed(self) -> sql.Composed:
         return self.q("UPDATE {t} SET processed_at = now() WHERE {c_id} = ANY(%(ids)s)")
@@ -205,6 +218,26 @@ class Candidate:
     key: int
     ready: bool
     row: tuple[Any, ...]
+
+
+def locked_prefix(rows: Iterable[tuple[Any, ...]], locked: set[Any]) -> list[tuple[Any, ...]]:
+    """The claim rows (``event_columns`` order) to publish once ``lock_rows`` answered.
+
+    Per aggregate, the rows before the first one that was not locked (another poller
+    holds it, or it is no longer pending): a later event must not overtake it. The rows
+    after it stay locked until the batch ends, unpublished and untouched.
+    """
+    stopped: set[tuple[Any, Any]] = set()
+    taken: list[tuple[Any, ...]] = []
+    for row in rows:
+        aggregate = (row[1], row[2])
+        if aggregate in stopped:
+            continue
+        if row[7] not in locked:
+            stopped.add(aggregate)
+            continue
+        taken.append(row)
+    return taken
 
 
 def ready_prefix(candidates: Iterable[Candidate], limit: int) -> list[tuple[Any, ...]]:

@@ -3,7 +3,7 @@
 A ``Waker`` shared by the workers is poked by the monitor thread on every NOTIFY (and by
 ``run_threads`` on shutdown); a generation counter means a wake-up between a worker's
 last claim and its wait is never lost. ``monitor_loop`` runs on the per-process
-LISTEN/count connection (a ``Monitor``, source/polling_admin.py): it wakes the workers
+LISTEN/count connection (a ``Monitor``, polling/admin.py): it wakes the workers
 and refreshes the pending / dead-letter gauges, reconnecting with backoff.
 ``run_threads`` runs each loop in its own thread while the main thread only waits, so
 signal handlers run promptly; an error in one stops all, then is re-raised.
@@ -49,7 +49,7 @@ class Waker:
 
 
 class Monitor(Protocol):
-    """The per-process LISTEN/count connection (source/polling_admin.py OutboxMonitor)."""
+    """The per-process LISTEN/count connection (polling/admin.py OutboxMonitor)."""
 
     def open(self) -> None: ...
     def wait(self, timeout: float) -> bool: ...

@@ -1,7 +1,7 @@
 """One polling worker's loop: claim a batch, route, produce, await every report, settle.
 
 One ``PollWorker`` per worker thread, each with its own database connection (a
-``BatchSource``, see source/polling.py) and its own sink. A batch is one transaction:
+``BatchSource``, see polling/claims.py) and its own sink. A batch is one transaction:
 
 1. claim up to ``batch_size`` ready rows (``FOR UPDATE SKIP LOCKED``: concurrent
    workers and processes never hold the same row);
@@ -66,7 +66,7 @@ log = logging.getLogger("cdc_relay.poller")
 
 
 class BatchSource(Protocol):
-    """What a worker needs from its database connection (source/polling.py)."""
+    """What a worker needs from its database connection (polling/claims.py)."""
 
     @property
     def connected(self) -> bool: ...
@@ -186,15 +186,11 @@ class PollWorker:
             self._broker_suspect = True
         if not self._broker_suspect:
             return True
-        warm_up = getattr(self._sink, "warm_up", None)
-        if callable(warm_up):
-            try:
-                ready = warm_up(self._settings.warmup_timeout)
-            except BrokerError as exc:
-                self._broker_problem = str(exc)
-                return False
-            if ready is False:
-                return False
+        try:
+            self._sink.warm_up(self._settings.warmup_timeout)
+        except BrokerError as exc:
+            self._broker_problem = str(exc)
+            return False
         self._broker_suspect = False
         self._broker_delay = self._settings.broker_wait_min
         self.stats.broker_ok = True

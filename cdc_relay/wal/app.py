@@ -36,18 +36,26 @@ from cdc_relay.txn_policy import TxnLimits
 from cdc_relay.wal.delivery import DeliveryMode
 from cdc_relay.wal.exactly_once import ExactlyOnce, ExactlyOnceConfig
 from cdc_relay.wal.loop import Decoder, LoopTimings, ReplicationSource, WalRelay
+from cdc_relay.wal.partitions import PartitionTree
 from cdc_relay.wal.stream import ReplicationStream
 
 log = logging.getLogger("cdc_relay")
 
 
-def make_decoder(repl: ReplicationConfig, outbox: OutboxConfig) -> tuple[Decoder, list[tuple[str, str]]]:
-    """The decoder and START_REPLICATION options for the configured plugin."""
+def make_decoder(repl: ReplicationConfig, outbox: OutboxConfig, *,
+                 partitioned: bool = False) -> tuple[Decoder, list[tuple[str, str]]]:
+    """The decoder and START_REPLICATION options for the configured plugin.
+
+    A partitioned outbox: pgoutput's publication publishes via the root (wal/setup.py),
+    so nothing changes; wal2json streams every table and its decoder looks partitions
+    up (wal/partitions.py).
+    """
     decoder: Decoder
     if repl.plugin == "pgoutput":
         return PgOutputDecoder(outbox.table, outbox.columns), pgoutput_options(repl.publication)
-    decoder = Wal2JsonDecoder(outbox.table, outbox.columns)
-    return decoder, wal2json_options(outbox.table)
+    tree = PartitionTree(repl.dsn, outbox.table) if partitioned else None
+    decoder = Wal2JsonDecoder(outbox.table, outbox.columns, tree)
+    return decoder, wal2json_options(outbox.table, partitioned=partitioned)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,10 +71,11 @@ class WalSettings:
     exactly_once: ExactlyOnceSettings | None = None
 
 
-def build_wal_relay(settings: WalSettings, exactly_once: ExactlyOnceParts | None = None) -> WalRelay:
+def build_wal_relay(settings: WalSettings, exactly_once: ExactlyOnceParts | None = None, *,
+                    partitioned: bool = False) -> WalRelay:
     """Wire a WalRelay from settings (no I/O until ``run``)."""
     repl = settings.replication
-    decoder, options = make_decoder(repl, settings.outbox)
+    decoder, options = make_decoder(repl, settings.outbox, partitioned=partitioned)
     logger = logging.getLogger("cdc_relay.kafka")
     sink_factory: SinkFactory = kafka_sink_factory(settings.kafka, logger=logger)
     mode: DeliveryMode | None = None
@@ -94,10 +103,10 @@ def run_wal(settings: WalSettings) -> int:
     stop = threading.Event()
     install_signal_handlers(stop)  # first: a SIGTERM during start-up is a clean stop too
     repl = settings.replication
-    ensure_replication(repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
-                       publication=repl.publication)
+    setup = ensure_replication(repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
+                               publication=repl.publication)
     eos = None if settings.exactly_once is None else exactly_once_parts(settings)
-    relay = build_wal_relay(settings, eos)
+    relay = build_wal_relay(settings, eos, partitioned=setup.partitioned)
     log.info("WAL mode: slot %s, plugin %s, table %s%s", repl.slot, repl.plugin, settings.outbox.table,
              ", exactly once" if eos else "",
              extra={"slot": repl.slot, "plugin": repl.plugin, "table": str(settings.outbox.table)})

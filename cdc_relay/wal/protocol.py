@@ -60,10 +60,3 @@ def status_update(flushed: Lsn, unix_seconds: float, *, reply: bool = False) -> 
     """
     return _STATUS.pack(b"r", flushed, flushed, flushed, pg_time_us(unix_seconds), int(reply))
 
-
-def parse_status_update(buf: bytes) -> tuple[Lsn, Lsn, Lsn, int, bool]:
-    """Inverse of status_update (for tests and diagnostics)."""
-    tag, written, flushed, applied, clock, reply = _STATUS.unpack(buf)
-    if tag != b"r":
-        raise DecodeError(f"not a status update: {tag!r}")
-    return Lsn(written), Lsn(flushed), Lsn(applied), clock, bool(reply)

@@ -3,7 +3,8 @@
 Owns creating them if missing (``ensure_replication`` at relay start-up, and
 ``ensure_publication_and_slot`` for ``cdc-relay init`` in schema.py), checking that an
 existing slot fits (logical, this database, this plugin), and the small slot helpers
-other commands reuse (``slot_info``, ``slot_exists``, ``drop_slot``). Also the
+other commands reuse (``query_slot_status`` - the one slot query, into
+``model.SlotStatus`` - ``slot_info``, ``slot_exists``, ``drop_slot``). Also the
 vocabulary both it and schema.py report in (``Outcome``) and the advisory lock every
 ``init`` and start-up check takes (``ADVISORY_LOCK_KEY``).
 
@@ -39,7 +40,7 @@ from cdc_relay.db import (
     validated_table,
 )
 from cdc_relay.errors import ConfigError, DatabaseError, SlotBusy, mask_secrets
-from cdc_relay.model import Lsn
+from cdc_relay.model import Lsn, SlotStatus
 
 PLUGINS = ("wal2json", "pgoutput")
 # One lock for every init in a database ("cdc_rela" in ASCII): DDL is rare, serialising
@@ -52,7 +53,8 @@ class Outcome(enum.Enum):
 
     CREATED = "created"
     EXISTED = "existed"
-    UPDATED = "updated"  # e.g. the outbox table added to an existing publication
+    UPDATED = "updated"  # e.g. the outbox table added to an existing publication, or
+    # an existing publication set to publish a partitioned outbox via its root
     DROPPED = "dropped"  # the NOTIFY trigger with notify_trigger=False
     ABSENT = "absent"  # not wanted and not there
     SKIPPED = "skipped"  # not needed in this configuration
@@ -69,25 +71,12 @@ class ReplicationReport:
 
     publication: Outcome
     slot: Outcome
+    partitioned: bool = False  # the outbox is a partitioned table
 
     @property
     def changed(self) -> bool:
         """False when publication and slot were already in place."""
         return self.publication.changed or self.slot.changed
-
-
-@dataclass(frozen=True, slots=True)
-class SlotInfo:
-    """A row of ``pg_replication_slots``."""
-
-    name: str
-    plugin: str | None
-    slot_type: str
-    database: str | None
-    active: bool
-    active_pid: int | None
-    confirmed_flush_lsn: Lsn | None
-    restart_lsn: Lsn | None
 
 
 def validate_wal_options(slot: str | None, plugin: str, publication: str) -> None:
@@ -147,6 +136,10 @@ def ensure_publication_and_slot(
     Names must already be validated (``validate_wal_options``, ``validated_table``).
     """
     pub = Outcome.SKIPPED
+    try:
+        partitioned = is_partitioned(conn, _table_identifier(table).as_string(conn))
+    except psycopg.Error as exc:
+        raise translate_error(exc, f"looking up {table}") from exc
     if plugin == "pgoutput":
         try:
             with conn.transaction():
@@ -158,7 +151,7 @@ def ensure_publication_and_slot(
         slot_outcome = _ensure_slot(conn, slot, plugin)
     except psycopg.Error as exc:
         raise translate_error(exc, f"checking replication slot {slot!r}") from exc
-    return ReplicationReport(pub, slot_outcome)
+    return ReplicationReport(pub, slot_outcome, partitioned)
 
 
 def _table_identifier(table: TableRef) -> sql.Identifier:
@@ -170,37 +163,70 @@ def _ensure_publication(
     publication: str,
     table: TableRef,
 ) -> Outcome:
+    """The publication exists, publishes inserts, includes the table, and - for a
+    partitioned outbox - publishes via the partition root.
+
+    Rows of a partitioned table are logged under their partition; without
+    ``publish_via_partition_root`` pgoutput sends them under the partition's name and
+    the decoder (which knows only the outbox's name) would never see an event.
+    """
+    ident = _table_identifier(table).as_string(conn)
+    partitioned = is_partitioned(conn, ident)
     row = conn.execute(
-        "SELECT puballtables, pubinsert FROM pg_publication WHERE pubname = %s",
+        "SELECT oid, puballtables, pubinsert, pubviaroot FROM pg_publication WHERE pubname = %s",
         (publication,),
     ).fetchone()
     pub = sql.Identifier(publication)
     if row is None:
+        options = "publish = 'insert'" + (", publish_via_partition_root = true" if partitioned else "")
         conn.execute(
-            sql.SQL("CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert')").format(
+            sql.SQL("CREATE PUBLICATION {} FOR TABLE {} WITH (" + options + ")").format(
                 pub, _table_identifier(table)
             )
         )
         return Outcome.CREATED
-    all_tables, publishes_inserts = row
+    pub_oid, all_tables, publishes_inserts, via_root = row
     if not publishes_inserts:
         raise ConfigError(
             f"publication {publication!r} does not publish inserts: run ALTER PUBLICATION "
             f"{publication} SET (publish = 'insert'), or pass another --publication"
         )
-    if all_tables:
-        return Outcome.EXISTED
-    member = conn.execute(
-        "SELECT 1 FROM pg_publication_tables "
-        "WHERE pubname = %s AND schemaname = %s AND tablename = %s",
-        (publication, table.schema, table.name),
-    ).fetchone()
-    if member is not None:
-        return Outcome.EXISTED
+    outcome = Outcome.EXISTED
+    if partitioned and not via_root:
+        # Only the named parameter changes; the publish list stays as it was.
+        conn.execute(
+            sql.SQL("ALTER PUBLICATION {} SET (publish_via_partition_root = true)").format(pub)
+        )
+        outcome = Outcome.UPDATED
+    if all_tables or _publication_includes(conn, pub_oid, publication, table, ident):
+        return outcome
     conn.execute(
         sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(pub, _table_identifier(table))
     )
     return Outcome.UPDATED
+
+
+def is_partitioned(conn: psycopg.Connection[Any], table_ident: str) -> bool:
+    """True if the (quoted, qualified) table is a partitioned table (relkind 'p')."""
+    row = conn.execute(
+        "SELECT relkind = 'p' FROM pg_class WHERE oid = %s::regclass", (table_ident,)
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def _publication_includes(conn: psycopg.Connection[Any], pub_oid: int, publication: str,
+                          table: TableRef, table_ident: str) -> bool:
+    # pg_publication_rel: the table itself was added (for a partitioned table without
+    # publish_via_partition_root, pg_publication_tables lists only its partitions, and
+    # adding it again fails with "already member of publication").
+    # pg_publication_tables: it is included some other way (FOR TABLES IN SCHEMA).
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_publication_rel WHERE prpubid = %s"
+        " AND prrelid = %s::regclass) OR EXISTS (SELECT 1 FROM pg_publication_tables"
+        " WHERE pubname = %s AND schemaname = %s AND tablename = %s)",
+        (pub_oid, table_ident, publication, table.schema, table.name),
+    ).fetchone()
+    return bool(row and row[0])
 
 
 def _ensure_slot(conn: psycopg.Connection[Any], slot: str, plugin: str) -> Outcome:
@@ -225,7 +251,7 @@ def _ensure_slot(conn: psycopg.Connection[Any], slot: str, plugin: str) -> Outco
 
 
 def _settled_slot_info(conn: psycopg.Connection[Any], slot: str,
-                       info: SlotInfo | None, timeout: float = 60.0) -> SlotInfo | None:
+                       info: SlotStatus | None, timeout: float = 60.0) -> SlotStatus | None:
     """Wait while a concurrent session is still creating the slot.
 
     During pg_create_logical_replication_slot (which waits for running transactions)
@@ -268,7 +294,7 @@ def _slot_error(exc: psycopg.Error, slot: str, plugin: str) -> DatabaseError:
     return error if isinstance(error, DatabaseError) else DatabaseError(str(error))
 
 
-def _check_slot_matches(conn: psycopg.Connection[Any], info: SlotInfo, plugin: str) -> None:
+def _check_slot_matches(conn: psycopg.Connection[Any], info: SlotStatus, plugin: str) -> None:
     drop_hint = (
         f"or drop it with `cdc-relay slot drop --slot {info.name}` (or SELECT "
         f"pg_drop_replication_slot('{info.name}')); dropping loses its position, events "
@@ -293,28 +319,48 @@ def _check_slot_matches(conn: psycopg.Connection[Any], info: SlotInfo, plugin: s
         )
 
 
-_SLOT_QUERY = (
-    "SELECT slot_name, plugin, slot_type, database, active, active_pid, "
-    "confirmed_flush_lsn::text, restart_lsn::text "
-    "FROM pg_replication_slots WHERE slot_name = %s"
-)
+# One row always: the server's position, then the slot's columns (NULL without a slot).
+# flush_lag is NULL once the walsender has caught up and gone idle: that reads as 0.
+_SLOT_STATUS_SQL = """
+SELECT w.lsn::text, s.slot_name, s.plugin, s.slot_type, s.database, s.active, s.active_pid,
+       s.confirmed_flush_lsn::text, s.restart_lsn::text,
+       greatest(pg_wal_lsn_diff(w.lsn, s.confirmed_flush_lsn), 0)::bigint,
+       greatest(pg_wal_lsn_diff(w.lsn, s.restart_lsn), 0)::bigint,
+       s.wal_status, s.safe_wal_size,
+       CASE WHEN r.pid IS NULL THEN NULL
+            ELSE coalesce(extract(epoch FROM r.flush_lag), 0)::float8 END
+FROM (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
+                  ELSE pg_current_wal_lsn() END AS lsn) AS w
+LEFT JOIN pg_replication_slots AS s ON s.slot_name = %s
+LEFT JOIN pg_stat_replication AS r ON r.pid = s.active_pid
+"""
 
 
-def _slot_info(conn: psycopg.Connection[Any], slot: str) -> SlotInfo | None:
-    row = conn.execute(_SLOT_QUERY, (slot,)).fetchone()
-    if row is None:
-        return None
-    name, plugin, slot_type, database, active, pid, confirmed, restart = row
-    return SlotInfo(
-        name=name,
-        plugin=plugin,
-        slot_type=slot_type,
-        database=database,
-        active=bool(active),
-        active_pid=pid,
-        confirmed_flush_lsn=Lsn.parse(confirmed) if confirmed else None,
-        restart_lsn=Lsn.parse(restart) if restart else None,
+def _lsn(text: str | None) -> Lsn | None:
+    return Lsn.parse(text) if text else None
+
+
+def query_slot_status(conn: psycopg.Connection[Any], slot: str) -> tuple[Lsn, SlotStatus | None]:
+    """(the server's WAL position, the slot's status or None when there is no such slot).
+
+    The one query of ``pg_replication_slots`` every command shares (init, start-up,
+    ``slot drop``, ``status``, ``doctor``, the metrics probe). psycopg errors pass through.
+    """
+    row = conn.execute(_SLOT_STATUS_SQL, (slot,)).fetchone()
+    assert row is not None
+    current = Lsn.parse(row[0]) if row[0] else Lsn(0)
+    if row[1] is None:
+        return current, None
+    return current, SlotStatus(
+        name=row[1], plugin=row[2], slot_type=row[3], database=row[4], active=bool(row[5]),
+        active_pid=row[6], confirmed_flush_lsn=_lsn(row[7]), restart_lsn=_lsn(row[8]),
+        lag_bytes=row[9], lag_seconds=row[13], retained_bytes=row[10], wal_status=row[11],
+        safe_wal_size=row[12],
     )
+
+
+def _slot_info(conn: psycopg.Connection[Any], slot: str) -> SlotStatus | None:
+    return query_slot_status(conn, slot)[1]
 
 
 @contextmanager
@@ -326,8 +372,8 @@ def _borrow(conninfo: str | psycopg.Connection[Any]) -> Iterator[psycopg.Connect
         yield conn
 
 
-def slot_info(conninfo: str | psycopg.Connection[Any], slot: str) -> SlotInfo | None:
-    """The slot's row of ``pg_replication_slots``, or None if there is no such slot.
+def slot_info(conninfo: str | psycopg.Connection[Any], slot: str) -> SlotStatus | None:
+    """The slot's status (its row of ``pg_replication_slots``), or None if there is no such slot.
 
     ``conninfo`` is a DSN (a connection is opened and closed) or an open connection.
     """

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-MODES = ["wal-wal2json", "poll-notify"]
+MODES = ["wal-wal2json", "poll-notify", "poll-classic"]
 
 pytestmark = pytest.mark.slow
 
@@ -31,9 +31,11 @@ def test_smoke_run_writes_results_report_and_plots(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
     results = json.loads((out / "results.json").read_text())
-    assert {"limits", "throughput", "latency"} <= results.keys()
-    assert _is_float(results["limits"]["pg_recvlogical_eps"])
-    assert _is_float(results["limits"]["producer_eps"])
+    assert {"limits", "throughput", "latency", "rounds"} <= results.keys()
+    assert list(results["limits"]) == ["500"], "limits are measured per backlog size"
+    assert _is_float(results["limits"]["500"]["pg_recvlogical_eps"])
+    assert _is_float(results["limits"]["500"]["producer_eps"])
+    assert len(results["rounds"]) == 1 and results["throughput"][0]["rounds"] == 1
 
     assert [t["mode"] for t in results["throughput"]] == MODES
     for entry in results["throughput"]:
@@ -50,7 +52,8 @@ def test_smoke_run_writes_results_report_and_plots(tmp_path: Path) -> None:
     assert results["latency_floor"], "the broker floor is reported"
 
     report = (out / "report.md").read_text()
-    for section in ("## Machine", "## Limits", "## Backlog throughput", "## Latency"):
+    for section in ("## Machine", "## Limits", "## Backlog throughput", "## Latency", "## Targets"):
         assert section in report
+    assert "- wal-wal2json, 500 events: " in report, "the targets are checked per backlog size"
     for plot in ("throughput.png", "latency_cdf_wal-wal2json.png", "latency_cdf_poll-notify.png"):
         assert (out / plot).stat().st_size > 1000, plot

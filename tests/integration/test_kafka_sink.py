@@ -166,8 +166,17 @@ def test_close_drops_undelivered_messages_without_reporting_them(private_broker:
     assert caught.value.error.kind is ErrorKind.FATAL
 
 
-def test_check_brokers_passes_against_a_running_broker(broker: Broker) -> None:
-    check_brokers(KafkaConfig(broker.bootstrap), timeout=10.0)
+def test_check_brokers_passes_only_while_the_broker_answers(private_broker: Broker) -> None:
+    config = KafkaConfig(private_broker.bootstrap)
+    check_brokers(config, timeout=10.0)  # answers: no BrokerError
+    private_broker.pause()  # the port stays open, nothing answers: the check must notice
+    try:
+        with pytest.raises(BrokerError) as caught:
+            check_brokers(config, timeout=1.0)
+    finally:
+        private_broker.resume()
+    assert private_broker.bootstrap in str(caught.value)
+    check_brokers(config, timeout=10.0)  # and passes again once the broker answers
 
 
 def test_check_brokers_on_a_closed_port_raises_a_one_line_broker_error() -> None:

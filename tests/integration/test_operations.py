@@ -7,44 +7,19 @@ it over HTTP like Prometheus would.
 from __future__ import annotations
 
 import time
-import urllib.error
-import urllib.request
 
 import orjson
 import psycopg
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from cdc_relay.local.broker import Broker
 from cdc_relay.local.helpers import free_port
 from cdc_relay.local.postgres import PostgresCluster
 from cdc_relay.outbox import emit
 from tests.integration.wal_support import collect_ids, init_db, start_relay, write_workload
-from tests.support import CliProcess, KafkaCollector, run_cli, wait_for
+from tests.support import CliProcess, KafkaCollector, http_get, run_cli, scrape, wait_for
 
 IDLE_LAG = 16 * 1024  # "about zero": background WAL (checkpoints, other tests) is small
-
-
-def http_get(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as reply:
-            return reply.status, reply.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-    except OSError:
-        return 0, ""  # not listening yet
-
-
-def scrape(port: int) -> dict[str, float]:
-    code, text = http_get(port, "/metrics")
-    if code != 200:
-        return {}
-    values = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
-            values[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
-    return values
 
 
 def status_json(dsn: str, *args: str) -> dict[str, object]:
@@ -98,7 +73,10 @@ def test_readiness_fails_while_no_broker_answers(db: str) -> None:
                      extra=("--metrics-port", str(port))) as relay:
         wait_for(lambda: http_get(port, "/healthz")[0] == 200, timeout=30, message="healthz")
         code, body = http_get(port, "/readyz")
-        assert code == 503 and "not ready" in body
+        # The reason must be the broker: a readiness that ignored it would say the stream
+        # is not open (the loop opens the stream only once a broker answered).
+        assert code == 503 and "no broker answered" in body, body
+        assert "stream" not in body
         assert scrape(port)["cdc_relay_streaming"] == 0
         assert relay.stop() == 0
 
@@ -137,7 +115,8 @@ def test_status_reports_slot_and_backlog(db: str) -> None:
     assert slot["lag_seconds"] is None  # no walsender: unknown
     assert slot["lag_bytes"] > 0 and slot["retained_bytes"] >= slot["lag_bytes"]
     assert slot["wal_status"] == "reserved"
-    assert status["outbox"] == {"table": "public.outbox_events", "pending": 3, "dead_letters": 0}
+    assert status["outbox"] == {"table": "public.outbox_events", "pending": 3, "dead_letters": 0,
+                                "partitioned": False, "partitions": None}
     text = run_cli("status", "--dsn", db)
     assert text.returncode == 0
     assert "inactive" in text.stdout and "pending rows       3" in text.stdout

@@ -1,4 +1,4 @@
-"""Polling mode end to end: real PostgreSQL, real broker, ``cdc-relay poll`` processes (issue 4).
+"""Polling mode end to end: real PostgreSQL, real broker, ``cdc-relay poll`` processes.
 
 Assertions are about state - which rows are processed, how many attempts they used,
 what reached Kafka and in which order - never about how long something took. Timeouts

@@ -94,7 +94,8 @@ def test_second_init_changes_nothing(db: str) -> None:
     first = init_database(db, OutboxConfig(), slot=slot, plugin="pgoutput")
     assert first.changed
     assert first.migrations_applied == (1, 2, 3, 4)
-    assert (first.trigger, first.publication, first.slot) == (Outcome.CREATED,) * 3
+    # WAL mode: no NOTIFY trigger.
+    assert (first.trigger, first.publication, first.slot) == (Outcome.ABSENT,) + (Outcome.CREATED,) * 2
     before = _catalog(db, "public", slot)
 
     second = init_database(db, OutboxConfig(), slot=slot, plugin="pgoutput")
@@ -102,7 +103,7 @@ def test_second_init_changes_nothing(db: str) -> None:
     assert not second.changed
     assert second.migrations_applied == ()
     assert second.schema_version == 4
-    assert (second.trigger, second.publication, second.slot) == (Outcome.EXISTED,) * 3
+    assert (second.trigger, second.publication, second.slot) == (Outcome.ABSENT,) + (Outcome.EXISTED,) * 2
     assert str(second).splitlines()[0] == "outbox public.outbox_events: schema up to date (version 4)"
     assert _catalog(db, "public", slot) == before
 
@@ -371,7 +372,7 @@ def test_concurrent_inits_are_safe(db: str) -> None:
     assert sorted(v for r in reports for v in r.migrations_applied) == [1, 2, 3, 4]
     assert [r.slot for r in reports].count(Outcome.CREATED) == 1
     assert [r.publication for r in reports].count(Outcome.CREATED) == 1
-    assert [r.trigger for r in reports].count(Outcome.CREATED) == 1
+    assert [r.trigger for r in reports] == [Outcome.ABSENT] * workers  # WAL mode: no trigger
     assert _rows(db, "SELECT count(*) FROM ops.cdc_relay_schema_migrations") == [(4,)]
 
 

@@ -1,4 +1,4 @@
-"""WAL mode end to end against the real PostgreSQL and broker (issue 3, issue 8)."""
+"""WAL mode end to end against the real PostgreSQL and broker."""
 
 from __future__ import annotations
 

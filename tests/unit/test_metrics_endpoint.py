@@ -131,8 +131,12 @@ def test_wal_health_fails_only_when_a_streaming_loop_stops_turning() -> None:
     standby = RelayStats(streaming=False, last_tick=0.0)
     assert wal_health(standby, now=10_000.0)[0]  # waiting for a busy slot is alive
     assert wal_ready(stats)[0]
-    assert not wal_ready(standby)[0]
-    assert not wal_ready(RelayStats(streaming=True, producer_ok=False))[0]
+    assert wal_ready(standby) == (False, "not ready: no usable producer (no broker answered, "
+                                         "or the producer failed)")
+    warm_standby = RelayStats(streaming=False, producer_ok=True)
+    assert wal_ready(warm_standby) == (False, "not ready: the replication stream is not open")
+    ok, reason = wal_ready(RelayStats(streaming=True, producer_ok=False))
+    assert not ok and "producer" in reason
 
 
 def test_poll_health_and_readiness() -> None:

@@ -4,75 +4,16 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
 
 from cdc_relay.config import RouterConfig
 from cdc_relay.errors import ServiceUnavailable
 from cdc_relay.model import OutboxEvent
-from cdc_relay.polling.settlement import AttemptFailure, BackoffPolicy, Completion, PollStats
+from cdc_relay.polling.settlement import BackoffPolicy, PollStats
 from cdc_relay.polling.threads import Waker, monitor_loop
 from cdc_relay.polling.worker import PollerSettings, PollWorker
 from cdc_relay.routing import Router
 from cdc_relay.sink.base import ErrorKind
-from cdc_relay.testing import FakeSink, FakeSinkFactory
-
-
-@dataclass
-class Row:
-    event: OutboxEvent
-    attempts: int = 0
-    processed: bool = False
-    dead: bool = False
-    last_error: str | None = None
-    delay: float | None = None
-
-
-class FakeOutbox:
-    """A BatchSource over a list of rows: claims the oldest unprocessed, live rows."""
-
-    def __init__(self, events: Sequence[OutboxEvent]) -> None:
-        self.rows = {e.id: Row(e) for e in events}
-        self.claimed: list[str] = []
-        self.batches = 0
-        self.released = 0
-        self.connected = True
-        self.fail_next_claim: Exception | None = None
-
-    def open(self) -> None:
-        self.connected = True
-
-    def close(self) -> None:
-        self.connected = False
-
-    def claim(self, limit: int, max_attempts: int, *, strict_order: bool = False) -> list[OutboxEvent]:
-        if self.fail_next_claim is not None:
-            error, self.fail_next_claim = self.fail_next_claim, None
-            raise error
-        ready = [r for r in self.rows.values()
-                 if not r.processed and not r.dead and r.attempts < max_attempts][:limit]
-        self.claimed = [r.event.id for r in ready]
-        return [replace(r.event, attempt=r.attempts + 1) for r in ready]
-
-    def complete(self, processed: Sequence[OutboxEvent], failures: Sequence[AttemptFailure],
-                 max_attempts: int) -> Completion:
-        dead = []
-        for event in processed:
-            self.rows[event.id].processed = True
-        for failure in failures:
-            row = self.rows[failure.event.id]
-            row.attempts += 1
-            row.last_error, row.delay = failure.reason, failure.delay
-            if row.attempts >= max_attempts:
-                row.dead = True
-                dead.append(row.event.id)
-        self.batches += 1
-        self.claimed = []
-        return Completion(len(processed), len(failures), tuple(dead))
-
-    def release(self) -> None:
-        self.released += 1
-        self.claimed = []
+from cdc_relay.testing import FakeMonitor, FakeOutbox, FakeSink, FakeSinkFactory
 
 
 def events(*specs: tuple[str, str, str]) -> list[OutboxEvent]:
@@ -235,29 +176,6 @@ def test_a_lost_database_connection_is_retried_and_the_loop_stops_on_request() -
     assert outbox.rows["e0"].processed and not thread.is_alive()
     assert not outbox.connected  # closed on the way out
     assert outbox.batches == 1
-
-
-class FakeMonitor:
-    def __init__(self, notifications: int, stop: threading.Event) -> None:
-        self.notifications = notifications
-        self.stop = stop
-        self.opened = 0
-
-    def open(self) -> None:
-        self.opened += 1
-
-    def wait(self, timeout: float) -> bool:
-        if self.notifications:
-            self.notifications -= 1
-            return True
-        self.stop.set()
-        return False
-
-    def counts(self) -> tuple[int, int]:
-        return 42, 3
-
-    def close(self) -> None:
-        pass
 
 
 def test_monitor_wakes_workers_on_every_notification_and_refreshes_gauges() -> None:

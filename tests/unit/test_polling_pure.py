@@ -9,12 +9,10 @@ from cdc_relay.config import OutboxConfig, TableRef
 from cdc_relay.errors import ConfigError
 from cdc_relay.model import OutboxColumns, OutboxEvent
 from cdc_relay.polling.settlement import (
-    MAX_ERROR_LENGTH,
     BackoffPolicy,
     Unsettled,
     backoff_delay,
     settle,
-    truncate_error,
 )
 from cdc_relay.polling.sql import Candidate, OutboxQueries, event_from_row, ready_prefix
 from cdc_relay.sink.base import DeliveryError, ErrorKind
@@ -119,11 +117,6 @@ def test_a_claimed_row_becomes_the_event_wal_mode_would_send() -> None:
     event = event_from_row(row)
     assert event == OutboxEvent("7616f707-0000-4000-8000-000000000001", "order", "o-1", "Placed",
                                 b'{"amount": 12.5, "orderId": "o-1"}', 1796037824024, attempt=3)
-
-
-def test_last_error_is_one_bounded_line() -> None:
-    assert truncate_error("broker\n  said   no") == "broker said no"
-    assert len(truncate_error("x" * 10_000)) == MAX_ERROR_LENGTH
 
 
 def _text(composed: sql.Composable) -> str:

@@ -116,12 +116,17 @@ def test_report_of_a_noop_run_says_nothing_changed() -> None:
     assert not report.changed
     assert report.lines() == [
         "outbox public.outbox_events: schema up to date (version 3)",
+        "mode: wal",
         "notify trigger: existed",
         "replication slot cdc_relay (wal2json): existed",
     ]
 
 
 def test_report_counts_a_dropped_trigger_as_a_change() -> None:
-    report = InitReport(TableRef(), (), 3, Outcome.DROPPED, Outcome.SKIPPED, Outcome.SKIPPED)
+    report = InitReport(TableRef(), (), 3, Outcome.DROPPED, Outcome.SKIPPED, Outcome.SKIPPED,
+                        mode="wal")
     assert report.changed
-    assert report.lines()[-1] == "replication slot: skipped (no slot requested)"
+    assert report.lines()[2].startswith("notify trigger: dropped (WAL mode does not use it")
+    poll = InitReport(TableRef(), (), 3, Outcome.CREATED, Outcome.SKIPPED, Outcome.SKIPPED,
+                      mode="poll")
+    assert poll.lines()[-1] == "replication slot: none (polling mode does not use one)"

@@ -6,8 +6,8 @@ output_plugin_libraries, the outbox table, its privileges, trigger and publicati
 slot and its WAL retention - each failure carrying the exact fix to run.
 
 Must not do I/O: no connection, no broker, no environment. Gathering the facts and the
-two checks that need I/O of their own live in ``doctor.py``; rendering in
-``doctor_report.py``.
+two checks that need I/O of their own live in ``ops/doctor/gather.py``; rendering in
+``ops/doctor/report.py``.
 """
 
 from __future__ import annotations
@@ -68,6 +68,7 @@ class ServerFacts:
     senders_used: int
     plugin_libraries: str | None = None  # output_plugin_libraries; None where the server lacks it
     libraries_hidden: bool = False  # the setting exists but this role may not read it
+    wal_segment_size: int = 16 * 2**20
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +78,7 @@ class TableFacts:
     privileges: dict[str, bool] = field(default_factory=dict)
     trigger: bool = False
     columns: frozenset[str] = frozenset()
+    partitions: int | None = None  # leaf partitions of a partitioned table; None: not one
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +86,7 @@ class PublicationFacts:
     exists: bool
     inserts: bool = False
     includes_table: bool = False
+    via_root: bool = False  # publish_via_partition_root
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +95,7 @@ class Facts:
     table: TableFacts
     publication: PublicationFacts
     slot: SlotStatus | None
+    idle_slots: tuple[SlotStatus, ...] = ()  # inactive logical slots of this database
 
 
 def quote_ident(name: str) -> str:
@@ -174,7 +178,7 @@ def table_checks(facts: Facts, options: DoctorOptions) -> list[Check]:
     table, info, poll = options.outbox.table, facts.table, options.mode == "poll"
     if not info.exists:
         return [Check("outbox table", Verdict.FAIL, f"{table} does not exist",
-                      f"cdc-relay init --dsn DSN --table {table}" + (" --no-slot" if poll else ""))]
+                      f"cdc-relay init --dsn DSN --table {table}" + (" --mode poll" if poll else ""))]
     columns = options.outbox.columns
     missing = [getattr(columns, role) for role in columns.__dataclass_fields__
                if getattr(columns, role) not in info.columns]
@@ -184,10 +188,11 @@ def table_checks(facts: Facts, options: DoctorOptions) -> list[Check]:
                             "map the columns: --columns debezium or --columns FIELD=COLUMN,...")
     elif bookkeeping and poll:
         table_check = Check("outbox table", Verdict.FAIL, f"{table} lacks {', '.join(bookkeeping)}",
-                            f"cdc-relay init --dsn DSN --table {table} --no-slot (adds them)")
+                            f"cdc-relay init --dsn DSN --table {table} --mode poll (adds them)")
     else:
         table_check = Check("outbox table", Verdict.PASS, f"{table} has the event columns"
-                            + (" (no polling columns: WAL mode only)" if bookkeeping else ""))
+                            + (" (no polling columns: WAL mode only)" if bookkeeping else "")
+                            + _partition_note(info, options))
     checks = [table_check, _privileges_check(facts, options), _trigger_check(info, poll)]
     if not poll and options.plugin == "pgoutput":
         checks.append(_publication_check(facts, options))
@@ -208,13 +213,33 @@ def _privileges_check(facts: Facts, options: DoctorOptions) -> Check:
                  f"{quote_ident(facts.server.role)};")
 
 
+def _partition_note(info: TableFacts, options: DoctorOptions) -> str:
+    if info.partitions is None:
+        return ""
+    note = f"; partitioned, {info.partitions} partition(s)"
+    if options.mode == "wal" and options.plugin == "wal2json":
+        note += (" (wal2json streams every table's inserts and the relay picks the partitions'; "
+                 "pgoutput filters on the server)")
+    return note
+
+
 def _trigger_check(info: TableFacts, poll: bool) -> Check:
+    if info.trigger and not poll:
+        return Check("notify trigger", Verdict.WARN,
+                     f"{NOTIFY_TRIGGER} is installed but WAL mode does not use it: it costs every "
+                     "insert a NOTIFY and makes PREPARE TRANSACTION fail in writing transactions",
+                     "cdc-relay init --dsn DSN (WAL mode drops it), unless pollers also read "
+                     "this table")
     if info.trigger:
-        return Check("notify trigger", Verdict.PASS, f"{NOTIFY_TRIGGER} wakes pollers on insert")
+        partitioned = "" if info.partitions is None else (
+            " (inserts into the parent; rows inserted straight into a partition wait for "
+            "--interval)")
+        return Check("notify trigger", Verdict.PASS,
+                     f"{NOTIFY_TRIGGER} wakes pollers on insert{partitioned}")
     if not poll:
         return Check("notify trigger", Verdict.PASS, "absent (WAL mode does not need it)")
     return Check("notify trigger", Verdict.WARN, "absent: pollers wake only every --interval",
-                 "cdc-relay init --dsn DSN --no-slot (without --no-trigger)")
+                 "cdc-relay init --dsn DSN --mode poll (without --no-trigger)")
 
 
 def _publication_check(facts: Facts, options: DoctorOptions) -> Check:
@@ -232,7 +257,14 @@ def _publication_check(facts: Facts, options: DoctorOptions) -> Check:
         return Check("publication", Verdict.WARN if can_fix else Verdict.FAIL,
                      f"{pub} does not include {table}",
                      f"ALTER PUBLICATION {quote_ident(pub)} ADD TABLE {table};")
-    return Check("publication", Verdict.PASS, f"{pub} publishes inserts of {table}")
+    if facts.table.partitions is not None and not info.via_root:
+        return Check("publication", Verdict.WARN if can_fix else Verdict.FAIL,
+                     f"{pub} publishes the partitions of {table} under their own names, which "
+                     "the relay does not read" + ("; the relay sets publish_via_partition_root "
+                                                   "on start" if can_fix else ""),
+                     f"ALTER PUBLICATION {quote_ident(pub)} SET (publish_via_partition_root = true);")
+    return Check("publication", Verdict.PASS, f"{pub} publishes inserts of {table}"
+                 + (" via its partition root" if facts.table.partitions is not None else ""))
 
 
 def slot_checks(facts: Facts, options: DoctorOptions) -> list[Check]:
@@ -259,8 +291,30 @@ def slot_checks(facts: Facts, options: DoctorOptions) -> list[Check]:
                       f"{slot.confirmed_flush_lsn} from the outbox table")]
     state = f"active (pid {slot.active_pid})" if slot.active else "inactive"
     lag = human_bytes(slot.lag_bytes or 0)
-    return [Check("slot", Verdict.PASS, f"{name}: {slot.plugin}, {state}, confirmed "
-                  f"{slot.confirmed_flush_lsn}, lag {lag}"), _retention_check(slot, facts.server)]
+    detail = f"{name}: {slot.plugin}, {state}, confirmed {slot.confirmed_flush_lsn}, lag {lag}"
+    retained = slot.retained_bytes or 0
+    if not slot.active and retained >= facts.server.wal_segment_size:
+        # Below one WAL segment it is a slot just created (init) or a relay restarting.
+        return [Check("slot", Verdict.FAIL,
+                      f"{detail}: no relay streams from it, and it retains {human_bytes(retained)} "
+                      "of WAL, more with every write until the disk is full",
+                      f"start the relay (cdc-relay run --slot {name}); if none will run, {drop}"),
+                _retention_check(slot, facts.server)]
+    return [Check("slot", Verdict.PASS, detail), _retention_check(slot, facts.server)]
+
+
+def idle_slot_checks(facts: Facts) -> list[Check]:
+    """Polling mode: every inactive logical slot of this database is WAL nobody reads."""
+    if not facts.idle_slots:
+        return [Check("unused slots", Verdict.PASS,
+                      "no inactive replication slot in this database retains WAL")]
+    return [Check("unused slots", Verdict.FAIL,
+                  f"replication slot {slot.name} ({slot.plugin}) is inactive and retains "
+                  f"{human_bytes(slot.retained_bytes or 0)} of WAL, more with every write until "
+                  "the disk is full: polling mode does not read it",
+                  f"cdc-relay slot drop --dsn DSN --slot {slot.name} --yes (unless a WAL-mode "
+                  "relay will use it; dropping loses its position)")
+            for slot in facts.idle_slots]
 
 
 def _retention_check(slot: SlotStatus, server: ServerFacts) -> Check:

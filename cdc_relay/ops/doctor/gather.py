@@ -9,8 +9,8 @@ so ``pg_available_extensions`` cannot tell; creating and dropping a temporary sl
 and the broker's metadata request.
 
 This module owns the I/O half: gathering, the two probes, and running every check in
-order. The verdicts on gathered facts are ``doctor_checks.py``; the report is
-``doctor_report.py``.
+order. The verdicts on gathered facts are ``ops/doctor/checks.py``; the report is
+``ops/doctor/report.py``.
 
 Must not change anything except that temporary slot, nor stop at the first failure: an
 operator wants the whole list at once.
@@ -37,13 +37,15 @@ from cdc_relay.ops.doctor.checks import (
     ServerFacts,
     TableFacts,
     Verdict,
+    idle_slot_checks,
     libraries_fix,
     plugin_allowed,
+    quote_ident,
     server_checks,
     slot_checks,
     table_checks,
 )
-from cdc_relay.ops.status import read_slot_status
+from cdc_relay.ops.status import idle_logical_slots, read_slot_status
 from cdc_relay.sink.kafka_client import check_brokers
 
 PROBE_TIMEOUT = "10s"  # creating a slot waits for running transactions: bound it
@@ -54,7 +56,8 @@ SELECT current_setting('server_version'), current_database(), current_user,
        r.rolsuper, r.rolreplication, current_setting('wal_level'),
        current_setting('max_replication_slots')::int, current_setting('max_wal_senders')::int,
        pg_size_bytes(current_setting('max_slot_wal_keep_size')),
-       (SELECT count(*) FROM pg_replication_slots), (SELECT count(*) FROM pg_stat_replication)
+       (SELECT count(*) FROM pg_replication_slots), (SELECT count(*) FROM pg_stat_replication),
+       pg_size_bytes(current_setting('wal_segment_size'))
 FROM pg_roles AS r WHERE r.rolname = current_user
 """
 
@@ -65,7 +68,9 @@ SELECT pg_has_role(current_user, c.relowner, 'USAGE'),
        EXISTS (SELECT 1 FROM pg_trigger AS t WHERE t.tgrelid = c.oid AND t.tgname = %s
                AND NOT t.tgisinternal),
        ARRAY(SELECT a.attname::text FROM pg_attribute AS a
-             WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped)
+             WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped),
+       CASE WHEN c.relkind = 'p' THEN
+            (SELECT count(*) FROM pg_partition_tree(c.oid) AS t WHERE t.isleaf)::int END
 FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
 WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')
 """
@@ -73,7 +78,9 @@ WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')
 _PUBLICATION_SQL = """
 SELECT p.pubinsert, p.puballtables OR EXISTS (
     SELECT 1 FROM pg_publication_tables AS t
-    WHERE t.pubname = p.pubname AND t.schemaname = %s AND t.tablename = %s)
+    WHERE t.pubname = p.pubname AND t.schemaname = %s AND t.tablename = %s) OR EXISTS (
+    SELECT 1 FROM pg_publication_rel AS r
+    WHERE r.prpubid = p.oid AND r.prrelid = to_regclass(%s)), p.pubviaroot
 FROM pg_publication AS p WHERE p.pubname = %s
 """
 
@@ -84,20 +91,25 @@ def gather(conn: psycopg.Connection[Any], options: DoctorOptions) -> Facts:
     try:
         row = conn.execute(_SERVER_SQL).fetchone()
         assert row is not None
-        server = _with_libraries(conn, ServerFacts(*row))
+        server = _with_libraries(conn, replace(ServerFacts(*row[:11]), wal_segment_size=row[11]))
         found = conn.execute(_TABLE_SQL, (NOTIFY_TRIGGER, table.schema, table.name)).fetchone()
-        pub = conn.execute(_PUBLICATION_SQL, (table.schema, table.name,
+        pub = conn.execute(_PUBLICATION_SQL, (table.schema, table.name, f"{quote_ident(table.schema)}."
+                                              f"{quote_ident(table.name)}",
                                               options.publication)).fetchone()
     except psycopg.Error as exc:
         raise translate_error(exc, "reading server settings and catalogs") from exc
     table_facts = TableFacts(False)
     if found is not None:
-        owner, select, insert, update, delete, trigger, columns = found
+        owner, select, insert, update, delete, trigger, columns, partitions = found
         table_facts = TableFacts(True, owner, {"SELECT": select, "INSERT": insert,
                                                "UPDATE": update, "DELETE": delete},
-                                 trigger, frozenset(columns))
-    publication = PublicationFacts(pub is not None, *(pub or ()))
-    return Facts(server, table_facts, publication, read_slot_status(conn, options.slot)[1])
+                                 trigger, frozenset(columns), partitions)
+    publication = PublicationFacts(False)
+    if pub is not None:
+        inserts, includes, via_root = pub
+        publication = PublicationFacts(True, inserts, bool(includes), via_root)
+    return Facts(server, table_facts, publication, read_slot_status(conn, options.slot)[1],
+                 tuple(idle_logical_slots(conn)))
 
 
 def _with_libraries(conn: psycopg.Connection[Any], server: ServerFacts) -> ServerFacts:
@@ -197,4 +209,6 @@ def _database_checks(conn: psycopg.Connection[Any], options: DoctorOptions) -> l
     checks += table_checks(facts, options)
     if options.mode == "wal":
         checks += slot_checks(facts, options)
+    else:
+        checks += idle_slot_checks(facts)
     return checks

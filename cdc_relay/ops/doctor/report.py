@@ -1,7 +1,7 @@
 """Doctor's output: the checks as aligned text lines with fixes, or as JSON.
 
 Owns the report formats and the pass/fail summary. Must not decide verdicts (that is
-``doctor_checks.py``) nor gather anything.
+``ops/doctor/checks.py``) nor gather anything.
 """
 
 from __future__ import annotations

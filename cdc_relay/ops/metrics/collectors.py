@@ -1,10 +1,11 @@
 """Prometheus collectors: the relay's plain counters turned into metric families at scrape time.
 
 Owns every metric name, help text and label the relay exposes: ``WalCollector`` reads
-``RelayStats`` (relay.py) and the slot figures of the lag probe, ``PollCollector`` reads
-``PollStats`` (poller/settlement.py), ``TxnCollector`` reads exactly-once's ``TxnStats``
-(txn_policy.py), ``make_registry`` adds the process, platform and
-GC collectors. The slot gauges are absent while the probe cannot read or the slot does
+``RelayStats`` (wal/loop.py) and the slot figures of the lag probe, ``PollCollector`` reads
+``PollStats`` (polling/settlement.py), ``ReadyCollector`` turns the ``/readyz`` verdict into
+``cdc_relay_ready`` (Prometheus cannot probe /readyz itself), ``TxnCollector`` reads
+exactly-once's ``TxnStats`` (txn_policy.py), ``make_registry`` adds the process, platform
+and GC collectors. The slot gauges are absent while the probe cannot read or the slot does
 not exist.
 
 Must not: mutate the stats, open a connection, start a thread or serve HTTP - the lag
@@ -180,6 +181,18 @@ class PollCollector:
                      1 if stats.connected else 0)
         yield _gauge("cdc_relay_broker_ok", "0 while workers wait for the broker.",
                      1 if stats.broker_ok else 0)
+
+
+class ReadyCollector:
+    """``cdc_relay_ready``: 1 while ``ready()`` (the /readyz verdict) says ready, else 0."""
+
+    def __init__(self, ready: Callable[[], tuple[bool, str]]) -> None:
+        self._ready = ready
+
+    def collect(self) -> Iterable[Metric]:
+        ok, _ = self._ready()
+        yield _gauge("cdc_relay_ready", "1 while /readyz answers 200 (stream or pollers connected, "
+                     "producer usable).", 1 if ok else 0)
 
 
 def make_registry(*collectors: Any) -> CollectorRegistry:

@@ -1,13 +1,13 @@
 """Prometheus metrics, ``/healthz`` and ``/readyz`` (docs/design.md), served from a daemon thread.
 
 The relay loops never touch a Prometheus object: they bump plain counters (``RelayStats``
-in relay.py, ``PollStats`` in poller/settlement.py) and the collectors of
-metrics_collectors.py turn those into metric families at scrape time. This module owns
+in wal/loop.py, ``PollStats`` in polling/settlement.py) and the collectors of
+ops/metrics/collectors.py turn those into metric families at scrape time. This module owns
 the rest: the slot lag probe, the health verdicts and the HTTP endpoint. What the loops
 cannot know - how far the slot lags behind the server's WAL - comes from
 ``SlotLagProbe``: a timer thread with its own ordinary connection that reads
 ``pg_replication_slots`` / ``pg_current_wal_lsn()`` / ``pg_stat_replication`` every few
-seconds (ops.SlotReader). It never runs on the hot path and survives database outages:
+seconds (ops/status.py ``SlotReader``). It never runs on the hot path and survives database outages:
 while it cannot read, the lag gauges are absent and ``cdc_relay_slot_probe_success`` is 0.
 
 Health: ``/healthz`` answers 503 when the loop is stuck - it is streaming (or polling)
@@ -40,7 +40,13 @@ from prometheus_client.exposition import choose_encoder
 from cdc_relay.config import MetricsConfig
 from cdc_relay.errors import ConfigError, RelayError
 from cdc_relay.model import SlotStatus
-from cdc_relay.ops.metrics.collectors import PollCollector, TxnCollector, WalCollector, make_registry
+from cdc_relay.ops.metrics.collectors import (
+    PollCollector,
+    ReadyCollector,
+    TxnCollector,
+    WalCollector,
+    make_registry,
+)
 from cdc_relay.ops.status import SlotReader
 from cdc_relay.polling.settlement import PollStats
 from cdc_relay.txn_policy import TxnStats
@@ -117,11 +123,15 @@ def wal_health(stats: RelayStats, now: float, stale_after: float = WAL_STALE_AFT
 
 
 def wal_ready(stats: RelayStats) -> tuple[bool, str]:
-    """Ready while the replication stream is open and the producer is usable."""
+    """Ready while the producer is usable and the replication stream is open.
+
+    The producer comes first: the loop warms it before it opens the stream, so without a
+    broker the stream is never open either, and the reason must name the broker.
+    """
+    if not stats.producer_ok:
+        return False, "not ready: no usable producer (no broker answered, or the producer failed)"
     if not stats.streaming:
         return False, "not ready: the replication stream is not open"
-    if not stats.producer_ok:
-        return False, "not ready: the producer has failed or no broker answers"
     return True, "ready: streaming"
 
 
@@ -241,12 +251,15 @@ def serve_wal(config: MetricsConfig, stats: RelayStats, *, dsn: str,
         yield None
         return
     probe = SlotLagProbe(SlotReader(dsn, slot))
-    collectors: list[object] = [WalCollector(stats, probe)]
+
+    def ready() -> tuple[bool, str]:
+        return wal_ready(stats)
+
+    collectors: list[object] = [WalCollector(stats, probe), ReadyCollector(ready)]
     if txn is not None:
         collectors.append(TxnCollector(txn))
     endpoints = Endpoints(make_registry(*collectors),
-                          health=lambda: wal_health(stats, time.monotonic()),
-                          ready=lambda: wal_ready(stats))
+                          health=lambda: wal_health(stats, time.monotonic()), ready=ready)
     server = MetricsServer(config, endpoints)
     server.start()
     probe.start()
@@ -267,9 +280,13 @@ def serve_poll(config: MetricsConfig, stats: PollStats, *,
         return
     started = time.monotonic()
     stale_after = POLL_STALE_AFTER + interval
-    endpoints = Endpoints(make_registry(PollCollector(stats)),
+
+    def ready() -> tuple[bool, str]:
+        return poll_ready(stats)
+
+    endpoints = Endpoints(make_registry(PollCollector(stats), ReadyCollector(ready)),
                           health=lambda: poll_health(stats, time.monotonic(), started, stale_after),
-                          ready=lambda: poll_ready(stats))
+                          ready=ready)
     server = MetricsServer(config, endpoints)
     server.start()
     _serving(server, config.host)

@@ -1,4 +1,4 @@
-"""Fault injection: WAL mode survives every fault without losing an event (issue 7).
+"""Fault injection: WAL mode survives every fault without losing an event.
 
 Each test checks that every committed event is eventually in Kafka and that no
 rolled-back one is. Services that a test pauses, kills or restarts are its own.
@@ -17,6 +17,7 @@ import psycopg
 import pytest
 
 from cdc_relay.local.broker import Broker
+from cdc_relay.local.helpers import free_port
 from cdc_relay.local.postgres import PostgresCluster
 from cdc_relay.outbox import emit
 from tests.integration.wal_support import (
@@ -28,9 +29,15 @@ from tests.integration.wal_support import (
     start_relay,
     write_workload,
 )
-from tests.support import KafkaCollector, wait_for
+from tests.support import KafkaCollector, scrape, wait_for
 
 pytestmark = pytest.mark.faults
+
+
+def wait_for_inflight(port: int, count: int) -> None:
+    """Wait until the relay has read ``count`` events and awaits their acks."""
+    wait_for(lambda: scrape(port).get("cdc_relay_inflight_events") == count, timeout=30,
+             message=f"{count} events in flight")
 
 
 @pytest.fixture
@@ -191,15 +198,17 @@ def test_sigterm_flushes_and_exits_0_and_a_second_signal_exits_at_once(
             collect_ids(collector, topic_prefix, expected.ids)
         assert relay.stop(signal.SIGTERM, timeout=30) == 0
     # With the broker frozen the flush cannot finish: the second signal ends it at once.
+    port = free_port()
     with start_relay(db, private_broker.bootstrap, topic_prefix,
-                     extra=("--message-timeout", "120s")) as relay:
+                     extra=("--message-timeout", "120s", "--metrics-port", str(port))) as relay:
         private_broker.pause()
         try:
-            write_workload(db, transactions=3, seed=52, rollback_every=0)
-            time.sleep(1)
+            unacked = write_workload(db, transactions=3, seed=52, rollback_every=0)
+            wait_for_inflight(port, len(unacked.events))
             relay.proc.send_signal(signal.SIGTERM)
-            time.sleep(0.5)
-            assert relay.running()
+            wait_for(lambda: "SIGTERM: stopping" in relay.stderr, timeout=10,
+                     message="the first SIGTERM logged")
+            assert relay.running()  # flushing: the acks cannot come
             assert relay.stop(signal.SIGTERM, timeout=10) == 130
         finally:
             private_broker.resume()
@@ -209,12 +218,13 @@ def test_sigterm_with_the_broker_frozen_exits_0_without_confirming_unacked_event
     db: str, private_broker: Broker, topic_prefix: str
 ) -> None:
     init_db(db)
+    port = free_port()
     with start_relay(db, private_broker.bootstrap, topic_prefix,
-                     extra=("--message-timeout", "120s")) as relay:
+                     extra=("--message-timeout", "120s", "--metrics-port", str(port))) as relay:
         private_broker.pause()
         try:
             expected = write_workload(db, transactions=5, seed=61, rollback_every=0)
-            time.sleep(1)  # the relay has read them and is waiting for acks
+            wait_for_inflight(port, len(expected.events))  # read, waiting for acks
             # Bounded shutdown: the acks never come, the process still exits cleanly.
             assert relay.stop(signal.SIGTERM, timeout=40) == 0, relay.stderr
         finally:

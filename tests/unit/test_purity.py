@@ -1,0 +1,68 @@
+"""The pure modules import neither psycopg nor confluent_kafka (docs/design.md, packages).
+
+Checked in a fresh interpreter, so modules the test session already imported cannot hide
+an import: a module is pure only if importing it - and everything it imports - loads no
+driver.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PURE_MODULES = (
+    "cdc_relay.model",
+    "cdc_relay.errors",
+    "cdc_relay.config",
+    "cdc_relay.logs",
+    "cdc_relay.text",
+    "cdc_relay.acks",
+    "cdc_relay.routing",
+    "cdc_relay.decoding.wal2json",
+    "cdc_relay.decoding.pgoutput",
+    "cdc_relay.polling.settlement",
+    "cdc_relay.ops.doctor.checks",
+    "cdc_relay.ops.metrics.collectors",
+    "cdc_relay.wal.loop",
+    "cdc_relay.wal.protocol",
+    "cdc_relay.sink.base",
+    "cdc_relay.testing",  # the fakes drive the pure loops without a driver
+)
+DRIVERS = ("psycopg", "confluent_kafka")
+
+_PROBE = """
+import importlib, json, sys
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in {drivers!r})))
+"""
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _drivers_loaded_by(*modules: str) -> list[str]:
+    result = subprocess.run(
+        [sys.executable, "-c", _PROBE.format(drivers=set(DRIVERS)), *modules],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    loaded: list[str] = json.loads(result.stdout)
+    return loaded
+
+
+def test_the_pure_modules_together_load_no_driver() -> None:
+    assert _drivers_loaded_by(*PURE_MODULES) == []
+
+
+@pytest.mark.parametrize("module", PURE_MODULES)
+def test_each_pure_module_loads_no_driver(module: str) -> None:
+    assert _drivers_loaded_by(module) == []
+
+
+def test_the_probe_would_see_a_driver() -> None:
+    assert "psycopg" in _drivers_loaded_by("cdc_relay.db")
+    assert "confluent_kafka" in _drivers_loaded_by("cdc_relay.sink.kafka")
