@@ -19,6 +19,9 @@ poll-batch500  ``--no-slot --no-trigger``                  ``poll --batch-size 5
                                                            settings for throughput)
 poll-classic   ``--no-slot --no-trigger``                  ``python -m benchmarks.classic``: the
                                                            textbook relay, the baseline
+wal-*-eos      as the plugin's WAL mode                    ``run --exactly-once --txn-interval
+                                                           100ms`` (``-eos-20ms``, ``-eos-500ms``:
+                                                           other intervals; not in the default set)
 =============  ==========================================  ============================
 
 WAL modes and plain polling run without the NOTIFY trigger (they do not need it, and
@@ -61,7 +64,14 @@ MODES: dict[str, Mode] = {m.name: m for m in (
     Mode("poll-batch500", "poll", None, ("--no-slot", "--no-trigger"),
          ("poll", "--batch-size", "500", "--interval", "100ms", "--no-notify")),
     Mode("poll-classic", "poll", None, ("--no-slot", "--no-trigger"), (), module="benchmarks.classic"),
+    *(Mode(f"wal-{plugin}-eos{suffix}", "wal", plugin, ("--plugin", plugin, "--no-trigger"),
+           ("run", "--plugin", plugin, "--exactly-once", "--checkpoint-topic", "bench.checkpoints",
+            "--txn-interval", interval))
+      for plugin in ("wal2json", "pgoutput")
+      for suffix, interval in (("", "100ms"), ("-20ms", "20ms"), ("-500ms", "500ms"))),
 )}
+# A full or quick run measures these; the other exactly-once intervals only when named.
+DEFAULT_MODES = tuple(name for name in MODES if not name.endswith(("-20ms", "-500ms")))
 
 FULL_EVENTS = (100_000, 200_000)  # backlog sizes: both are reported
 QUICK_EVENTS = (50_000,)

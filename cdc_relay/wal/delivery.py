@@ -38,8 +38,12 @@ class DeliveryMode(Protocol):
     def commit(self, end_lsn: Lsn) -> None:
         """The current PostgreSQL transaction ended at ``end_lsn`` (after the tracker knows)."""
 
-    def tick(self, now: float) -> None:
-        """Once per loop turn (timers); may raise to end the session."""
+    def tick(self, now: float) -> float:
+        """Once per loop turn (timers); may raise to end the session.
+
+        Returns how soon (seconds) it wants the next tick: the loop waits no longer
+        for the stream.
+        """
 
     def delivery_failed(self, event: OutboxEvent, error: DeliveryError) -> bool:
         """A delivery failed; True if the mode handled it (the loop then does nothing more)."""
@@ -63,8 +67,8 @@ class AtLeastOnce:
     def commit(self, end_lsn: Lsn) -> None:
         return None
 
-    def tick(self, now: float) -> None:
-        return None
+    def tick(self, now: float) -> float:
+        return 1.0
 
     def delivery_failed(self, event: OutboxEvent, error: DeliveryError) -> bool:
         return False

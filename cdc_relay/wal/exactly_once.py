@@ -168,10 +168,14 @@ class ExactlyOnce:
         if self._batch.should_close(self._clock()):
             self._commit(partial=False)
 
-    def tick(self, now: float) -> None:
+    def tick(self, now: float) -> float:
         self._raise_failure()
-        if self._batch.should_close(now):
+        batch = self._batch
+        if batch.should_close(now):
             self._commit(partial=False)
+        if batch.open and not batch.in_pg_txn:  # wake up when the interval is over
+            return max(0.001, self._config.limits.interval - batch.age(now))
+        return 1.0
 
     def delivery_failed(self, event: OutboxEvent, error: DeliveryError) -> bool:
         """Any failed delivery dooms the open transaction: abort and replay (next tick).

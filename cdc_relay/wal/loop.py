@@ -280,7 +280,7 @@ class _Session:
         while not stop.is_set():
             sink.poll(0)
             self._check()
-            self.mode.tick(clock())  # delivery mode
+            wake = self.mode.tick(clock())  # delivery mode
             if self.redo:
                 self._produce_redo()
             now = clock()
@@ -292,7 +292,7 @@ class _Session:
                 # telling the walsender we are alive.
                 sink.poll(0.05)
             elif self._read_batch() == 0:
-                source.wait(0.005 if self.inflight else 0.1)
+                source.wait(min(0.005 if self.inflight else 0.1, wake))
             self._maybe_send_status(clock())
 
     def _check(self) -> None:
