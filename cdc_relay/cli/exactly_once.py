@@ -17,7 +17,7 @@ from cdc_relay.cli.options import DURATION, F, option
 from cdc_relay.config import ExactlyOnceSettings
 from cdc_relay.errors import ConfigError
 
-_NAMES = ("exactly_once_flag", "checkpoint_topic", "txn_interval", "txn_max_events",
+_NAMES = ("exactly_once", "checkpoint_topic", "txn_interval", "txn_max_events",
           "txn_max_bytes", "txn_split_events", "transaction_timeout", "reset_checkpoint")
 
 
@@ -31,7 +31,7 @@ def exactly_once_options(f: F) -> F:
         return f(*args, **kwargs)
 
     decorators = [
-        option("--exactly-once", "exactly_once_flag", is_flag=True, default=False,
+        option("--exactly-once", is_flag=True, default=False,
                help="Kafka transactions: a read_committed consumer sees every event once, all "
                     "of a PostgreSQL transaction or none (docs/exactly-once.md)."),
         option("--checkpoint-topic", default="cdc-relay.checkpoints", show_default=True,
@@ -59,7 +59,7 @@ def exactly_once_options(f: F) -> F:
 
 def settings_from(values: dict[str, Any]) -> ExactlyOnceSettings | None:
     """The settings, or None without ``--exactly-once`` (then the other options must be unset)."""
-    if not values["exactly_once_flag"]:
+    if not values["exactly_once"]:
         if values["reset_checkpoint"]:
             raise ConfigError("--reset-checkpoint only applies with --exactly-once")
         return None

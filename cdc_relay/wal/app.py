@@ -103,6 +103,8 @@ def run_wal(settings: WalSettings) -> int:
     stop = threading.Event()
     install_signal_handlers(stop)  # first: a SIGTERM during start-up is a clean stop too
     repl = settings.replication
+    if settings.exactly_once is not None:
+        check_exactly_once(settings)  # before any I/O: bad options exit 2 at once
     setup = ensure_replication(repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
                                publication=repl.publication)
     eos = None if settings.exactly_once is None else exactly_once_parts(settings)
@@ -130,6 +132,18 @@ class ExactlyOnceParts:
     mode: ExactlyOnce
 
 
+def check_exactly_once(settings: WalSettings) -> None:
+    """ConfigError for exactly-once settings that contradict the producer's (no I/O)."""
+    from cdc_relay.sink.kafka_txn import TxnSinkConfig, transactional_config
+
+    eos, kafka = settings.exactly_once, settings.kafka
+    assert eos is not None
+    if kafka.message_timeout_ms > eos.transaction_timeout_ms:
+        raise ConfigError(f"--message-timeout ({kafka.message_timeout_ms} ms) must not exceed "
+                          f"--transaction-timeout ({eos.transaction_timeout_ms} ms)")
+    transactional_config(kafka, TxnSinkConfig("check", eos.checkpoint_topic))
+
+
 def exactly_once_parts(settings: WalSettings) -> ExactlyOnceParts:
     """Identify the source (system identifier + slot) and build exactly-once's parts."""
     from cdc_relay.sink.kafka_txn import TxnSinkConfig, transactional_sink_factory
@@ -137,9 +151,7 @@ def exactly_once_parts(settings: WalSettings) -> ExactlyOnceParts:
 
     eos, repl, kafka = settings.exactly_once, settings.replication, settings.kafka
     assert eos is not None
-    if kafka.message_timeout_ms > eos.transaction_timeout_ms:
-        raise ConfigError(f"--message-timeout ({kafka.message_timeout_ms} ms) must not exceed "
-                          f"--transaction-timeout ({eos.transaction_timeout_ms} ms)")
+    check_exactly_once(settings)
     system_id = system_identifier(repl.dsn)
     txn = TxnSinkConfig(transactional_id(system_id, repl.slot), eos.checkpoint_topic,
                         eos.transaction_timeout_ms)
