@@ -256,3 +256,37 @@ def test_poison_events_inside_a_transaction_are_dead_lettered_and_the_rest_arriv
     assert b"TOO_LARGE" in big.headers["error"] and big.value == b""
     assert orjson.loads(next(m for m in messages if m.headers.get("id") == good[-1].encode()).value) \
         == {"after": True}
+
+
+def test_a_split_transaction_killed_mid_way_resumes_after_the_events_in_kafka(
+        db: str, noida: NoidaBroker, topic_prefix: str) -> None:
+    init_db(db)
+    total, split = 20_000, 2_000
+    with psycopg.connect(db) as conn:
+        conn.execute(
+            "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)"
+            " SELECT 'bulk', 'b-' || (i %% 31), 'BulkLoaded', jsonb_build_object('i', i)"
+            " FROM generate_series(1, %s) AS i", (total,))
+        conn.commit()
+    end = current_wal(db)
+    port = free_port()
+    extra = ("--txn-split-events", str(split))
+    relay = start_eos_relay(db, noida.bootstrap, topic_prefix,
+                            extra=(*extra, "--metrics-port", str(port)))
+    try:
+        wait_for(lambda: _metric(port, "cdc_relay_transactions_committed_total") >= 2, timeout=60,
+                 interval=0.005, message="two split commits")
+    finally:
+        relay.kill()
+    with KafkaCollector(noida.bootstrap, f"{topic_prefix}.checkpoints",
+                        config=READ_COMMITTED) as cp_reader:
+        last = checkpoints(cp_reader.collect(until=lambda ms: len(ms) >= 2, timeout=20))[-1]
+    assert last.partial_commit_lsn is not None and 0 < last.partial_events < total
+    with start_eos_relay(db, noida.bootstrap, topic_prefix, extra=extra) as second:
+        read_when_settled(db, end)
+        assert f"skipping the first {last.partial_events} events" in second.stderr
+        assert second.stop() == 0
+    with KafkaCollector(noida.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
+        counts = event_ids(collector.collect(until=lambda ms: len(event_ids(ms)) >= total,
+                                             timeout=60))
+    assert len(counts) == total and max(counts.values()) == 1
