@@ -86,6 +86,7 @@ class ExactlyOnce:
         self._batch = TxnBatch(config.limits)
         self._replay = ReplayFilter(None)
         self._refused: dict[str, str] = {}  # event id -> why the broker refused it
+        self._legal_topics: set[str] = set()
         self._suspects: dict[str, tuple[int, str]] = {}  # too large this round: id -> (size, why)
         self._failure: str | None = None
         self._last_token = -1  # token of the last event admitted into the open transaction
@@ -150,8 +151,11 @@ class ExactlyOnce:
     def _refusal(self, message: Message) -> str | None:
         """Why the broker would refuse ``message`` (checked before it can doom the transaction)."""
         topic = message.topic
-        if not _LEGAL_TOPIC.match(topic) or topic in (".", ".."):
-            return f"TOPIC_EXCEPTION: illegal topic name {topic!r} (checked before producing)"
+        if topic not in self._legal_topics:
+            if not _LEGAL_TOPIC.match(topic) or topic in (".", ".."):
+                return f"TOPIC_EXCEPTION: illegal topic name {topic!r} (checked before producing)"
+            if len(self._legal_topics) < 10_000:  # topics come from event data: bounded cache
+                self._legal_topics.add(topic)
         size = len(message.value) + len(message.key) + _HEADER_OVERHEAD + sum(
             len(k) + len(v) for k, v in message.headers)
         if size > self._config.max_message_bytes:
