@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from confluent_kafka import Producer
 
+from cdc_relay.checkpoint import Checkpoint, checkpoint_key
 from cdc_relay.local.noida import NoidaBroker
+from cdc_relay.model import Lsn
+from cdc_relay.sink.kafka_checkpoint import ensure_topic
 from tests.integration.eos_support import (
     READ_COMMITTED,
     assert_exactly_once,
@@ -50,3 +54,23 @@ def test_doctor_exactly_once_reports_the_checkpoint_topic_and_checkpoint(
     assert after["checkpoint topic"]["verdict"] == "pass", result.stdout
     assert after["checkpoint"]["verdict"] == "pass" and "checkpoint 0/" in after["checkpoint"]["detail"]
     assert "TransactionalId cdc-relay." in after["transactional.id"]["detail"]
+
+
+def test_another_clusters_checkpoint_is_refused_unless_reset(
+        db: str, noida: NoidaBroker, topic_prefix: str) -> None:
+    init_db(db)
+    topic = f"{topic_prefix}.checkpoints"
+    ensure_topic({"bootstrap.servers": noida.bootstrap}, topic)
+    producer = Producer({"bootstrap.servers": noida.bootstrap})
+    foreign = Checkpoint("1234567890", "cdc_relay", Lsn.parse("FF/0"))
+    producer.produce(topic, foreign.encode(), checkpoint_key(foreign.system_id, foreign.slot))
+    assert producer.flush(10) == 0
+    refused = start_eos_relay(db, noida.bootstrap, topic_prefix, wait=False)
+    assert refused.proc.wait(60) == 2
+    assert "another PostgreSQL cluster" in refused.stderr and "--reset-checkpoint" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    with start_eos_relay(db, noida.bootstrap, topic_prefix, extra=("--reset-checkpoint",)) as relay:
+        expected = write_workload(db, transactions=3, seed=5, rollback_every=0)
+        with KafkaCollector(noida.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
+            assert_exactly_once(collect_exactly(collector, expected), expected)
+        assert relay.stop() == 0
