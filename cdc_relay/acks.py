@@ -11,6 +11,14 @@ becomes safe once the watermark has passed its last event. When nothing is open 
 flight, a keepalive / empty-transaction position is safe too, so an idle outbox does not
 pin WAL written for other tables.
 
+Memory is bounded by the *span* - from the oldest undelivered event to the newest
+produced one (``inflight``), not by what is still undelivered: the queue of commits
+holds at most one entry per transaction that issued events within the span, because
+commits with no event since the previous one (other tables' transactions, empty B/C
+pairs) are coalesced into it - they become safe at the same moment. One stuck event
+and a busy server therefore cost one entry, not one per transaction. The loop caps the
+span (backpressure on ``inflight``), so the delivered-ahead set is bounded too.
+
 Pure: no I/O, no clock. It must not decide *what* to do about failures - an event that
 is never delivered simply holds the watermark, and the relay replays from ``confirmed``.
 """
@@ -43,8 +51,17 @@ class AckTracker:
 
     @property
     def inflight(self) -> int:
-        """Events produced and not yet delivered."""
+        """The span from the oldest undelivered event to the newest produced one.
+
+        Events delivered after an undelivered one still count: the tracker remembers them
+        until the watermark passes, so this is what bounds its memory.
+        """
         return self._next_seq - self._low
+
+    @property
+    def pending_commits(self) -> int:
+        """Commits waiting for the watermark (bounded; see the module docstring)."""
+        return len(self._commits)
 
     @property
     def idle(self) -> bool:
@@ -65,7 +82,12 @@ class AckTracker:
         """The current transaction ended; ``end_lsn`` is safe once all events so far are acked."""
         self._in_txn = False
         if end_lsn > self._confirmed:
-            self._commits.append((self._next_seq, end_lsn))
+            commits, seq = self._commits, self._next_seq
+            if commits and commits[-1][0] == seq:
+                # No event since the previous commit: both become safe together.
+                commits[-1] = (seq, max(end_lsn, commits[-1][1]))
+            else:
+                commits.append((seq, end_lsn))
             self._advance()
 
     def delivered(self, seq: int) -> None:

@@ -81,6 +81,11 @@ class OutboxConfig:
 
     table: TableRef = field(default_factory=TableRef)
     columns: OutboxColumns = field(default_factory=OutboxColumns)
+    # Columns read beyond the contract's (RouterConfig.extra_columns, in that order), and
+    # the trace context columns the table has (polling mode reads only what exists; the
+    # WAL decoders find traceparent/tracestate in each row themselves).
+    extra_columns: tuple[str, ...] = ()
+    trace_columns: tuple[str, ...] = ()
 
     @property
     def notify_channel(self) -> str:
@@ -109,14 +114,29 @@ def parse_columns(text: str | None) -> OutboxColumns:
 
 
 _TOPIC_FIELDS = ("aggregate_type", "event_type", "table", "schema")
+MESSAGE_FORMATS = ("raw", "debezium-json", "debezium-json-schemaless")
+_HEADER_NAME_RE = re.compile(r"^[\x21-\x7e]{1,249}$")
+# Header names the router itself writes: a --header must not shadow them.
+RESERVED_HEADERS = ("id", "event_type", "aggregate_type", "traceparent", "tracestate",
+                    "error", "original_topic")
 
 
 @dataclass(frozen=True, slots=True)
 class RouterConfig:
-    """How events become topics (docs/design.md, the message contract)."""
+    """How events become messages (docs/design.md, the message contract).
+
+    ``message_format``: ``raw`` (key and value as UTF-8 text, what Debezium emits with
+    StringConverter), ``debezium-json`` (JsonConverter with schemas, the stock Debezium
+    Connect image) or ``debezium-json-schemaless`` (JsonConverter, schemas.enable=false).
+    ``header_columns``: (column, header name) pairs copied into headers (``--header``).
+    ``partition_column``: an integer column that picks the partition (``--partition-column``).
+    """
 
     topic_pattern: str = "outbox.event.{aggregate_type}"
     dead_letter_topic: str = "outbox.dead-letters"
+    message_format: str = "raw"
+    header_columns: tuple[tuple[str, str], ...] = ()
+    partition_column: str | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -126,6 +146,48 @@ class RouterConfig:
                 f"invalid topic pattern {self.topic_pattern!r}: placeholders may be "
                 + ", ".join("{" + f + "}" for f in _TOPIC_FIELDS)
             ) from exc
+        if self.message_format not in MESSAGE_FORMATS:
+            raise ConfigError(
+                f"unknown message format {self.message_format!r}: use "
+                + ", ".join(MESSAGE_FORMATS)
+            )
+        seen: set[str] = set()
+        for column, name in self.header_columns:
+            validate_identifier(column, "--header column")
+            if name in RESERVED_HEADERS or name in seen:
+                raise ConfigError(
+                    f"invalid --header {column}:{name}: header {name!r} is "
+                    + ("set by the relay itself" if name in RESERVED_HEADERS else "given twice")
+                    + "; choose another name with COLUMN:NAME"
+                )
+            seen.add(name)
+        if self.partition_column is not None:
+            validate_identifier(self.partition_column, "--partition-column")
+
+    def extra_columns(self) -> tuple[str, ...]:
+        """The columns events must carry for this config, each once, in a fixed order.
+
+        Header columns first (in option order), then the partition column. The decoders
+        and the polling query fill ``OutboxEvent.extra`` in this order.
+        """
+        names = [column for column, _ in self.header_columns]
+        if self.partition_column is not None:
+            names.append(self.partition_column)
+        return tuple(dict.fromkeys(names))
+
+
+def parse_header_option(text: str) -> tuple[str, str]:
+    """``COLUMN`` or ``COLUMN:NAME`` (``--header``) -> (column, header name)."""
+    column, sep, name = text.partition(":")
+    column = column.strip()
+    name = name.strip() if sep else column
+    validate_identifier(column, "--header column")
+    if not _HEADER_NAME_RE.match(name):
+        raise ConfigError(
+            f"invalid --header {text!r}: the header name must be 1-249 printable ASCII "
+            "characters without spaces (COLUMN or COLUMN:NAME)"
+        )
+    return column, name
 
 
 def parse_producer_config(items: tuple[str, ...] | list[str]) -> dict[str, str]:

@@ -19,6 +19,7 @@ class ExitCode(enum.IntEnum):
     USAGE = 2  # bad option, malformed value, invalid identifier, bad config file
     UNAVAILABLE = 3  # PostgreSQL or the broker cannot be reached / refused us
     DATA = 4  # a change could not be decoded: stopped without confirming past it
+    DEAD_LETTER_REFUSED = 5  # the dead-letter topic refused an event: stopped before it
     INTERRUPTED = 130  # a second signal: stopped at once
 
 
@@ -38,7 +39,6 @@ class ServiceUnavailable(RelayError):
     """PostgreSQL or the broker could not be reached, or refused the connection."""
 
     exit_code = ExitCode.UNAVAILABLE
-
 
 
 class SourceLost(ServiceUnavailable):
@@ -61,6 +61,16 @@ class DecodeError(RelayError):
     """A replication message could not be decoded. Fatal: never skip and confirm past it."""
 
     exit_code = ExitCode.DATA
+
+
+class DeadLetterRefused(RelayError):
+    """The dead-letter topic refused an event that its own topic refused too.
+
+    Nothing can deliver the event, and skipping it would confirm past it; replaying would
+    repeat the same refusal for ever. WAL mode stops with this error (exit code 5).
+    """
+
+    exit_code = ExitCode.DEAD_LETTER_REFUSED
 
 
 class LocalServiceError(RelayError):

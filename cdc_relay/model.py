@@ -75,6 +75,10 @@ class OutboxEvent:
     ``created_at_ms`` is epoch milliseconds (the Kafka message timestamp), or None.
     ``lsn`` is the row's WAL position in WAL mode and ZERO_LSN in polling mode.
     ``attempt`` is 1 in WAL mode and the row's attempt number in polling mode.
+    ``extra`` holds the text values (None for NULL) of the columns the message options name
+    (``--header``, ``--partition-column``), in ``RouterConfig.extra_columns`` order; empty
+    when none are named, all None for a logical decoding message (it has no columns).
+    ``traceparent`` / ``tracestate`` are the W3C trace context the writer recorded, if any.
 
     Treat it as immutable. It is not ``frozen`` only because a frozen dataclass costs
     ~0.7 µs more per construction, on a path that runs 100k times a second.
@@ -88,6 +92,9 @@ class OutboxEvent:
     created_at_ms: int | None = None
     lsn: Lsn = ZERO_LSN
     attempt: int = 1
+    extra: tuple[str | None, ...] = ()
+    traceparent: str | None = None
+    tracestate: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,9 +119,20 @@ class Commit:
     xid: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class IgnoredMessage:
+    """A non-transactional logical decoding message with the relay's prefix (WAL mode).
+
+    It is not part of any transaction, so it cannot be an outbox event (it would appear
+    even if the writer rolled back): the loop only counts it.
+    """
+
+    prefix: str
+
+
 # What a decoder yields for one replication message. Other messages (updates, deletes,
-# logical messages, relations, ...) decode to None and are not Changes.
-Change = Begin | OutboxEvent | Commit
+# other prefixes' logical messages, relations, ...) decode to None and are not Changes.
+Change = Begin | OutboxEvent | Commit | IgnoredMessage
 
 
 @dataclass(slots=True)
@@ -129,11 +147,16 @@ class Message:
     value: bytes
     headers: list[tuple[str, bytes]] = field(default_factory=list)
     timestamp_ms: int | None = None
+    partition: int | None = None  # None: the sink's partitioner decides (from the key)
 
 
 # Columns the relay itself owns in the outbox table (not configurable).
 BOOKKEEPING_COLUMNS = ("attempts", "processed_at", "retry_after", "last_error", "dead_lettered_at")
 NOTIFY_TRIGGER = "cdc_relay_notify"  # polling's wake-up trigger (names are per table)
+# Optional W3C trace context columns (``init --with-trace-context``), copied to headers.
+TRACE_COLUMNS = ("traceparent", "tracestate")
+# The logical decoding message prefix of ``outbox.emit_message`` (tableless outbox).
+MESSAGE_PREFIX = "cdc-relay"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,12 @@
 """Routing: turn an OutboxEvent into the Message both relay modes publish (docs/design.md).
 
 This module owns the message contract, so WAL mode and polling mode emit identical
-messages: the topic from ``--topic-pattern``, the key (``aggregate_id`` as UTF-8, so one
-aggregate stays on one partition, in order), the value (the payload bytes, untouched),
-the headers ``id`` / ``event_type`` / ``aggregate_type`` and the timestamp
+messages: the topic from ``--topic-pattern``, the key (``aggregate_id``, so one
+aggregate stays on one partition, in order), the value (the payload), both serialized
+by ``--message-format`` (cdc_relay/formats.py), the headers ``id`` / ``event_type`` /
+``aggregate_type`` plus the ``--header`` columns and the W3C ``traceparent`` /
+``tracestate`` when the event has them, the partition when ``--partition-column`` names
+one (else the producer's partitioner hashes the serialized key) and the timestamp
 (``created_at`` in epoch ms). It also builds the dead-letter form of a message.
 
 It is pure and on the hot path: one dict lookup per event finds the formatted, validated
@@ -23,6 +26,7 @@ import re
 
 from cdc_relay.config import RouterConfig, TableRef
 from cdc_relay.errors import ConfigError
+from cdc_relay.formats import key_encoder, value_encoder
 from cdc_relay.model import Message, OutboxEvent
 from cdc_relay.text import shorten
 
@@ -92,6 +96,17 @@ class Router:
         self._table = table.name
         self._dead_letter_topic = config.dead_letter_topic
         self._cache: dict[tuple[str, str], _Route] = {}
+        self._key = key_encoder(config.message_format)
+        self._value = value_encoder(config.message_format)
+        extra = config.extra_columns()
+        # (position in OutboxEvent.extra, header name) per --header; the partition's position.
+        self._header_slots = tuple(
+            (extra.index(column), name) for column, name in config.header_columns
+        )
+        self._partition_slot = (
+            extra.index(config.partition_column) if config.partition_column is not None else -1
+        )
+        self._partition_column = config.partition_column
 
         problem = topic_problem(config.dead_letter_topic)
         if problem is not None:
@@ -111,7 +126,12 @@ class Router:
         return self._config
 
     def route(self, event: OutboxEvent) -> Message:
-        """Return the message for ``event``; raise RoutingError if it has no legal topic."""
+        """Return the message for ``event``; raise RoutingError if it has no legal topic.
+
+        Also RoutingError (so a dead letter, never a crash) for text that cannot be
+        serialized (lone surrogates, a payload that is not UTF-8) and for a partition
+        column value that is not a non-negative integer.
+        """
         pair = (event.aggregate_type, event.event_type)
         entry = self._cache.get(pair)
         if entry is None:
@@ -120,17 +140,46 @@ class Router:
         if problem is not None:
             raise RoutingError(problem, topic)
         try:
-            key = event.aggregate_id.encode()
+            key = self._key(event.aggregate_id)
+            value = self._value(event.payload)
             event_id = event.id.encode()
-        except UnicodeEncodeError as exc:  # lone surrogates: not representable in UTF-8
+        except ValueError as exc:  # lone surrogates, or a payload that is not UTF-8
             raise RoutingError(f"event {event.id!r} is not valid UTF-8: {exc}", topic) from exc
-        return Message(
-            topic,
-            key,
-            event.payload,
-            [("id", event_id), ("event_type", event_type), ("aggregate_type", aggregate_type)],
-            event.created_at_ms,
-        )
+        headers = [("id", event_id), ("event_type", event_type), ("aggregate_type", aggregate_type)]
+        partition = None
+        if event.extra:
+            self._add_column_headers(event, headers)
+            if self._partition_slot >= 0:
+                partition = self._partition(event, topic)
+        if event.traceparent is not None:
+            headers.append(("traceparent", _encode(event.traceparent)))
+            if event.tracestate is not None:
+                headers.append(("tracestate", _encode(event.tracestate)))
+        return Message(topic, key, value, headers, event.created_at_ms, partition)
+
+    def _add_column_headers(self, event: OutboxEvent, headers: list[tuple[str, bytes]]) -> None:
+        extra = event.extra
+        for slot, name in self._header_slots:
+            text = extra[slot] if slot < len(extra) else None
+            if text is not None:  # NULL: no header, as Debezium's additional placement
+                headers.append((name, _encode(text)))
+
+    def _partition(self, event: OutboxEvent, topic: str) -> int | None:
+        extra = event.extra
+        text = extra[self._partition_slot] if self._partition_slot < len(extra) else None
+        if text is None:
+            return None  # NULL: the partitioner decides, from the key
+        try:
+            partition = int(text)
+        except ValueError:
+            partition = -1
+        if partition < 0:
+            raise RoutingError(
+                f"column {self._partition_column!r} of event {event.id!r} is {text!r}: "
+                "--partition-column needs a non-negative integer",
+                topic,
+            )
+        return partition
 
     def dead_letter(self, item: Message | OutboxEvent, reason: str) -> Message:
         """Return the dead-letter message for a message (or an event that could not be routed).
@@ -141,13 +190,21 @@ class Router:
         """
         if isinstance(item, OutboxEvent):
             original_topic: str = self._format(item.aggregate_type, item.event_type)
-            key = _encode(item.aggregate_id)
-            value = item.payload
+            try:  # serialized as the routed message would be, so a replay sends the same bytes
+                key, value = self._key(item.aggregate_id), self._value(item.payload)
+            except ValueError:
+                key, value = _encode(item.aggregate_id), item.payload
             headers = [
                 ("id", _encode(item.id)),
                 ("event_type", _encode(item.event_type)),
                 ("aggregate_type", _encode(item.aggregate_type)),
             ]
+            if item.extra:
+                self._add_column_headers(item, headers)
+            if item.traceparent is not None:
+                headers.append(("traceparent", _encode(item.traceparent)))
+                if item.tracestate is not None:
+                    headers.append(("tracestate", _encode(item.tracestate)))
             timestamp_ms = item.created_at_ms
         else:
             original_topic = item.topic

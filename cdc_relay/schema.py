@@ -62,6 +62,9 @@ NOTIFY_FUNCTION = "cdc_relay_notify"
 LOCK_TIMEOUT = "30s"
 
 _MIGRATION_FILE = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+# Migrations applied only when init is asked for the feature (then recorded as usual, so
+# asking again changes nothing): version -> init_database keyword.
+OPTIONAL_MIGRATIONS = {5: "trace_context"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,13 +204,16 @@ def init_database(
     publication: str = "cdc_relay_outbox",
     notify_trigger: bool | None = None,
     mode: str | None = None,
+    trace_context: bool = False,
 ) -> InitReport:
     """Apply pending migrations, then install what ``mode`` uses (see the module docstring).
 
     ``mode`` is ``"wal"`` (the slot named ``slot`` and, for pgoutput, the publication;
     no NOTIFY trigger) or ``"poll"`` (the trigger; no slot, no publication); by default
     ``"poll"`` when ``slot`` is None, else ``"wal"``. ``notify_trigger`` overrides the
-    mode's choice of trigger. Idempotent: a second run changes nothing and its report
+    mode's choice of trigger. ``trace_context=True`` also applies the optional migration
+    0005 (the ``traceparent`` / ``tracestate`` columns); without it that migration stays
+    pending and is not reported. Idempotent: a second run changes nothing and its report
     says so (``changed``). Creating a slot waits for transactions already running in
     the database. Raises ConfigError for invalid names or options (before connecting),
     ServiceUnavailable / DatabaseError for PostgreSQL trouble, with the fix in the message.
@@ -223,8 +229,9 @@ def init_database(
     wanted_trigger = (mode == "poll") if notify_trigger is None else notify_trigger
     with connect(dsn, autocommit=True) as conn:
         try:
+            features = frozenset({"trace_context"} if trace_context else ())
             applied, version, trigger = _apply_schema(
-                conn, outbox, names, notify_trigger=wanted_trigger
+                conn, outbox, names, notify_trigger=wanted_trigger, features=features
             )
         except psycopg.Error as exc:
             raise translate_error(exc, f"initialising {table}") from exc
@@ -258,6 +265,7 @@ def _apply_schema(
     names: dict[str, sql.Composable],
     *,
     notify_trigger: bool,
+    features: frozenset[str] = frozenset(),
 ) -> tuple[tuple[int, ...], int, Outcome]:
     table = str(outbox.table)
     with conn.transaction():
@@ -273,6 +281,9 @@ def _apply_schema(
         applied: list[int] = []
         for migration in migrations():
             if migration.version in done:
+                continue
+            feature = OPTIONAL_MIGRATIONS.get(migration.version)
+            if feature is not None and feature not in features:
                 continue
             conn.execute(render(migration.template, names))
             conn.execute(

@@ -16,6 +16,9 @@ fake that needs its own tests to be trusted defeats its purpose.
 
 Knobs (constructor arguments, also plain attributes a test may change at any time):
 
+Failure knobs take an ``ErrorKind`` (a generic reason is made up) or a whole
+``DeliveryError`` (to give a ``Cause``, e.g. TOO_LARGE or TOPIC_MISSING).
+
 * ``fail_tokens``  ``{token: ErrorKind}`` - the next delivery of that token fails with
   that kind; the entry is used up (a re-produce under the same token, e.g. as a dead
   letter, then succeeds unless a new entry is added).
@@ -55,6 +58,11 @@ from cdc_relay.sink.base import (
 from cdc_relay.wal.protocol import XLOG_DATA, ServerMessage
 
 Reorder = Callable[[list[int]], list[int]]
+Failure = ErrorKind | DeliveryError
+
+
+def _error(failure: Failure, reason: str) -> DeliveryError:
+    return failure if isinstance(failure, DeliveryError) else DeliveryError(failure, reason)
 
 
 def shuffled(seed: int) -> Reorder:
@@ -82,9 +90,9 @@ class FakeSink:
         on_delivery: DeliveryHandler,
         *,
         generation: int = 1,
-        fail_tokens: Mapping[int, ErrorKind] | None = None,
-        fail_topics: Mapping[str, ErrorKind] | None = None,
-        reject_topics: Mapping[str, ErrorKind] | None = None,
+        fail_tokens: Mapping[int, Failure] | None = None,
+        fail_topics: Mapping[str, Failure] | None = None,
+        reject_topics: Mapping[str, Failure] | None = None,
         queue_limit: int | None = None,
         hold: bool = False,
         reorder: Reorder | None = None,
@@ -92,9 +100,9 @@ class FakeSink:
         unreachable: bool = False,
     ) -> None:
         self.generation = generation
-        self.fail_tokens: dict[int, ErrorKind] = dict(fail_tokens or {})
-        self.fail_topics: dict[str, ErrorKind] = dict(fail_topics or {})
-        self.reject_topics: dict[str, ErrorKind] = dict(reject_topics or {})
+        self.fail_tokens: dict[int, Failure] = dict(fail_tokens or {})
+        self.fail_topics: dict[str, Failure] = dict(fail_topics or {})
+        self.reject_topics: dict[str, Failure] = dict(reject_topics or {})
         self.queue_limit = queue_limit
         self.hold = hold
         self.reorder = reorder
@@ -119,9 +127,9 @@ class FakeSink:
         """Accept a message, or raise ProduceRejected / QueueFull as configured."""
         if self.closed:
             raise ProduceRejected(DeliveryError(ErrorKind.FATAL, "fake sink is closed"))
-        kind = self.reject_topics.get(message.topic)
-        if kind is not None:
-            raise ProduceRejected(DeliveryError(kind, f"fake: produce to {message.topic!r} rejected"))
+        rejected = self.reject_topics.get(message.topic)
+        if rejected is not None:
+            raise ProduceRejected(_error(rejected, f"fake: produce to {message.topic!r} rejected"))
         if self.queue_limit is not None and len(self._queue) >= self.queue_limit:
             raise QueueFull(f"fake queue full ({self.queue_limit} pending)")
         self._queue.append((token, message))
@@ -189,13 +197,17 @@ class FakeSink:
         return len(ready)
 
     def _failure(self, token: int, message: Message) -> DeliveryError | None:
-        kind = self.fail_tokens.pop(token, None)
-        if kind is not None:
-            return DeliveryError(kind, f"fake {kind.value} failure of token {token}")
-        kind = self.fail_topics.get(message.topic)
-        if kind is not None:
-            return DeliveryError(kind, f"fake {kind.value} failure on topic {message.topic!r}")
+        failure = self.fail_tokens.pop(token, None)
+        if failure is not None:
+            return _error(failure, f"fake {_kind(failure)} failure of token {token}")
+        failure = self.fail_topics.get(message.topic)
+        if failure is not None:
+            return _error(failure, f"fake {_kind(failure)} failure on topic {message.topic!r}")
         return None
+
+
+def _kind(failure: Failure) -> str:
+    return (failure.kind if isinstance(failure, DeliveryError) else failure).value
 
 
 class FakeSinkFactory:

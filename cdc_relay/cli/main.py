@@ -20,11 +20,13 @@ from cdc_relay.cli.options import (
     kafka_options,
     load_config_file,
     main_entry,
+    message_options,
     observability_options,
     option,
     outbox_config,
     plugin_option,
     publication_option,
+    router_config,
     slot_option,
     table_option,
 )
@@ -35,7 +37,6 @@ from cdc_relay.config import (
     MetricsConfig,
     PollConfig,
     ReplicationConfig,
-    RouterConfig,
     TableRef,
     parse_producer_config,
 )
@@ -68,9 +69,12 @@ def cli(ctx: click.Context, config_file: str | None) -> None:
         help="Same as --mode poll (kept for existing scripts).")
 @option("--no-trigger", is_flag=True, default=False,
         help="Polling mode without the NOTIFY trigger (pollers then wake every --interval).")
+@option("--with-trace-context", is_flag=True, default=False,
+        help="Add the optional traceparent/tracestate columns (W3C trace headers).")
 @click.pass_context
 def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mode: str, slot: str,
-         plugin: str, publication: str, no_slot: bool, no_trigger: bool) -> None:
+         plugin: str, publication: str, no_slot: bool, no_trigger: bool,
+         with_trace_context: bool) -> None:
     """Apply the outbox schema (idempotent) and install what the relay mode uses."""
     from click.core import ParameterSource
 
@@ -83,7 +87,8 @@ def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mod
     ReplicationConfig(dsn=dsn, slot=slot, plugin=plugin, publication=publication)  # validate
     report = init_database(dsn, outbox_config(table, columns), slot=slot if mode == "wal" else None,
                            plugin=plugin, publication=publication, mode=mode,
-                           notify_trigger=False if no_trigger else None)
+                           notify_trigger=False if no_trigger else None,
+                           trace_context=with_trace_context)
     click.echo(str(report))
 
 
@@ -99,11 +104,16 @@ def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mod
         help="How often the confirmed LSN is reported to PostgreSQL.")
 @option("--max-inflight", type=click.IntRange(1), default=50_000, show_default=True,
         help="Stop reading WAL while this many events await broker acks.")
+@message_options
+@option("--snapshot", type=click.Choice(["initial", "never"]), default="never", show_default=True,
+        help="initial: when the relay creates the slot, first publish the rows pending in its "
+             "snapshot (moving from polling mode; docs/migration.md).")
 @exactly_once_options
 @observability_options
 def run(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, message_timeout: float,
         producer_config: tuple[str, ...], table: TableRef, columns: str | None, slot: str,
         plugin: str, publication: str, status_interval: float, max_inflight: int,
+        message_format: str, header: tuple[str, ...], partition_column: str | None, snapshot: str,
         metrics_port: int | None, metrics_host: str, log_level: str, log_format: str,
         exactly_once: ExactlyOnceSettings | None) -> int:
     """WAL mode: stream outbox inserts from a logical replication slot to Kafka."""
@@ -114,11 +124,13 @@ def run(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, mess
         replication=ReplicationConfig(dsn=dsn, slot=slot, plugin=plugin, publication=publication,
                                       status_interval=status_interval),
         outbox=outbox_config(table, columns),
-        router=RouterConfig(topic_pattern=topic_pattern, dead_letter_topic=dead_letter_topic),
+        router=router_config(topic_pattern, dead_letter_topic, message_format, header,
+                             partition_column),
         kafka=KafkaConfig(brokers=brokers, producer_config=parse_producer_config(producer_config),
                           message_timeout_ms=int(message_timeout * 1000)),
         flow=FlowConfig(max_inflight_events=max_inflight),
         metrics=MetricsConfig(port=metrics_port, host=metrics_host),
+        snapshot=snapshot,
         exactly_once=exactly_once,
     )
     return run_wal(settings)
@@ -148,14 +160,21 @@ def run(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, mess
 @option("--strict-order", is_flag=True, default=False,
         help="Never publish an aggregate's event before its earlier ones (slower; "
              "use it on every poller of the table).")
+@message_options
+@click.option("--snapshot", "poll_snapshot", default=None, hidden=True, expose_value=True)
 @observability_options
 def poll(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, message_timeout: float,
          producer_config: tuple[str, ...], table: TableRef, columns: str | None, batch_size: int,
          interval: float, max_attempts: int, backoff_base: float, backoff_max: float, workers: int,
-         no_notify: bool, strict_order: bool, metrics_port: int | None, metrics_host: str,
-         log_level: str, log_format: str) -> int:
+         no_notify: bool, strict_order: bool, message_format: str, header: tuple[str, ...],
+         partition_column: str | None, poll_snapshot: str | None, metrics_port: int | None,
+         metrics_host: str, log_level: str, log_format: str) -> int:
     """Polling mode: claim outbox rows (SKIP LOCKED), publish them, mark them processed."""
     from cdc_relay.polling.app import PollSettings, run_poll
+
+    if poll_snapshot is not None:
+        raise click.UsageError("--snapshot is a WAL-mode option (cdc-relay run --snapshot "
+                               "initial): polling mode publishes every pending row anyway")
 
     setup_logging(log_level, log_format)  # first: a config error is then a log line too
     settings = PollSettings(
@@ -164,7 +183,8 @@ def poll(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, mes
                         backoff_max=backoff_max, workers=workers, notify=not no_notify,
                         strict_order=strict_order),
         outbox=outbox_config(table, columns),
-        router=RouterConfig(topic_pattern=topic_pattern, dead_letter_topic=dead_letter_topic),
+        router=router_config(topic_pattern, dead_letter_topic, message_format, header,
+                             partition_column),
         kafka=KafkaConfig(brokers=brokers, producer_config=parse_producer_config(producer_config),
                           message_timeout_ms=int(message_timeout * 1000)),
         metrics=MetricsConfig(port=metrics_port, host=metrics_host),

@@ -19,10 +19,13 @@ from typing import Any, TypeVar
 import click
 
 from cdc_relay.config import (
+    MESSAGE_FORMATS,
     OutboxConfig,
+    RouterConfig,
     TableRef,
     parse_columns,
     parse_duration,
+    parse_header_option,
     validate_identifier,
 )
 from cdc_relay.errors import ConfigError, ExitCode, RelayError, mask_secrets
@@ -115,6 +118,28 @@ def kafka_options(f: F) -> F:
                help="Topic name pattern; placeholders {aggregate_type}, {event_type}, "
                     "{schema}, {table}.")(f)
     return brokers_option(f)
+
+
+def message_options(f: F) -> F:
+    """``--message-format``, ``--header``, ``--partition-column`` (docs/messages.md)."""
+    f = option("--partition-column", type=IDENTIFIER, default=None, metavar="COLUMN",
+               help="Take the partition from this integer column (NULL: hash the key).")(f)
+    f = option("--header", multiple=True, metavar="COLUMN[:NAME]",
+               help="Copy a column into a header, as text (repeatable; NULL: no header).")(f)
+    return option("--message-format", type=click.Choice(MESSAGE_FORMATS), default="raw",
+                  show_default=True,
+                  help="Key/value serialization: raw (Debezium StringConverter), debezium-json "
+                       "(JsonConverter with schemas), debezium-json-schemaless.")(f)
+
+
+def router_config(topic_pattern: str, dead_letter_topic: str, message_format: str = "raw",
+                  header: tuple[str, ...] = (), partition_column: str | None = None
+                  ) -> RouterConfig:
+    """The RouterConfig of the topic, dead-letter and message options."""
+    return RouterConfig(topic_pattern=topic_pattern, dead_letter_topic=dead_letter_topic,
+                        message_format=message_format,
+                        header_columns=tuple(parse_header_option(h) for h in header),
+                        partition_column=partition_column)
 
 
 def slot_option(f: F) -> F:

@@ -10,7 +10,20 @@ Must not: do I/O, import a driver, or skip anything it cannot read. A truncated 
 an unknown message type, an Insert for a relation it was never told about, or NULL in a
 required column raises ``DecodeError`` naming the LSN (docs/design.md, WAL mode: never confirm past a
 change that was not understood). Well-formed messages that are not outbox inserts
-(Origin, Type, Truncate, Update, Delete, Message, other tables' inserts) decode to None.
+(Origin, Type, Truncate, Update, Delete, other prefixes' Messages, other tables'
+inserts) decode to None.
+
+Logical decoding messages (``messages 'true'``; pgoutput sends every prefix, so the
+decoder keeps only the relay's): a transactional Message (flags bit 1) with the
+``cdc-relay`` prefix is an outbox event of its transaction (``decode_envelope``, shared
+with wal2json), a non-transactional one is ``IgnoredMessage``. Layout in protocol 1 (no
+streaming, so no xid): ``'M'``, flags (1), message LSN (8), prefix (C string), content
+length (4), content.
+
+Carried columns (``--header``, ``--partition-column``; ``traceparent`` / ``tracestate``
+when the relation has them) are planned with the Relation like the mapped ones: a named
+column missing from the relation is reported at its first Insert, a trace column is
+optional.
 
 Row positions: the XLogData ``wal_start`` of an Insert is the start of the row's WAL
 record - the same value wal2json reports as the row's ``lsn`` - and becomes
@@ -36,9 +49,20 @@ import struct
 from dataclasses import dataclass
 
 from cdc_relay.config import TableRef
+from cdc_relay.decoding.envelope import decode_envelope
 from cdc_relay.decoding.wal2json import TimestampParser
 from cdc_relay.errors import DecodeError
-from cdc_relay.model import Begin, Change, Commit, Lsn, OutboxColumns, OutboxEvent
+from cdc_relay.model import (
+    MESSAGE_PREFIX,
+    TRACE_COLUMNS,
+    Begin,
+    Change,
+    Commit,
+    IgnoredMessage,
+    Lsn,
+    OutboxColumns,
+    OutboxEvent,
+)
 
 __all__ = ["PgOutputDecoder", "plugin_options"]
 
@@ -49,7 +73,10 @@ _UINT32 = struct.Struct("!I")
 _REL_HEAD = struct.Struct("!bH")  # replica identity, column count
 _COL_TYPMOD = struct.Struct("!Ii")  # type oid, type modifier
 
-_IGNORED = frozenset(b"OYTUDM")  # Origin, Type, Truncate, Update, Delete, Message
+_IGNORED = frozenset(b"OYTUD")  # Origin, Type, Truncate, Update, Delete
+_MESSAGE_HEAD = struct.Struct("!BQ")  # flags (1 = transactional), message LSN
+_PREFIX = MESSAGE_PREFIX.encode() + b"\x00"
+_FIELDS = 6  # OutboxEvent fields read from mapped columns; carried columns follow
 _STREAMING = frozenset(b"SEcA")  # protocol 2: stream start / stop / commit / abort
 _TWO_PHASE = frozenset(b"bPKrp")  # protocol 3: begin prepare, prepare, commit/rollback, ...
 
@@ -66,7 +93,8 @@ def plugin_options(publication: str) -> list[tuple[str, str]]:
 
     Protocol version 1 (no streaming of in-progress transactions, so every change
     arrives after its commit and a rolled-back transaction never arrives), text values
-    (no ``binary``), no logical decoding messages (``messages`` off). The publication
+    (no ``binary``), logical decoding messages on (``messages 'true'``, PostgreSQL 14+:
+    the tableless outbox; other prefixes are dropped by the decoder). The publication
     name is double-quoted, as the relay quotes it in ``CREATE PUBLICATION``: pgoutput
     parses the list as SQL identifiers and would fold an unquoted name to lower case.
     The publication should be ``FOR TABLE <outbox> WITH (publish = 'insert')`` so the
@@ -75,6 +103,7 @@ def plugin_options(publication: str) -> list[tuple[str, str]]:
     return [
         ("proto_version", "1"),
         ("publication_names", '"' + publication.replace('"', '""') + '"'),
+        ("messages", "true"),
     ]
 
 
@@ -92,16 +121,20 @@ class _Relation:
     outbox: bool
     slots: tuple[int, ...] = ()
     problem: str | None = None
+    aliases: tuple[tuple[int, int], ...] = ()  # (field, field whose column it shares)
 
 
 class PgOutputDecoder:
     """Decodes pgoutput v1 messages for one outbox table (see the module docstring)."""
 
-    __slots__ = ("_fields", "_position", "_relations", "_table", "_timestamps", "_xid")
+    __slots__ = ("_extra_count", "_fields", "_position", "_relations", "_table", "_timestamps",
+                 "_xid")
 
-    def __init__(self, table: TableRef, columns: OutboxColumns) -> None:
+    def __init__(self, table: TableRef, columns: OutboxColumns,
+                 extra_columns: tuple[str, ...] = ()) -> None:
         self._table = table
-        # Column names in OutboxEvent field order; created_at last (may be "": none).
+        # Column names in OutboxEvent field order; created_at sixth (may be "": none), then
+        # the carried columns: the named extras (required), then the trace columns (optional).
         self._fields = (
             columns.id,
             columns.aggregate_type,
@@ -109,7 +142,10 @@ class PgOutputDecoder:
             columns.event_type,
             columns.payload,
             columns.created_at,
+            *extra_columns,
+            *TRACE_COLUMNS,
         )
+        self._extra_count = len(extra_columns)
         self._relations: dict[int, _Relation] = {}
         self._xid: int | None = None
         # The last non-zero wal_start: pgoutput sends 0/0 with messages that are not the
@@ -145,6 +181,8 @@ class PgOutputDecoder:
             if kind == 0x52:  # 'R'
                 self._relation(buf, wal_start)
                 return None
+            if kind == 0x4D:  # 'M'
+                return self._message(buf, wal_start)
         except (struct.error, IndexError, ValueError) as exc:
             what = f"truncated or malformed {chr(kind)!r} message ({exc})"
             raise self._error(wal_start, what) from exc
@@ -184,7 +222,8 @@ class PgOutputDecoder:
             self._relations[relid] = _Relation(qualified, ncols, outbox=False)
             return
         index = {column: i for i, column in enumerate(names)}
-        wanted = [name for name in self._fields if name]
+        optional = len(self._fields) - len(TRACE_COLUMNS)
+        wanted = [name for name in self._fields[:optional] if name]
         missing = [column for column in wanted if column not in index]
         if missing:
             problem = (
@@ -193,12 +232,19 @@ class PgOutputDecoder:
             )
             self._relations[relid] = _Relation(qualified, ncols, True, problem=problem)
             return
+        wanted += [name for name in self._fields[optional:] if name in index]
         last = max(index[column] for column in wanted)
         slots = [-1] * (last + 1)
+        aliases = []  # a column feeding two fields (e.g. --header event_type): copy it
         for field, column in enumerate(self._fields):
-            if column:
-                slots[index[column]] = field
-        self._relations[relid] = _Relation(qualified, ncols, True, tuple(slots))
+            if column and column in index:
+                first = slots[index[column]]
+                if first < 0:
+                    slots[index[column]] = field
+                else:
+                    aliases.append((field, first))
+        self._relations[relid] = _Relation(qualified, ncols, True, tuple(slots), None,
+                                           tuple(aliases))
 
     def _insert(self, buf: bytes, wal_start: Lsn) -> OutboxEvent | None:
         relid, new, ncols = _INSERT_HEAD.unpack_from(buf, 1)
@@ -220,7 +266,7 @@ class PgOutputDecoder:
                 wal_start,
                 f"insert with {ncols} columns but {relation.name} has {relation.ncols}",
             )
-        values: list[bytes | None] = [None] * 6
+        values: list[bytes | None] = [None] * len(self._fields)
         pos = 8  # after 'I', relation id, 'N', column count
         for column, field in enumerate(relation.slots):
             kind = buf[pos]
@@ -242,12 +288,33 @@ class PgOutputDecoder:
                 raise self._error(wal_start, f"unknown tuple column kind {kind!r} in column {column}")
         if pos > len(buf):
             raise self._error(wal_start, f"insert truncated: {pos - len(buf)} bytes missing")
+        for field, first in relation.aliases:
+            values[field] = values[first]
         return self._event(values, relation, wal_start)
+
+    def _message(self, buf: bytes, wal_start: Lsn) -> Change | None:
+        """A logical decoding message: an outbox event if transactional with our prefix."""
+        flags = _MESSAGE_HEAD.unpack_from(buf, 1)[0]
+        start = 1 + _MESSAGE_HEAD.size
+        if not buf.startswith(_PREFIX, start):
+            _cstring(buf, start)  # well formed, another tool's prefix: not ours to publish
+            return None
+        pos = start + len(_PREFIX)
+        length = _UINT32.unpack_from(buf, pos)[0]
+        content = buf[pos + 4 :]
+        if len(content) != length:
+            raise ValueError(f"message content is {len(content)} bytes, header says {length}")
+        if not flags & 1:
+            return IgnoredMessage(MESSAGE_PREFIX)
+        try:
+            return decode_envelope(content, wal_start, self._extra_count)
+        except ValueError as exc:
+            raise self._error(wal_start, str(exc)) from exc
 
     def _event(
         self, values: list[bytes | None], relation: _Relation, wal_start: Lsn
     ) -> OutboxEvent:
-        id_, aggregate_type, aggregate_id, event_type, payload, raw_ts = values
+        id_, aggregate_type, aggregate_id, event_type, payload, raw_ts = values[:_FIELDS]
         if (
             id_ is None
             or aggregate_type is None
@@ -265,7 +332,7 @@ class PgOutputDecoder:
         try:
             if raw_ts is not None:
                 created_at_ms = self._timestamps.parse(raw_ts.decode())
-            return OutboxEvent(
+            event = OutboxEvent(
                 id_.decode(),
                 aggregate_type.decode(),
                 aggregate_id.decode(),
@@ -274,6 +341,12 @@ class PgOutputDecoder:
                 created_at_ms,
                 wal_start,
             )
+            if len(values) > _FIELDS:
+                carried = [None if v is None else v.decode() for v in values[_FIELDS:]]
+                count = self._extra_count
+                event.extra = tuple(carried[:count])
+                event.traceparent, event.tracestate = carried[count], carried[count + 1]
+            return event
         except ValueError as exc:  # includes UnicodeDecodeError
             raise self._error(wal_start, f"bad value in {relation.name}: {exc}") from exc
 

@@ -9,7 +9,20 @@ events for the same row.
 Must not: do I/O, import a driver, or skip anything it cannot read. Every malformed
 message raises ``DecodeError`` naming the LSN: the relay then stops without confirming
 past it (docs/design.md, WAL mode). Messages that are well formed but not outbox inserts (other tables,
-U, D, T, M) decode to None.
+U, D, T) decode to None.
+
+Logical decoding messages (``M``, the tableless outbox of ``outbox.emit_message``):
+wal2json passes only the relay's prefix (``add-msg-prefixes``). A transactional one is
+an outbox event in its transaction's B/C pair, decoded by ``decode_envelope``
+(decoding/envelope.py) into the same OutboxEvent a row would give; a non-transactional
+one becomes ``IgnoredMessage`` (counted, never published: it would appear even if the
+writer rolled back). A rolled-back transaction's messages are never decoded.
+
+Carried columns (``--header``, ``--partition-column``, and ``traceparent`` /
+``tracestate`` when the table has them) are looked up by name in a second, separately
+cached plan (decoding/carried.py): absent from the row, a named column is a DecodeError and a
+trace column is simply None. The plan is rebuilt when the column count or a name at a
+remembered position changes, so a trace column added while streaming is picked up.
 
 Partitioned outboxes: rows are logged under their partition's name, and wal2json's
 ``add-tables`` matches names literally (``*`` only as a whole schema or table name), so
@@ -43,8 +56,20 @@ from typing import Any, Protocol
 import orjson
 
 from cdc_relay.config import TableRef
+from cdc_relay.decoding.carried import MISSING as _MISSING
+from cdc_relay.decoding.carried import CarriedPlan
+from cdc_relay.decoding.envelope import decode_envelope
 from cdc_relay.errors import DecodeError
-from cdc_relay.model import Begin, Change, Commit, Lsn, OutboxColumns, OutboxEvent
+from cdc_relay.model import (
+    MESSAGE_PREFIX,
+    Begin,
+    Change,
+    Commit,
+    IgnoredMessage,
+    Lsn,
+    OutboxColumns,
+    OutboxEvent,
+)
 
 __all__ = [
     "MESSAGE_PREFIX",
@@ -56,14 +81,13 @@ __all__ = [
 ]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MALFORMED = "insert without a well-formed 'columns' list of names and values"
 _ONE_MS = timedelta(milliseconds=1)
-# wal2json's v2 actions. Only I (on the outbox table), B and C become Changes.
-_IGNORED_ACTIONS = frozenset(("U", "D", "T", "M"))
+# wal2json's v2 actions. I (on the outbox table), M (relay prefix), B and C become Changes.
+_IGNORED_ACTIONS = frozenset(("U", "D", "T"))
 # Characters wal2json's add-tables parser treats specially (list and schema separators,
 # the escape itself, the "*" wildcard, and whitespace, which ends a name).
 _ADD_TABLES_SPECIAL = frozenset(",.\\* \t\n\r\f\v")
-# The prefix wal2json lets through for logical decoding messages (see plugin_options).
-MESSAGE_PREFIX = "cdc_relay"
 
 
 def _escape_add_tables(name: str) -> str:
@@ -108,10 +132,10 @@ def plugin_options(table: TableRef, *, partitioned: bool = False) -> list[tuple[
       partitioned outbox (``partitioned``): its rows arrive under partition names no
       list fixed at start can follow, so every table's inserts come and the decoder
       picks the outbox's (more walsender work; pgoutput filters on the server).
-    * ``add-msg-prefixes cdc_relay``: logical decoding messages
-      (``pg_logical_emit_message``) from other tools are dropped by wal2json;
-      ``filter-msg-prefixes`` cannot express "all", and only this prefix - reserved for
-      the relay - passes. The decoder ignores M messages anyway.
+    * ``add-msg-prefixes cdc-relay``: only the logical decoding messages of
+      ``outbox.emit_message`` (the tableless outbox) pass; other tools' messages are
+      dropped by wal2json (``filter-msg-prefixes`` would need to list every other prefix).
+      ``actions`` does not filter messages.
     """
     tables = f"{_escape_add_tables(table.schema)}.{_escape_add_tables(table.name)}"
     return [
@@ -190,11 +214,12 @@ def _lsn(text: object) -> Lsn:
 class Wal2JsonDecoder:
     """Decodes wal2json v2 messages for one outbox table (see the module docstring)."""
 
-    __slots__ = ("_created_at", "_members", "_names", "_others", "_partitions", "_plan",
-                 "_required", "_schema", "_table", "_timestamps")
+    __slots__ = ("_carried", "_created_at", "_extra_count", "_members", "_names", "_others",
+                 "_partitions", "_plan", "_required", "_schema", "_table", "_timestamps")
 
     def __init__(self, table: TableRef, columns: OutboxColumns,
-                 partitions: PartitionCatalog | None = None) -> None:
+                 partitions: PartitionCatalog | None = None, *,
+                 extra_columns: tuple[str, ...] = ()) -> None:
         self._schema = table.schema
         self._table = table.name
         # A partitioned outbox: tables known to hold outbox rows, and outbox-shaped
@@ -220,6 +245,8 @@ class Wal2JsonDecoder:
         self._plan = (0, 1, 2, 3, 4, 5)
         self._required = frozenset(self._names)
         self._timestamps = TimestampParser()
+        self._extra_count = len(extra_columns)
+        self._carried = CarriedPlan(extra_columns, text_value)
 
     def reset(self) -> None:
         """On reconnect: forget which outbox-shaped tables are not partitions (ask again).
@@ -253,6 +280,8 @@ class Wal2JsonDecoder:
                 return Begin(_xid(msg, wal_start), None if commit_lsn is None else _lsn(commit_lsn))
             except ValueError as exc:
                 raise _error(wal_start, f"bad 'lsn' in begin: {exc}") from exc
+        if action == "M":
+            return self._message(msg, wal_start)
         if action == "C":
             nextlsn = msg.get("nextlsn")
             if nextlsn is None:
@@ -313,10 +342,31 @@ class Wal2JsonDecoder:
                 created_at_ms = self._timestamps.parse(created_at)
             except ValueError as exc:
                 raise _error(wal_start, f"column {self._created_at!r}: {exc}") from exc
-        return OutboxEvent(
+        event = OutboxEvent(
             id_, aggregate_type, aggregate_id, event_type, payload.encode(), created_at_ms,
             wal_start,
         )
+        carried = self._carried
+        if carried.active or len(columns) != carried.ncols:
+            problem = carried.fill(event, columns)
+            if problem is not None:
+                name, raw = problem
+                raise _error(wal_start, _MALFORMED if name is None else self._problem(name, raw))
+        return event
+
+    def _message(self, msg: dict[str, Any], wal_start: Lsn) -> Change | None:
+        """A logical decoding message: an outbox event if transactional with our prefix."""
+        if msg.get("prefix") != MESSAGE_PREFIX:
+            return None  # add-msg-prefixes keeps others out; never publish a stranger's
+        if msg.get("transactional") is not True:
+            return IgnoredMessage(MESSAGE_PREFIX)
+        content = msg.get("content")
+        if type(content) is not str:
+            raise _error(wal_start, "logical decoding message without a text 'content'")
+        try:
+            return decode_envelope(content.encode(), wal_start, self._extra_count)
+        except ValueError as exc:
+            raise _error(wal_start, str(exc)) from exc
 
     def _pick(self, columns: Any) -> tuple[Any, ...] | None:
         """The six values if the columns sit where they sat last time, else None."""
@@ -346,7 +396,7 @@ class Wal2JsonDecoder:
 
     def _replan(self, columns: Any, wal_start: Lsn) -> tuple[Any, ...]:
         """Find the columns by name (first row, or after DDL) and remember where they are."""
-        malformed = "insert without a well-formed 'columns' list of names and values"
+        malformed = _MALFORMED
         try:
             index = {column["name"]: i for i, column in enumerate(columns)}
         except (KeyError, TypeError) as exc:
@@ -386,12 +436,6 @@ class Wal2JsonDecoder:
         return f"{where} has a value of JSON type {type(raw).__name__}; expected text"
 
 
-class _Missing:
-    def __repr__(self) -> str:
-        return "<missing>"
-
-
-_MISSING: Any = _Missing()
 
 
 def _xid(msg: dict[str, Any], wal_start: Lsn) -> int | None:

@@ -25,6 +25,7 @@ from cdc_relay.db import connect, describe_dsn, translate_error, validated_table
 from cdc_relay.errors import ConfigError, RelayError
 from cdc_relay.model import Lsn, SlotStatus, human_bytes
 from cdc_relay.polling.admin import count_pending
+from cdc_relay.wal.backfill_state import BackfillRecord, backfill_running, read_record
 from cdc_relay.wal.setup import drop_slot, query_slot_status
 
 # Every inactive logical slot of this database (what polling mode warns about).
@@ -102,6 +103,8 @@ class StatusReport:
     pending: int | None  # None: the table has no polling bookkeeping columns
     dead_letters: int | None
     partitions: tuple[str, ...] | None = None  # None: not a partitioned table
+    backfill: BackfillRecord | None = None  # run --snapshot initial's record for the slot
+    backfill_running: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values (LSNs as text) for JSON."""
@@ -119,6 +122,7 @@ class StatusReport:
                        "dead_letters": self.dead_letters,
                        "partitioned": self.partitions is not None,
                        "partitions": list(self.partitions) if self.partitions is not None else None},
+            "backfill": _backfill_dict(self.backfill, self.backfill_running),
         }
 
     def to_json(self) -> str:
@@ -134,6 +138,7 @@ class StatusReport:
             *_partition_rows(self.partitions),
             ("  pending rows", _count(self.pending) + " (polling mode's backlog)"),
             ("  dead letters", _count(self.dead_letters)),
+            *_backfill_rows(self.backfill, self.backfill_running),
         ]
         width = max(len(key) for key, _ in rows)
         return [f"{key.ljust(width)}  {value}" for key, value in rows]
@@ -144,6 +149,32 @@ def _partition_rows(partitions: tuple[str, ...] | None) -> list[tuple[str, str]]
         return []
     shown = ", ".join(partitions[:6]) + (", ..." if len(partitions) > 6 else "")
     return [("  partitioned", f"{len(partitions)} partitions" + (f" ({shown})" if shown else ""))]
+
+
+def _backfill_dict(record: BackfillRecord | None, running: bool) -> dict[str, Any] | None:
+    if record is None:
+        return None
+    return {"state": record.state, "running": running, "rows_done": record.rows_done,
+            "rows_total": record.rows_total, "attempt": record.attempt,
+            "consistent_point": str(record.consistent_point) if record.consistent_point else None,
+            "started_at": record.started_at.isoformat(), "updated_at": record.updated_at.isoformat(),
+            "finished_at": record.finished_at.isoformat() if record.finished_at else None}
+
+
+def _backfill_rows(record: BackfillRecord | None, running: bool) -> list[tuple[str, str]]:
+    """``run --snapshot initial``'s progress, when the slot has a backfill record."""
+    if record is None:
+        return []
+    total = "?" if record.rows_total is None else str(record.rows_total)
+    if record.finished:
+        state = f"done at {record.finished_at:%Y-%m-%d %H:%M:%S%z}"
+    elif running:
+        state = f"running (attempt {record.attempt}, updated {record.updated_at:%H:%M:%S%z})"
+    else:
+        state = (f"unfinished, not running ({record.state}): the next `run --snapshot initial` "
+                 "redoes it")
+    return [("backfill", state), ("  rows", f"{record.rows_done} of {total} published"),
+            ("  consistent point", str(record.consistent_point or "-"))]
 
 
 def _count(value: int | None) -> str:
@@ -220,7 +251,10 @@ def status(dsn: str, slot: str, outbox: OutboxConfig) -> StatusReport:
         current, slot_status = read_slot_status(conn, slot)
         pending, dead = outbox_counts(conn, dsn, outbox)
         partitions = outbox_partitions(conn, outbox.table)
-    return StatusReport(slot, current, slot_status, outbox.table, pending, dead, partitions)
+        record = read_record(conn, outbox.table, slot)
+        running = record is not None and not record.finished and backfill_running(conn, slot)
+    return StatusReport(slot, current, slot_status, outbox.table, pending, dead, partitions,
+                        record, running)
 
 
 def drop_replication_slot(dsn: str, slot: str) -> None:

@@ -12,13 +12,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 import orjson
 
 from cdc_relay.config import KafkaConfig, MetricsConfig, OutboxConfig, PollConfig, RouterConfig
 from cdc_relay.errors import ExitCode
+from cdc_relay.message_columns import resolve_message_columns
 from cdc_relay.model import human_bytes
 from cdc_relay.ops.metrics.endpoint import serve_poll
 from cdc_relay.polling import admin as polling_admin
@@ -92,6 +93,9 @@ def run_poll(settings: PollSettings, stats: PollStats | None = None,
     monitor = OutboxMonitor(poll.dsn, settings.outbox, listen=poll.notify)
     monitor.check()  # a missing table or column is a one-line error now, not a retry loop
     warn_unread_slots(poll.dsn)
+    # The --header / --partition-column columns, and the trace columns the table has.
+    settings = replace(settings, outbox=resolve_message_columns(poll.dsn, settings.outbox,
+                                                                settings.router))
     KafkaSink(settings.kafka, lambda _delivery: None).close(0)  # bad --producer-config: now too
     waker = Waker()
     workers = build_pollers(settings, stats, waker)

@@ -30,7 +30,6 @@ from cdc_relay.polling.settlement import MAX_ERROR_LENGTH, AttemptFailure, Compl
 from cdc_relay.polling.sql import (
     Candidate,
     OutboxQueries,
-    event_from_row,
     locked_prefix,
     ready_prefix,
 )
@@ -133,7 +132,7 @@ class PollingSource:
         except psycopg.Error as exc:
             raise self._fail(exc, f"claiming a batch from {self._queries.table_name}") from exc
         self._raw_ids = {row[0]: row[7] for row in rows}
-        return [event_from_row(row) for row in rows]
+        return [self._queries.event(row) for row in rows]
 
     def _claim_strict(self, conn: psycopg.Connection[TupleRow],
                       params: dict[str, Any]) -> list[tuple[Any, ...]]:

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from cdc_relay.model import OutboxEvent
-from cdc_relay.sink.base import DeliveryError, ErrorKind
+from cdc_relay.sink.base import Cause, DeliveryError, ErrorKind
 
 MAX_ERROR_LENGTH = 2000  # last_error is for people; a broker's essay is cut here
 
@@ -98,6 +98,7 @@ class Settlement:
     released: list[OutboxEvent]
     broker_down: bool
     discard_sink: bool
+    topic_trouble: int = 0  # events released because their topic is missing or forbidden
 
 
 def settle(events: Sequence[OutboxEvent], results: Sequence[Result], *, strict: bool) -> Settlement:
@@ -107,6 +108,7 @@ def settle(events: Sequence[OutboxEvent], results: Sequence[Result], *, strict: 
     first failure of each aggregate counts; its later events are released.
     """
     acked = any(result is None for result in results)
+    topic_trouble = sum(1 for result in results if _topic_trouble(result))
     broker_down = not acked and any(
         result is Unsettled.UNREPORTED
         or (isinstance(result, DeliveryError) and result.kind is not ErrorKind.PERMANENT)
@@ -130,12 +132,22 @@ def settle(events: Sequence[OutboxEvent], results: Sequence[Result], *, strict: 
             blocked.add(aggregate)
         if result is None:
             processed.append(event)
+        elif _topic_trouble(result):
+            released.append(event)  # the broker's trouble, not the event's: no attempt
         elif isinstance(result, DeliveryError) and (result.kind is ErrorKind.PERMANENT or (
                 result.kind is ErrorKind.RETRIABLE and not broker_down)):
             failures.append((event, result.reason))
         else:
             released.append(event)
-    return Settlement(processed, failures, released, broker_down, discard)
+    return Settlement(processed, failures, released, broker_down, discard, topic_trouble)
+
+
+_TOPIC_CAUSES = (Cause.TOPIC_MISSING, Cause.TOPIC_FORBIDDEN)
+
+
+def _topic_trouble(result: Result) -> bool:
+    """A missing or forbidden topic: retried (after a wait), never an attempt or a dead letter."""
+    return isinstance(result, DeliveryError) and result.cause in _TOPIC_CAUSES
 
 
 # Upper bounds (seconds) of the batch duration histogram (ops/metrics/collectors.py exports it).
@@ -159,6 +171,7 @@ class PollStats:
     # Batches per BATCH_BUCKETS bucket (last: slower than every bound) and their total time.
     batch_duration_counts: list[int] = field(default_factory=lambda: [0] * (len(BATCH_BUCKETS) + 1))
     batch_duration_sum: float = 0.0
+    topic_retries: int = 0  # events released because their topic was missing or forbidden
     last_tick: float = 0.0  # monotonic time of the last loop turn of any worker
     connected: bool = False  # every worker has a database connection
     broker_ok: bool = True  # False while workers wait for the broker
@@ -171,6 +184,7 @@ class PollStats:
             for event, _ in settlement.failures:
                 self.failed_by_type[event.event_type] = self.failed_by_type.get(event.event_type, 0) + 1
             self.dead_lettered += len(completion.dead_lettered)
+            self.topic_retries += settlement.topic_trouble
             self.batches += 1
             self.last_batch_duration = duration
             self.batch_duration_counts[bisect.bisect_left(BATCH_BUCKETS, duration)] += 1

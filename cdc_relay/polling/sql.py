@@ -42,7 +42,7 @@ from typing import Any
 
 from psycopg import sql
 
-from cdc_relay.config import OutboxConfig
+from cdc_relay.config import OutboxConfig, validate_identifier
 from cdc_relay.db import validated_columns, validated_table
 from cdc_relay.model import OutboxEvent
 
@@ -72,6 +72,17 @@ class OutboxQueries:
             " THEN floor(extract(epoch FROM {c_created_at}) * 1000)::bigint END AS cdc_created_ms,"
             " attempts AS cdc_attempts, {c_id} AS cdc_raw_id"
         )
+        # Carried columns (--header, --partition-column, then the trace context columns the
+        # table has), as text, after the eight above: event_from_row reads them by count.
+        carried = (*outbox.extra_columns, *outbox.trace_columns)
+        if carried:
+            self.event_columns = sql.SQL(", ").join([self.event_columns, *(
+                sql.SQL("{}::text AS {}").format(
+                    sql.Identifier(validate_identifier(column, "carried column")),
+                    sql.Identifier(f"cdc_carried_{n}"))
+                for n, column in enumerate(carried))])
+        self.extra_count = len(outbox.extra_columns)
+        self.trace_count = len(outbox.trace_columns)
         self.aggregate_key = q(
             "hashtext(length({c_aggregate_type}::text)::text || ':' || {c_aggregate_type}::text"
             " || '|' || {c_aggregate_id}::text)"
@@ -198,9 +209,15 @@ class OutboxQueries:
         )
 
 
-def event_from_row(row: Sequence[Any]) -> OutboxEvent:
-    """A claim row (id_text, aggregate_type, aggregate_id, event_type, payload, ms, attempts)."""
-    return OutboxEvent(
+    def event(self, row: Sequence[Any]) -> OutboxEvent:
+        """The OutboxEvent of a claim row of these queries (carried columns included)."""
+        return event_from_row(row, self.extra_count, self.trace_count)
+
+
+def event_from_row(row: Sequence[Any], extra: int = 0, trace: int = 0) -> OutboxEvent:
+    """A claim row (id_text, aggregate_type, aggregate_id, event_type, payload, ms, attempts,
+    raw id, then ``extra`` carried column values and ``trace`` trace context values)."""
+    event = OutboxEvent(
         id=row[0],
         aggregate_type=row[1],
         aggregate_id=row[2],
@@ -209,6 +226,13 @@ def event_from_row(row: Sequence[Any]) -> OutboxEvent:
         created_at_ms=row[5],
         attempt=row[6] + 1,
     )
+    if extra:
+        event.extra = tuple(row[8 : 8 + extra])
+    if trace:
+        event.traceparent = row[8 + extra]
+        if trace > 1:
+            event.tracestate = row[9 + extra]
+    return event
 
 
 @dataclass(frozen=True, slots=True)

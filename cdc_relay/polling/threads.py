@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from cdc_relay.backoff import Backoff
 from cdc_relay.errors import ServiceUnavailable
 from cdc_relay.polling.settlement import PollStats
 
@@ -62,7 +63,7 @@ def monitor_loop(monitor: Monitor, waker: Waker, stats: PollStats, stop: threadi
                  clock: Callable[[], float] = time.monotonic) -> None:
     """Wake the workers on NOTIFY and refresh the pending / dead-letter gauges."""
     next_count = 0.0
-    delay = 0.5
+    backoff = Backoff(0.5, reconnect_max)
     opened = False
     try:
         while not stop.is_set():
@@ -81,13 +82,13 @@ def monitor_loop(monitor: Monitor, waker: Waker, stats: PollStats, stop: threadi
                     stop.wait(timeout)
                 elif monitor.wait(timeout):
                     waker.wake()
-                delay = 0.5
+                backoff.reset()
             except ServiceUnavailable as exc:
+                delay = backoff.next_delay()
                 log.warning("monitor connection: %s; reconnecting in %.1fs", exc, delay)
                 monitor.close()
                 opened = False
                 stop.wait(delay)
-                delay = min(delay * 2, reconnect_max)
     finally:
         monitor.close()
 

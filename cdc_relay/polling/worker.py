@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from cdc_relay.backoff import Backoff
 from cdc_relay.errors import BrokerError, ServiceUnavailable
 from cdc_relay.logs import event_fields
 from cdc_relay.model import Message, OutboxEvent
@@ -111,15 +112,16 @@ class PollWorker:
         self._rand = rand
         self._sink: Sink | None = None
         self._broker_suspect = True  # warm the producer up before the first claim
-        self._broker_delay = settings.broker_wait_min
+        self._broker_backoff = Backoff(settings.broker_wait_min, settings.broker_wait_max)
         self._broker_problem = "no broker answers"
+        self._topic_wait = False  # the last batch had events whose topic is not available
         self._results: list[Result] = []
         self._tokens: dict[int, int] = {}  # token -> index in the current batch
         self._next_token = 0
 
     def run(self, stop: threading.Event) -> None:
         """Poll until ``stop`` is set; the batch in hand is always finished first."""
-        db_delay = self._settings.broker_wait_min
+        db_backoff = Backoff(self._settings.broker_wait_min, self._settings.reconnect_max)
         try:
             while not stop.is_set():
                 self.stats.last_tick = self._clock()
@@ -129,14 +131,17 @@ class PollWorker:
                         self._wait_for_broker(stop)
                         continue
                     claimed = self.poll_once()
-                    db_delay = self._settings.broker_wait_min
+                    db_backoff.reset()
                     self.stats.connected = True
+                    if self._topic_wait:
+                        self._wait_for_broker(stop)
+                        continue
                 except ServiceUnavailable as exc:
                     self.stats.connected = False
-                    log.warning("%s; retrying in %.1fs", exc, db_delay)
+                    delay = db_backoff.next_delay()
+                    log.warning("%s; retrying in %.1fs", exc, delay)
                     self._source.close()
-                    stop.wait(db_delay)
-                    db_delay = min(db_delay * 2, self._settings.reconnect_max)
+                    stop.wait(delay)
                     continue
                 if not claimed:
                     self._waker.wait(since, self._settings.interval)
@@ -176,6 +181,14 @@ class PollWorker:
         if settlement.broker_down:
             self._broker_suspect = True
             self.stats.broker_ok = False
+        self._topic_wait = settlement.topic_trouble > 0
+        if self._topic_wait:
+            self._broker_problem = (
+                f"topic not available for {settlement.topic_trouble} event(s) (missing, or the "
+                "producer may not write to it): nothing is dead-lettered and no attempt counted; "
+                "create the topic or grant the producer access")
+        elif settlement.processed:
+            self._broker_backoff.reset()
         return len(events)
 
     # -- the broker ---------------------------------------------------------------
@@ -192,16 +205,16 @@ class PollWorker:
             self._broker_problem = str(exc)
             return False
         self._broker_suspect = False
-        self._broker_delay = self._settings.broker_wait_min
+        self._broker_backoff.reset()
         self.stats.broker_ok = True
         return True
 
     def _wait_for_broker(self, stop: threading.Event) -> None:
         self.stats.broker_ok = False
+        delay = self._broker_backoff.next_delay()
         log.warning("%s; not claiming events, checking again in %.1fs",
-                    self._broker_problem, self._broker_delay)
-        stop.wait(self._broker_delay)
-        self._broker_delay = min(self._broker_delay * 2, self._settings.broker_wait_max)
+                    self._broker_problem, delay)
+        stop.wait(delay)
 
     def _discard_sink(self) -> None:
         if self._sink is not None:

@@ -8,7 +8,13 @@ per token. Errors are classified so the loops can act without knowing the broker
   dead-letter it and go on.
 * ``FATAL``      - the producer is unusable (fenced, lost producer state) or the message
   timed out: discard the producer, resume from the last confirmed position.
-* ``RETRIABLE``  - transient trouble reported for this message (polling counts an attempt).
+* ``RETRIABLE``  - transient trouble reported for this message (polling counts an attempt;
+  WAL mode retries with a new producer and replays from the slot).
+
+``Cause`` says more where a loop acts on it: ``TOO_LARGE`` (PERMANENT: the dead letter is
+sent without the payload), ``TOPIC_MISSING`` / ``TOPIC_FORBIDDEN`` (RETRIABLE: broker
+trouble about the topic - a topic not created yet, a brief ACL glitch - never a reason to
+dead-letter the event).
 """
 
 from __future__ import annotations
@@ -29,12 +35,22 @@ class ErrorKind(enum.Enum):
     RETRIABLE = "retriable"
 
 
+class Cause(enum.Enum):
+    """What a failure is about, beyond its kind (the value is a metric label)."""
+
+    UNSPECIFIED = "unspecified"
+    TOO_LARGE = "too_large"
+    TOPIC_MISSING = "topic_missing"
+    TOPIC_FORBIDDEN = "topic_authorization"
+
+
 @dataclass(frozen=True, slots=True)
 class DeliveryError:
     """Why a message was not delivered."""
 
     kind: ErrorKind
     reason: str
+    cause: Cause = Cause.UNSPECIFIED
 
 
 @dataclass(slots=True)

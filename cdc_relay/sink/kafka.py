@@ -94,6 +94,7 @@ class KafkaSink:
                 on_delivery=partial(self._report, token),
                 timestamp=message.timestamp_ms or 0,
                 headers=message.headers,  # type: ignore[arg-type]  # list is invariant
+                partition=-1 if message.partition is None else message.partition,
             )
         except BufferError:
             raise QueueFull("the producer queue is full") from None

@@ -20,6 +20,10 @@ weakening acks or idempotence is logged as a warning):
 * ``queue.buffering.max.messages=100000``, ``queue.buffering.max.kbytes=65536`` (64 MB
   instead of 1 GB): memory stays bounded, a full queue is QueueFull (backpressure).
 * ``compression.type=none``, ``client.id=cdc-relay``.
+* ``partitioner=murmur2_random``: the Java producer's partitioner (murmur2 of the key
+  bytes, ``& 0x7fffffff``, modulo the partition count), so an aggregate lands on the
+  partition Debezium or any Java producer would choose (librdkafka's own default,
+  ``consistent_random``, hashes with CRC32). docs/messages.md, partitioning.
 
 Error classification (delivery reports, and KafkaException raised by ``produce()``):
 
@@ -35,22 +39,28 @@ INVALID_PRODUCER_ID_MAPPING, ``_GAPLESS_GUARANTEE``                         fenc
 CLUSTER_AUTHORIZATION_FAILED, SASL_AUTHENTICATION_FAILED,      FATAL        producer-wide
 ``_AUTHENTICATION``, ``_SSL``, INVALID_REQUIRED_ACKS,                       configuration
 UNSUPPORTED_VERSION, ``_STATE``
-MSG_SIZE_TOO_LARGE, INVALID_MSG, INVALID_MSG_SIZE,             PERMANENT    this message:
-RECORD_LIST_TOO_LARGE, INVALID_RECORD, INVALID_TIMESTAMP,                   dead-letter it
-UNSUPPORTED_FOR_MESSAGE_FORMAT, POLICY_VIOLATION,
-TOPIC_EXCEPTION (illegal topic), ``_UNKNOWN_TOPIC``,
-TOPIC_AUTHORIZATION_FAILED, ``_UNKNOWN_PARTITION``,
-``_INVALID_ARG``, ``_BAD_MSG``
+MSG_SIZE_TOO_LARGE, INVALID_MSG_SIZE, RECORD_LIST_TOO_LARGE    PERMANENT    this message
+                                                               (TOO_LARGE)  is too large
+INVALID_MSG, INVALID_RECORD, INVALID_TIMESTAMP,                PERMANENT    this message:
+UNSUPPORTED_FOR_MESSAGE_FORMAT, POLICY_VIOLATION,                           dead-letter it
+TOPIC_EXCEPTION (illegal topic), ``_INVALID_ARG``, ``_BAD_MSG``
+``_UNKNOWN_TOPIC``, UNKNOWN_TOPIC_OR_PART,                     RETRIABLE    topic not
+``_UNKNOWN_PARTITION``                                         (TOPIC_      created yet
+                                                               MISSING)
+TOPIC_AUTHORIZATION_FAILED                                     RETRIABLE    ACL glitch
+                                                               (TOPIC_
+                                                               FORBIDDEN)
 any other error with ``err.retriable()``                       RETRIABLE    transient
 anything else                                                  FATAL        unknown
 =============================================================  ===========  ==============
 
 Rows are checked top to bottom. Dead-lettering is a decision about the event, so it is
-made only for errors known to be about the message or its topic (the topic name comes
-from event data: a missing or forbidden topic must not stall every other event). An
-error nobody classified replays with a new producer instead: loud, but no event is
-diverted for a reason we do not understand. ``BufferError`` / ``_QUEUE_FULL`` from
-``produce()`` is QueueFull.
+made only for errors the event itself causes (its size, its format, an illegal topic
+name). A missing or forbidden topic is broker trouble - a topic not created yet, a brief
+ACL glitch - and is retried, never dead-lettered: the event is fine and will be
+deliverable once the operator fixes the broker. An error nobody classified replays with
+a new producer instead: loud, but no event is diverted for a reason we do not understand.
+``BufferError`` / ``_QUEUE_FULL`` from ``produce()`` is QueueFull.
 
 Secrets: settings are logged through ``describe_settings`` (secret-valued keys masked)
 and every librdkafka line and error text passes through ``mask_secrets``.
@@ -68,7 +78,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from cdc_relay.config import KafkaConfig
 from cdc_relay.errors import BrokerError, ConfigError, mask_secrets
-from cdc_relay.sink.base import DeliveryError, ErrorKind
+from cdc_relay.sink.base import Cause, DeliveryError, ErrorKind
 
 _log = logging.getLogger("cdc_relay.sink.kafka")
 
@@ -80,15 +90,23 @@ DEFAULT_SETTINGS: dict[str, str] = {
     "queue.buffering.max.kbytes": "65536",
     "compression.type": "none",
     "client.id": "cdc-relay",
+    "partitioner": "murmur2_random",
 }
 
 _E = KafkaError
-_PERMANENT_CODES = frozenset({
-    _E.MSG_SIZE_TOO_LARGE, _E.INVALID_MSG, _E.INVALID_MSG_SIZE, _E.RECORD_LIST_TOO_LARGE,
-    _E.INVALID_RECORD, _E.INVALID_TIMESTAMP, _E.UNSUPPORTED_FOR_MESSAGE_FORMAT,
-    _E.POLICY_VIOLATION, _E.TOPIC_EXCEPTION, _E._UNKNOWN_TOPIC, _E.TOPIC_AUTHORIZATION_FAILED,
-    _E._UNKNOWN_PARTITION, _E._INVALID_ARG, _E._BAD_MSG,
+_TOO_LARGE_CODES = frozenset({_E.MSG_SIZE_TOO_LARGE, _E.INVALID_MSG_SIZE,
+                              _E.RECORD_LIST_TOO_LARGE})
+_PERMANENT_CODES = _TOO_LARGE_CODES | frozenset({
+    _E.INVALID_MSG, _E.INVALID_RECORD, _E.INVALID_TIMESTAMP, _E.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+    _E.POLICY_VIOLATION, _E.TOPIC_EXCEPTION, _E._INVALID_ARG, _E._BAD_MSG,
 })
+# Broker trouble about the topic, not the event's fault: retried, never dead-lettered.
+_TOPIC_CAUSES = {
+    _E._UNKNOWN_TOPIC: Cause.TOPIC_MISSING,
+    _E.UNKNOWN_TOPIC_OR_PART: Cause.TOPIC_MISSING,
+    _E._UNKNOWN_PARTITION: Cause.TOPIC_MISSING,
+    _E.TOPIC_AUTHORIZATION_FAILED: Cause.TOPIC_FORBIDDEN,
+}
 _FATAL_CODES = frozenset({
     _E._FATAL, _E._FENCED, _E.UNKNOWN_PRODUCER_ID, _E.OUT_OF_ORDER_SEQUENCE_NUMBER,
     _E.INVALID_PRODUCER_EPOCH, _E.PRODUCER_FENCED, _E.INVALID_PRODUCER_ID_MAPPING,
@@ -106,17 +124,18 @@ _SECRET_KEY_PARTS = ("password", "secret", "sasl.oauthbearer.config", "ssl.key.p
 def classify(error: KafkaError) -> DeliveryError:
     """Map a librdkafka error to the ErrorKind the loops act on (module docstring table)."""
     code = error.code()
+    reason = describe_error(error)
     if error.fatal():
-        kind = ErrorKind.FATAL
-    elif code in _PERMANENT_CODES:
-        kind = ErrorKind.PERMANENT
-    elif code in _FATAL_CODES:
-        kind = ErrorKind.FATAL
-    elif error.retriable():
-        kind = ErrorKind.RETRIABLE
-    else:
-        kind = ErrorKind.FATAL
-    return DeliveryError(kind, describe_error(error))
+        return DeliveryError(ErrorKind.FATAL, reason)
+    if code in _PERMANENT_CODES:
+        cause = Cause.TOO_LARGE if code in _TOO_LARGE_CODES else Cause.UNSPECIFIED
+        return DeliveryError(ErrorKind.PERMANENT, reason, cause)
+    topic_cause = _TOPIC_CAUSES.get(code)
+    if topic_cause is not None:
+        return DeliveryError(ErrorKind.RETRIABLE, reason, topic_cause)
+    if code in _FATAL_CODES or not error.retriable():
+        return DeliveryError(ErrorKind.FATAL, reason)
+    return DeliveryError(ErrorKind.RETRIABLE, reason)
 
 
 def kills_producer(error: KafkaError) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from cdc_relay.checkpoint import transactional_id
 from cdc_relay.config import (
@@ -26,6 +26,7 @@ from cdc_relay.decoding.pgoutput import plugin_options as pgoutput_options
 from cdc_relay.decoding.wal2json import Wal2JsonDecoder
 from cdc_relay.decoding.wal2json import plugin_options as wal2json_options
 from cdc_relay.errors import ConfigError, ExitCode
+from cdc_relay.message_columns import resolve_message_columns
 from cdc_relay.model import Lsn
 from cdc_relay.ops.metrics.endpoint import serve_wal
 from cdc_relay.routing import Router
@@ -33,9 +34,10 @@ from cdc_relay.signals import install_signal_handlers
 from cdc_relay.sink.base import SinkFactory
 from cdc_relay.sink.kafka import kafka_sink_factory
 from cdc_relay.txn_policy import TxnLimits
+from cdc_relay.wal.backfill import BackfillStats
 from cdc_relay.wal.delivery import DeliveryMode
 from cdc_relay.wal.exactly_once import ExactlyOnce, ExactlyOnceConfig
-from cdc_relay.wal.loop import Decoder, LoopTimings, ReplicationSource, WalRelay
+from cdc_relay.wal.loop import Decoder, LoopTimings, RelayStats, ReplicationSource, WalRelay
 from cdc_relay.wal.partitions import PartitionTree
 from cdc_relay.wal.stream import ReplicationStream
 
@@ -52,9 +54,10 @@ def make_decoder(repl: ReplicationConfig, outbox: OutboxConfig, *,
     """
     decoder: Decoder
     if repl.plugin == "pgoutput":
-        return PgOutputDecoder(outbox.table, outbox.columns), pgoutput_options(repl.publication)
+        return (PgOutputDecoder(outbox.table, outbox.columns, outbox.extra_columns),
+                pgoutput_options(repl.publication))
     tree = PartitionTree(repl.dsn, outbox.table) if partitioned else None
-    decoder = Wal2JsonDecoder(outbox.table, outbox.columns, tree)
+    decoder = Wal2JsonDecoder(outbox.table, outbox.columns, tree, extra_columns=outbox.extra_columns)
     return decoder, wal2json_options(outbox.table, partitioned=partitioned)
 
 
@@ -68,19 +71,33 @@ class WalSettings:
     kafka: KafkaConfig
     flow: FlowConfig = field(default_factory=FlowConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    snapshot: str = "never"  # "initial": backfill pending rows when the relay creates the slot
     exactly_once: ExactlyOnceSettings | None = None
 
+    def __post_init__(self) -> None:
+        if self.snapshot not in ("initial", "never"):
+            raise ConfigError(f"unknown --snapshot {self.snapshot!r}: use initial or never")
+        if self.snapshot == "initial" and self.exactly_once is not None:
+            raise ConfigError("--snapshot initial cannot be combined with --exactly-once yet (the "
+                              "backfill is at least once): backfill without --exactly-once, then "
+                              "restart with it")
 
-def build_wal_relay(settings: WalSettings, exactly_once: ExactlyOnceParts | None = None, *,
-                    partitioned: bool = False) -> WalRelay:
-    """Wire a WalRelay from settings (no I/O until ``run``)."""
-    repl = settings.replication
-    decoder, options = make_decoder(repl, settings.outbox, partitioned=partitioned)
-    logger = logging.getLogger("cdc_relay.kafka")
-    sink_factory: SinkFactory = kafka_sink_factory(settings.kafka, logger=logger)
+
+def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
+                    router: Router | None = None, sink_factory: SinkFactory | None = None,
+                    stats: RelayStats | None = None,
+                    exactly_once: ExactlyOnceParts | None = None) -> WalRelay:
+    """Wire a WalRelay from settings (no I/O until ``run``).
+
+    ``router``, ``sink_factory`` and ``stats`` are shared with a backfill that runs first;
+    ``exactly_once`` brings the transactional sink factory and the delivery mode.
+    """
     mode: DeliveryMode | None = None
     if exactly_once is not None:
         sink_factory, mode = exactly_once.sink_factory, exactly_once.mode
+    repl = settings.replication
+    outbox = replace(settings.outbox, extra_columns=settings.router.extra_columns())
+    decoder, options = make_decoder(repl, outbox, partitioned=partitioned)
 
     def source_factory() -> ReplicationSource:
         return ReplicationStream(repl, options)
@@ -88,37 +105,82 @@ def build_wal_relay(settings: WalSettings, exactly_once: ExactlyOnceParts | None
     return WalRelay(
         source_factory=source_factory,
         decoder=decoder,
-        router=Router(settings.router, settings.outbox.table),
-        sink_factory=sink_factory,
+        router=router or Router(settings.router, settings.outbox.table),
+        sink_factory=sink_factory or kafka_sink_factory(
+            settings.kafka, logger=logging.getLogger("cdc_relay.kafka")),
         flow=settings.flow,
         timings=LoopTimings(status_interval=repl.status_interval, reconnect_max=repl.reconnect_max),
+        stats=stats,
         mode=mode,
     )
 
 
 def run_wal(settings: WalSettings) -> int:
-    """``cdc-relay run``: ensure the slot, stream until a signal, exit 0 after a clean stop."""
+    """``cdc-relay run``: ensure the slot (or backfill first), stream until a signal, exit 0."""
+    from cdc_relay.wal.cutover import precheck, warn_if_unfinished
     from cdc_relay.wal.setup import ensure_replication
 
     stop = threading.Event()
     install_signal_handlers(stop)  # first: a SIGTERM during start-up is a clean stop too
     repl = settings.replication
+    if settings.snapshot == "initial":
+        precheck(repl, settings.outbox)  # the refusals, before anything is touched
     if settings.exactly_once is not None:
         check_exactly_once(settings)  # before any I/O: bad options exit 2 at once
+    # --header / --partition-column name real columns: a typo is one line now, exit 2.
+    # The backfill reads the carried columns (and the trace columns the table has) itself.
+    settings = replace(settings, outbox=resolve_message_columns(repl.dsn, settings.outbox,
+                                                                settings.router))
+    if settings.snapshot == "initial":
+        return _backfill_then_stream(settings, stop)
     setup = ensure_replication(repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
                                publication=repl.publication)
+    warn_if_unfinished(repl, settings.outbox)
     eos = None if settings.exactly_once is None else exactly_once_parts(settings)
-    relay = build_wal_relay(settings, eos, partitioned=setup.partitioned)
-    log.info("WAL mode: slot %s, plugin %s, table %s%s", repl.slot, repl.plugin, settings.outbox.table,
-             ", exactly once" if eos else "",
-             extra={"slot": repl.slot, "plugin": repl.plugin, "table": str(settings.outbox.table)})
+    relay = build_wal_relay(settings, partitioned=setup.partitioned, exactly_once=eos)
+    _log_start(settings)
     with serve_wal(settings.metrics, relay.stats, dsn=repl.dsn, slot=repl.slot,
                    txn=eos.mode.stats if eos else None):
         relay.run(stop)
-    stats = relay.stats
+    return _stopped(relay.stats, repl.slot)
+
+
+def _backfill_then_stream(settings: WalSettings, stop: threading.Event) -> int:
+    """``--snapshot initial``: the backfill (if due), then the start-up check, then stream."""
+    from cdc_relay.wal.cutover import backfill_before_streaming
+    from cdc_relay.wal.setup import ensure_replication
+
+    repl = settings.replication
+    router = Router(settings.router, settings.outbox.table)
+    sink_factory = kafka_sink_factory(settings.kafka, logger=logging.getLogger("cdc_relay.kafka"))
+    stats, backfill = RelayStats(), BackfillStats()
+    _log_start(settings)
+    with serve_wal(settings.metrics, stats, dsn=repl.dsn, slot=repl.slot, backfill=backfill):
+        if not backfill_before_streaming(repl=repl, outbox=settings.outbox, router=router,
+                                         sink_factory=sink_factory, flow=settings.flow,
+                                         stats=backfill, stop=stop):
+            log.info("stopped during the backfill: nothing streamed")
+            return ExitCode.OK
+        setup = ensure_replication(repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
+                                   publication=repl.publication)
+        relay = build_wal_relay(settings, partitioned=setup.partitioned, router=router,
+                                sink_factory=sink_factory, stats=stats)
+        relay.run(stop)
+    return _stopped(stats, repl.slot)
+
+
+def _log_start(settings: WalSettings) -> None:
+    repl = settings.replication
+    log.info("WAL mode: slot %s, plugin %s, table %s%s", repl.slot, repl.plugin, settings.outbox.table,
+             ", exactly once" if settings.exactly_once else "",
+             extra={"slot": repl.slot, "plugin": repl.plugin, "table": str(settings.outbox.table),
+                    "snapshot": settings.snapshot})
+
+
+def _stopped(stats: RelayStats, slot: str) -> int:
     log.info("stopped: %d events published, %d dead-lettered", stats.published,
              stats.dead_lettered, extra={
-                 "slot": repl.slot, "confirmed_lsn": str(Lsn(stats.confirmed_lsn)),
+                 "slot": slot, "confirmed_lsn": str(Lsn(stats.confirmed_lsn)),
                  "published": stats.published, "dead_lettered": stats.dead_lettered,
                  "restarts": stats.restarts})
     return ExitCode.OK

@@ -32,7 +32,7 @@ class DeliveryMode(Protocol):
     def begin(self, begin: Begin) -> int:
         """A PostgreSQL transaction starts: how many of its events to skip (already delivered)."""
 
-    def admit(self, token: int, event: OutboxEvent, message: Message) -> str | None:
+    def admit(self, token: int, event: OutboxEvent, message: Message) -> DeliveryError | None:
         """``message`` is about to be produced: None, or why it must be dead-lettered instead."""
 
     def commit(self, end_lsn: Lsn) -> None:
@@ -61,7 +61,7 @@ class AtLeastOnce:
     def begin(self, begin: Begin) -> int:
         return 0
 
-    def admit(self, token: int, event: OutboxEvent, message: Message) -> str | None:
+    def admit(self, token: int, event: OutboxEvent, message: Message) -> DeliveryError | None:
         return None
 
     def commit(self, end_lsn: Lsn) -> None:

@@ -42,10 +42,10 @@ from cdc_relay.checkpoint import SKIP_ALL, Checkpoint, ReplayFilter, checkpoint_
 from cdc_relay.errors import BrokerError, RelayError, SourceLost
 from cdc_relay.logs import event_fields
 from cdc_relay.model import Begin, Lsn, Message, OutboxEvent
-from cdc_relay.sink.base import DeliveryError, ErrorKind, Sink
+from cdc_relay.sink.base import Cause, DeliveryError, ErrorKind, Sink
 from cdc_relay.sink.transactions import TransactionalSink, TxnError, TxnErrorKind
 from cdc_relay.txn_policy import CommittedTracker, TxnBatch, TxnLimits, TxnStats
-from cdc_relay.wal.loop import ProducerFailed
+from cdc_relay.wal.session import ProducerFailed
 
 log = logging.getLogger("cdc_relay.exactly_once")
 
@@ -85,9 +85,10 @@ class ExactlyOnce:
         self._tracker = CommittedTracker()
         self._batch = TxnBatch(config.limits)
         self._replay = ReplayFilter(None)
-        self._refused: dict[str, str] = {}  # event id -> why the broker refused it
+        self._refused: dict[str, DeliveryError] = {}  # event id -> why the broker refused it
         self._legal_topics: set[str] = set()
-        self._suspects: dict[str, tuple[int, str]] = {}  # too large this round: id -> (size, why)
+        # too large this round: event id -> (payload size, the refusal)
+        self._suspects: dict[str, tuple[int, DeliveryError]] = {}
         self._failure: str | None = None
         self._last_token = -1  # token of the last event admitted into the open transaction
         self._last_end = Lsn(0)  # newest PostgreSQL commit end seen
@@ -137,7 +138,7 @@ class ExactlyOnce:
                      skip, begin.commit_lsn)
         return skip
 
-    def admit(self, token: int, event: OutboxEvent, message: Message) -> str | None:
+    def admit(self, token: int, event: OutboxEvent, message: Message) -> DeliveryError | None:
         batch = self._batch
         if batch.should_split():
             self._commit(partial=True)
@@ -148,19 +149,22 @@ class ExactlyOnce:
         self._last_token = token
         return reason
 
-    def _refusal(self, message: Message) -> str | None:
+    def _refusal(self, message: Message) -> DeliveryError | None:
         """Why the broker would refuse ``message`` (checked before it can doom the transaction)."""
         topic = message.topic
         if topic not in self._legal_topics:
             if not _LEGAL_TOPIC.match(topic) or topic in (".", ".."):
-                return f"TOPIC_EXCEPTION: illegal topic name {topic!r} (checked before producing)"
+                return DeliveryError(ErrorKind.PERMANENT, f"TOPIC_EXCEPTION: illegal topic name "
+                                     f"{topic!r} (checked before producing)")
             if len(self._legal_topics) < 10_000:  # topics come from event data: bounded cache
                 self._legal_topics.add(topic)
         size = len(message.value) + len(message.key) + _HEADER_OVERHEAD + sum(
             len(k) + len(v) for k, v in message.headers)
         if size > self._config.max_message_bytes:
-            return (f"MSG_SIZE_TOO_LARGE: message of about {size} bytes is too large for "
-                    f"message.max.bytes={self._config.max_message_bytes} (checked before producing)")
+            return DeliveryError(
+                ErrorKind.PERMANENT, f"MSG_SIZE_TOO_LARGE: message of about {size} bytes is too "
+                f"large for message.max.bytes={self._config.max_message_bytes} (checked before "
+                "producing)", Cause.TOO_LARGE)
         return None
 
     def commit(self, end_lsn: Lsn) -> None:
@@ -190,10 +194,10 @@ class ExactlyOnce:
         """
         first = self._failure is None
         if error.kind is ErrorKind.PERMANENT:
-            if "TOO_LARGE" in error.reason or "too large" in error.reason:
-                self._suspects[event.id] = (len(event.payload), error.reason)
+            if error.cause is Cause.TOO_LARGE:
+                self._suspects[event.id] = (len(event.payload), error)
             else:
-                self._refused[event.id] = error.reason
+                self._refused[event.id] = error
         if first:
             log.warning("delivery inside the Kafka transaction failed (%s): aborting it and "
                         "replaying%s", error.reason, " with the refused event dead-lettered"

@@ -420,3 +420,19 @@ def _busy_message(slot: str, pid: int | None) -> str:
         f"replication slot {slot!r} is active ({who} is streaming from it): stop that "
         "relay (or pg_recvlogical) first, then drop the slot"
     )
+
+
+def ensure_publication(conn: psycopg.Connection[Any], table: TableRef, publication: str) -> Outcome:
+    """The pgoutput publication alone, on an autocommit connection (the backfill's start).
+
+    ``run --snapshot initial`` creates the slot itself (with an exported snapshot), and
+    pgoutput needs the publication to exist before the slot does.
+    """
+    table = validated_table(table)
+    validate_identifier(publication, "publication name")
+    try:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (ADVISORY_LOCK_KEY,))
+            return _ensure_publication(conn, publication, table)
+    except psycopg.Error as exc:
+        raise translate_error(exc, f"creating publication {publication!r}") from exc

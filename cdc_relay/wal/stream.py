@@ -5,6 +5,13 @@ psycopg 3 has no replication helper, so this module drives the protocol itself:
 connection, then CopyData messages read with the **non-blocking** ``get_copy_data(1)``
 (the blocking form holds the GIL) and Standby Status Updates written back.
 
+The resume point that ``open`` returns is read *after* START_REPLICATION succeeded (on a
+short ordinary connection): only then does this session hold the slot, so a relay
+standing by cannot report a position older than what the previous holder confirmed
+last (PostgreSQL 15 would move the slot back to it). Every libpq call is wrapped: a
+connection error anywhere is ``SourceLost``, and connecting gives up after
+``connect_timeout`` (10 s unless the DSN says otherwise) instead of libpq's default.
+
 It owns the connection and nothing else: it does not decode payloads, decide what is
 safe to confirm, or retry. Errors come out as ``SourceLost`` (reconnect and resume from
 the slot), ``SlotBusy`` (another relay is streaming; wait) or ``DatabaseError``
@@ -35,6 +42,7 @@ _WAL_START = struct.Struct("!Q")
 _SESSION_OPTIONS = "-c TimeZone=UTC -c DateStyle=ISO,YMD -c extra_float_digits=3"
 # Detect a dead server or network instead of waiting forever on a silent socket.
 _TCP_DEFAULTS = {
+    "connect_timeout": "10",
     "keepalives": "1",
     "keepalives_idle": "10",
     "keepalives_interval": "5",
@@ -52,6 +60,14 @@ def replication_conninfo(dsn: str) -> str:
     extra = {k: v for k, v in _TCP_DEFAULTS.items() if k not in params}
     params.setdefault("application_name", "cdc-relay")
     return make_conninfo("", **{**params, **extra, "options": options, "replication": "database"})
+
+
+def plain_conninfo(dsn: str) -> str:
+    """The user's DSN for a short ordinary connection (same connect timeout as the stream)."""
+    params = conninfo_to_dict(dsn)
+    params.setdefault("connect_timeout", _TCP_DEFAULTS["connect_timeout"])
+    params.setdefault("application_name", "cdc-relay")
+    return make_conninfo("", **params)
 
 
 def quote_literal(value: str) -> str:
@@ -84,13 +100,27 @@ class ReplicationStream:
         except psycopg.Error as exc:
             raise _wrap_connect_error(exc, "cannot open a replication connection") from exc
         self._conn = conn
-        confirmed = self._check_slot(conn)
+        self._check_slot(conn)
         pgconn = conn.pgconn
         self._start_replication(pgconn)
+        confirmed = self._held_position()
         pgconn.nonblocking = 1
         self._pgconn = pgconn
         self._socket = pgconn.socket
         return Lsn.parse(confirmed) if confirmed else Lsn(0)
+
+    def _held_position(self) -> str | None:
+        """The slot's confirmed flush LSN, read now that this session holds the slot."""
+        try:
+            with psycopg.connect(plain_conninfo(self._config.dsn), autocommit=True) as conn:
+                row = conn.execute(
+                    "SELECT confirmed_flush_lsn::text FROM pg_replication_slots"
+                    " WHERE slot_name = %s AND database = current_database()",
+                    (self._config.slot,)).fetchone()
+        except psycopg.Error as exc:
+            self.close()
+            raise _wrap_connect_error(exc, "cannot read the replication slot's position") from exc
+        return None if row is None or row[0] is None else str(row[0])
 
     def _check_slot(self, conn: psycopg.Connection[tuple[object, ...]]) -> str | None:
         """The slot's confirmed flush LSN (text); closes and raises if the slot does not fit."""
@@ -127,7 +157,11 @@ class ReplicationStream:
         command = f'START_REPLICATION SLOT "{slot}" LOGICAL 0/0'
         if options:
             command += f" ({options})"
-        result = pgconn.exec_(command.encode())
+        try:
+            result = pgconn.exec_(command.encode())
+        except psycopg.Error as exc:
+            self.close()
+            raise SourceLost(f"START_REPLICATION failed: {mask_secrets(str(exc))}") from exc
         if result.status != pq.ExecStatus.COPY_BOTH:
             sqlstate = (result.error_field(pq.DiagnosticField.SQLSTATE) or b"").decode()
             message = (result.error_message or b"").decode(errors="replace").strip()
@@ -142,7 +176,10 @@ class ReplicationStream:
         """The next buffered message, or None when none is complete yet (never blocks)."""
         pgconn = self._pgconn
         assert pgconn is not None, "read() before open()"
-        nbytes, data = pgconn.get_copy_data(1)
+        try:
+            nbytes, data = pgconn.get_copy_data(1)
+        except psycopg.Error as exc:
+            raise SourceLost(f"replication connection lost: {mask_secrets(str(exc))}") from exc
         if nbytes > XLOG_HEADER_SIZE and data[0] == XLOG_DATA:
             # The per-row fast path: what parse() does for XLogData, without the call.
             return XLOG_DATA, _WAL_START.unpack_from(data, 1)[0], data[XLOG_HEADER_SIZE:]
@@ -175,7 +212,7 @@ class ReplicationStream:
                 raise SourceLost(self._ended_reason(pgconn))
             while pgconn.flush() == 1:
                 select.select([], [self._socket], [], 1.0)
-        except psycopg.Error as exc:
+        except (OSError, psycopg.Error) as exc:
             raise SourceLost(f"replication connection lost: {mask_secrets(str(exc))}") from exc
 
     def close(self) -> None:

@@ -13,7 +13,7 @@ from cdc_relay.config import KafkaConfig
 from cdc_relay.errors import BrokerError
 from cdc_relay.local.broker import Broker
 from cdc_relay.model import Message
-from cdc_relay.sink.base import Delivery, ErrorKind, ProduceRejected
+from cdc_relay.sink.base import Cause, Delivery, ErrorKind, ProduceRejected
 from cdc_relay.sink.kafka import KafkaSink, kafka_sink_factory
 from cdc_relay.sink.kafka_client import check_brokers, classify, describe_settings, producer_settings
 from tests.support import KafkaCollector
@@ -89,7 +89,7 @@ def test_oversized_message_is_permanent(broker: Broker, topic_prefix: str) -> No
             [delivery] = got
             assert delivery.error is not None
             error = delivery.error
-        assert error.kind is ErrorKind.PERMANENT
+        assert error.kind is ErrorKind.PERMANENT and error.cause is Cause.TOO_LARGE
         assert "TOO_LARGE" in error.reason
         assert sink.fatal_error is None
         sink.produce(Message(f"{topic_prefix}.big", b"k", b"small"), 2)  # the sink still works
@@ -109,6 +109,31 @@ def test_illegal_topic_fails_permanently_at_delivery(broker: Broker) -> None:
     [delivery] = got
     assert delivery.token == 7
     assert delivery.error is not None and delivery.error.kind is ErrorKind.PERMANENT
+
+
+def test_a_missing_topic_is_retriable_broker_trouble_not_the_events_fault(
+    broker: Broker, topic_prefix: str
+) -> None:
+    got: list[Delivery] = []
+    config = KafkaConfig(broker.bootstrap, {"allow.auto.create.topics": "false",
+                                            "topic.metadata.propagation.max.ms": "300"})
+    sink = kafka_sink_factory(config)(got.append)
+    missing = Message(f"{topic_prefix}.missing", b"k", b"v")
+    try:
+        sink.produce(missing, 1)
+        serve_until(sink, lambda: got)
+        [delivery] = got
+        assert delivery.error is not None
+        assert delivery.error.kind is ErrorKind.RETRIABLE
+        assert delivery.error.cause is Cause.TOPIC_MISSING
+        # Now known to be missing: produce() refuses at once, classified the same way.
+        with pytest.raises(ProduceRejected) as caught:
+            sink.produce(missing, 2)
+        assert caught.value.error.kind is ErrorKind.RETRIABLE
+        assert caught.value.error.cause is Cause.TOPIC_MISSING
+        assert sink.fatal_error is None
+    finally:
+        sink.close(0)
 
 
 def test_broker_restart_fails_fatally_and_a_fresh_sink_works(private_broker: Broker,
@@ -202,25 +227,36 @@ def test_warm_up_raises_a_broker_error_when_no_broker_answers() -> None:
         sink.close(0)
 
 
+_E = KafkaError
+
+
 @pytest.mark.parametrize(
-    ("error", "kind"),
+    ("error", "kind", "cause"),
     [
-        (KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), ErrorKind.PERMANENT),
-        (KafkaError(KafkaError.TOPIC_EXCEPTION), ErrorKind.PERMANENT),
-        (KafkaError(KafkaError._UNKNOWN_TOPIC), ErrorKind.PERMANENT),
-        (KafkaError(KafkaError.INVALID_RECORD), ErrorKind.PERMANENT),
-        (KafkaError(KafkaError.UNKNOWN_PRODUCER_ID), ErrorKind.FATAL),
-        (KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER), ErrorKind.FATAL),
-        (KafkaError(KafkaError._MSG_TIMED_OUT, retriable=True), ErrorKind.FATAL),
-        (KafkaError(KafkaError._PURGE_INFLIGHT), ErrorKind.FATAL),
-        (KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, fatal=True), ErrorKind.FATAL),
-        (KafkaError(KafkaError.NOT_ENOUGH_REPLICAS, retriable=True), ErrorKind.RETRIABLE),
-        (KafkaError(KafkaError.UNKNOWN), ErrorKind.FATAL),
+        (KafkaError(_E.MSG_SIZE_TOO_LARGE), ErrorKind.PERMANENT, Cause.TOO_LARGE),
+        (KafkaError(_E.RECORD_LIST_TOO_LARGE), ErrorKind.PERMANENT, Cause.TOO_LARGE),
+        (KafkaError(_E.TOPIC_EXCEPTION), ErrorKind.PERMANENT, Cause.UNSPECIFIED),
+        (KafkaError(_E.INVALID_RECORD), ErrorKind.PERMANENT, Cause.UNSPECIFIED),
+        # Broker trouble about the topic: retried, never dead-lettered.
+        (KafkaError(_E._UNKNOWN_TOPIC), ErrorKind.RETRIABLE, Cause.TOPIC_MISSING),
+        (KafkaError(_E.UNKNOWN_TOPIC_OR_PART, retriable=True), ErrorKind.RETRIABLE,
+         Cause.TOPIC_MISSING),
+        (KafkaError(_E._UNKNOWN_PARTITION), ErrorKind.RETRIABLE, Cause.TOPIC_MISSING),
+        (KafkaError(_E.TOPIC_AUTHORIZATION_FAILED), ErrorKind.RETRIABLE, Cause.TOPIC_FORBIDDEN),
+        (KafkaError(_E.UNKNOWN_PRODUCER_ID), ErrorKind.FATAL, Cause.UNSPECIFIED),
+        (KafkaError(_E.OUT_OF_ORDER_SEQUENCE_NUMBER), ErrorKind.FATAL, Cause.UNSPECIFIED),
+        (KafkaError(_E._MSG_TIMED_OUT, retriable=True), ErrorKind.FATAL, Cause.UNSPECIFIED),
+        (KafkaError(_E._PURGE_INFLIGHT), ErrorKind.FATAL, Cause.UNSPECIFIED),
+        (KafkaError(_E.MSG_SIZE_TOO_LARGE, fatal=True), ErrorKind.FATAL, Cause.UNSPECIFIED),
+        (KafkaError(_E.NOT_ENOUGH_REPLICAS, retriable=True), ErrorKind.RETRIABLE,
+         Cause.UNSPECIFIED),
+        (KafkaError(_E.UNKNOWN), ErrorKind.FATAL, Cause.UNSPECIFIED),
     ],
 )
-def test_errors_are_classified_by_the_documented_table(error: KafkaError,
-                                                       kind: ErrorKind) -> None:
+def test_errors_are_classified_by_the_documented_table(error: KafkaError, kind: ErrorKind,
+                                                       cause: Cause) -> None:
     assert classify(error).kind is kind
+    assert classify(error).cause is cause
     assert classify(error).reason.startswith(error.name())
 
 

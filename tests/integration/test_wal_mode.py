@@ -7,9 +7,14 @@ import threading
 
 import psycopg
 import pytest
+from psycopg import pq
 
+from cdc_relay.config import ReplicationConfig, TableRef
+from cdc_relay.decoding.wal2json import plugin_options as wal2json_options
 from cdc_relay.local.broker import Broker
+from cdc_relay.model import Lsn
 from cdc_relay.outbox import emit
+from cdc_relay.wal.stream import ReplicationStream
 from tests.integration.wal_support import (
     Expected,
     assert_contract,
@@ -158,3 +163,29 @@ def test_wal2json_and_pgoutput_publish_identical_messages_for_the_same_rows(
             (m.topic.split(".", 1)[1], m.key, m.value, tuple(sorted(m.headers.items())), m.timestamp)
             for m in messages)
     assert results["wal2json"] == results["pgoutput"]
+
+
+def test_a_standby_resumes_from_the_position_the_slot_holds_when_it_gets_it(db: str) -> None:
+    """The previous holder may confirm more between our slot check and START_REPLICATION;
+    the resume point must be what the slot has once it is ours, never the older reading."""
+    init_db(db)
+    expected = write_workload(db, transactions=3, seed=91, rollback_every=0)
+    assert expected.events
+    target = current_wal(db)
+
+    class PreviousHolderConfirmsMeanwhile(ReplicationStream):
+        def _start_replication(self, pgconn: pq.abc.PGconn) -> None:
+            with psycopg.connect(db, autocommit=True) as conn:
+                conn.execute("SELECT pg_replication_slot_advance('cdc_relay', %s::pg_lsn)",
+                             (str(Lsn(target)),))
+            super()._start_replication(pgconn)
+
+    before = confirmed_flush(db)
+    stream = PreviousHolderConfirmsMeanwhile(ReplicationConfig(dsn=db),
+                                             wal2json_options(TableRef()))
+    try:
+        start = stream.open()
+    finally:
+        stream.close()
+    assert before < target
+    assert start == confirmed_flush(db) >= target

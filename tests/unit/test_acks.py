@@ -147,3 +147,36 @@ def test_commit_behind_the_start_position_is_ignored() -> None:
     tracker.commit(Lsn(400))
     tracker.delivered(seq)
     assert tracker.confirmed == Lsn(500)
+
+
+def test_empty_commits_behind_a_stuck_event_are_coalesced_into_one_entry() -> None:
+    tracker = AckTracker()
+    tracker.begin()
+    stuck = tracker.produced()
+    tracker.commit(Lsn(10))
+    for i in range(100_000):  # another table's transactions: empty B/C pairs
+        tracker.begin()
+        tracker.commit(Lsn(20 + i))
+    assert tracker.pending_commits <= 2
+    assert tracker.confirmed == 0
+    tracker.delivered(stuck)
+    assert tracker.confirmed == Lsn(20 + 99_999)
+    assert tracker.pending_commits == 0
+
+
+def test_commits_with_events_behind_a_stuck_one_are_bounded_by_the_span() -> None:
+    tracker = AckTracker()
+    tracker.begin()
+    stuck = tracker.produced()
+    tracker.commit(Lsn(10))
+    for i in range(1000):
+        tracker.begin()
+        seq = tracker.produced()
+        tracker.commit(Lsn(20 + 2 * i))
+        tracker.begin()
+        tracker.commit(Lsn(21 + 2 * i))  # an empty one after each: coalesced
+        tracker.delivered(seq)
+    assert tracker.inflight == 1001
+    assert tracker.pending_commits <= tracker.inflight + 1
+    tracker.delivered(stuck)
+    assert tracker.confirmed == Lsn(21 + 2 * 999)

@@ -266,7 +266,8 @@ def test_ignored_message_types_decode_to_none() -> None:
                     b"T" + struct.pack("!IbI", 1, 0, 16384),
                     b"U" + struct.pack("!I", 16384) + b"N" + tuple_data(outbox_values()),
                     b"D" + struct.pack("!I", 16384) + b"K" + tuple_data(outbox_values()),
-                    b"M\x01"):
+                    b"M\x01" + struct.pack("!Q", 5) + cstring("other_tool") + struct.pack("!I", 2)
+                    + b"hi"):
         assert decoder.decode(message, AT) is None
 
 
@@ -384,10 +385,12 @@ def test_plugin_options_quote_the_publication_as_an_identifier() -> None:
     assert plugin_options("cdc_relay_outbox") == [
         ("proto_version", "1"),
         ("publication_names", '"cdc_relay_outbox"'),
+        ("messages", "true"),
     ]
     assert plugin_options('Odd"Name') == [
         ("proto_version", "1"),
         ("publication_names", '"Odd""Name"'),
+        ("messages", "true"),
     ]
 
 

@@ -378,7 +378,7 @@ def test_plugin_options_ask_for_v2_inserts_of_the_outbox_table_only() -> None:
         ("include-type-oids", "0"),
         ("actions", "insert"),
         ("add-tables", "public.outbox_events"),
-        ("add-msg-prefixes", "cdc_relay"),
+        ("add-msg-prefixes", "cdc-relay"),
     ]
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from cdc_relay.checkpoint import SKIP_ALL, Checkpoint, checkpoint_key
 from cdc_relay.model import Begin, Lsn, Message, OutboxEvent
-from cdc_relay.sink.base import DeliveryError, ErrorKind
+from cdc_relay.sink.base import Cause, DeliveryError, ErrorKind
 from cdc_relay.sink.transactions import TxnError, TxnErrorKind
 from cdc_relay.txn_policy import TxnLimits
 from cdc_relay.wal.exactly_once import ExactlyOnce, ExactlyOnceConfig, KafkaTransactionAborted
@@ -96,7 +96,7 @@ class Stream:
         self.mode = mode
         self.tracker = mode.start(sink, Lsn(start))  # type: ignore[arg-type]
         self.produced: list[str] = []
-        self.dead: dict[str, str] = {}
+        self.dead: dict[str, str] = {}  # event id -> why it was dead-lettered
 
     def txn(self, commit_lsn: int, events: list[tuple[OutboxEvent, Message]], end: int) -> None:
         self.tracker.begin()
@@ -106,10 +106,10 @@ class Stream:
                 skip -= 1
                 continue
             token = self.tracker.produced()
-            reason = self.mode.admit(token, event, message)
+            refusal = self.mode.admit(token, event, message)
             self.produced.append(event.id)
-            if reason is not None:
-                self.dead[event.id] = reason
+            if refusal is not None:
+                self.dead[event.id] = refusal.reason
             self.tracker.delivered(token)  # the broker acked it inside the transaction
         self.tracker.commit(Lsn(end))
         self.mode.commit(Lsn(end))
@@ -179,7 +179,8 @@ def test_a_refused_event_aborts_and_is_dead_lettered_in_the_replay() -> None:
     stream = Stream(mode, sink)
     small, large = _event(1, size=10), _event(2, size=500)
     stream.txn(200, [small, large], end=210)
-    error = DeliveryError(ErrorKind.PERMANENT, "MSG_SIZE_TOO_LARGE: Broker: Message size too large")
+    error = DeliveryError(ErrorKind.PERMANENT, "MSG_SIZE_TOO_LARGE: Broker: Message size too large",
+                          Cause.TOO_LARGE)
     assert mode.delivery_failed(small[0], error) and mode.delivery_failed(large[0], error)
     with pytest.raises(ProducerFailed):
         mode.tick(clock.now)
@@ -197,8 +198,8 @@ def test_messages_the_broker_would_refuse_are_dead_lettered_before_producing() -
     bad_topic = Message("outbox.event.no spaces", message.key, message.value, message.headers)
     too_big = Message(message.topic, message.key, b"x" * 2000, message.headers)
     assert mode.admit(stream.tracker.produced(), event, bad_topic) is not None
-    reason = mode.admit(stream.tracker.produced(), event, too_big)
-    assert reason is not None and "too large" in reason
+    refusal = mode.admit(stream.tracker.produced(), event, too_big)
+    assert refusal is not None and refusal.cause is Cause.TOO_LARGE and "too large" in refusal.reason
     assert mode.admit(stream.tracker.produced(), event, message) is None
 
 

@@ -198,3 +198,10 @@ def test_a_taken_port_is_a_one_line_config_error(server: MetricsServer) -> None:
     endpoints = Endpoints(make_registry(), health=lambda: (True, ""), ready=lambda: (True, ""))
     with pytest.raises(ConfigError, match="choose another --metrics-port"):
         MetricsServer(MetricsConfig(port=server.port), endpoints)
+
+
+def test_wal_collector_counts_delivery_retries_by_reason() -> None:
+    stats = RelayStats(retries_by_reason={"topic_missing": 3, "producer_failed": 1})
+    values = samples(WalCollector(stats, None))
+    assert values["cdc_relay_delivery_retries_total{reason=topic_missing}"] == 3
+    assert values["cdc_relay_delivery_retries_total{reason=producer_failed}"] == 1

@@ -12,7 +12,7 @@ from cdc_relay.polling.settlement import BackoffPolicy, PollStats
 from cdc_relay.polling.threads import Waker, monitor_loop
 from cdc_relay.polling.worker import PollerSettings, PollWorker
 from cdc_relay.routing import Router
-from cdc_relay.sink.base import ErrorKind
+from cdc_relay.sink.base import Cause, DeliveryError, ErrorKind
 from cdc_relay.testing import FakeMonitor, FakeOutbox, FakeSink, FakeSinkFactory
 
 
@@ -192,3 +192,18 @@ def test_waker_never_loses_a_wake_up_that_came_before_the_wait() -> None:
     waker.wake()
     assert waker.wait(since, timeout=0.0)
     assert not waker.wait(waker.generation, timeout=0.0)
+
+
+def test_a_missing_topic_counts_no_attempt_and_never_dead_letters() -> None:
+    outbox = FakeOutbox(events(("order", "o-1", "Placed"), ("invoice", "i-1", "Sent")))
+    missing = DeliveryError(ErrorKind.RETRIABLE, "Broker: Unknown topic or partition",
+                            Cause.TOPIC_MISSING)
+    factory = FakeSinkFactory(configure=lambda sink: sink.fail_topics.update({"t.invoice": missing}))
+    worker = make_worker(outbox, factory)
+    prime(worker)
+    for _ in range(5):  # more rounds than --max-attempts (3)
+        worker.poll_once()
+    invoice = outbox.rows["e1"]
+    assert (invoice.attempts, invoice.processed, invoice.dead) == (0, False, False)
+    assert outbox.rows["e0"].processed
+    assert worker.stats.topic_retries == 5 and worker.stats.dead_lettered == 0

@@ -28,6 +28,8 @@ PURE_MODULES = (
     "cdc_relay.ops.doctor.checks",
     "cdc_relay.ops.metrics.collectors",
     "cdc_relay.wal.loop",
+    "cdc_relay.wal.session",
+    "cdc_relay.backoff",
     "cdc_relay.wal.protocol",
     "cdc_relay.sink.base",
     "cdc_relay.testing",  # the fakes drive the pure loops without a driver

@@ -1,96 +1,21 @@
-"""The WAL relay loop against fakes: a scripted replication slot and FakeSink.
-
-The fake slot (cdc_relay.testing.FakeSlot) behaves like PostgreSQL's: opening it replays
-every transaction whose commit end is after the confirmed position. Each status update is checked against the
-acknowledgement invariant at the moment it is sent.
-"""
+"""The WAL relay loop against fakes: a scripted replication slot (wal_harness.py) and FakeSink."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
-
 import pytest
 
-from cdc_relay.config import FlowConfig, RouterConfig, TableRef
-from cdc_relay.decoding.wal2json import Wal2JsonDecoder
+from cdc_relay.config import FlowConfig, RouterConfig
 from cdc_relay.errors import DecodeError
-from cdc_relay.model import Message, OutboxColumns
-from cdc_relay.routing import Router
-from cdc_relay.sink.base import DeliveryError, DeliveryHandler, ErrorKind, ProduceRejected
-from cdc_relay.testing import (
-    FakeSink,
-    FakeSinkFactory,
-    FakeSlot,
-    FakeSource,
-    Txn,
-    shuffled,
-    wal2json_insert,
-)
-from cdc_relay.wal.loop import LoopTimings, WalRelay
+from cdc_relay.model import Message
+from cdc_relay.sink.base import Cause, DeliveryError, DeliveryHandler, ErrorKind, ProduceRejected
+from cdc_relay.testing import FakeSink, FakeSinkFactory, shuffled
 from cdc_relay.wal.protocol import KEEPALIVE, XLOG_DATA, ServerMessage
-
-TABLE = TableRef("public", "outbox_events")
-FAST = LoopTimings(status_interval=0.05, reconnect_min=0, reconnect_max=0, slot_busy_retry=0,
-                   shutdown_timeout=1.0)
-
-
-def _row(event_id: str) -> bytes:
-    """Events whose id starts with "bad" get an aggregate type no topic name allows."""
-    return wal2json_insert(event_id, "no spaces allowed" if event_id.startswith("bad") else "order")
-
-
-class Harness:
-    def __init__(self, txns: list[Txn], factory: FakeSinkFactory, *,
-                 flow: FlowConfig | None = None, router: RouterConfig | None = None) -> None:
-        self.slot = FakeSlot(txns, row=_row)
-        self.factory = factory
-        self.stop = threading.Event()
-        self.idle_hook: Callable[[], None] = self._stop_when_done
-        self.sources: list[FakeSource] = []
-        self.relay = WalRelay(
-            source_factory=self._source, decoder=Wal2JsonDecoder(TABLE, OutboxColumns()),
-            router=Router(router or RouterConfig(topic_pattern="t.{aggregate_type}"), TABLE),
-            sink_factory=factory, flow=flow or FlowConfig(), timings=FAST)
-
-    def _source(self) -> FakeSource:
-        source = FakeSource(self.slot, lambda: self.idle_hook(), self._check_invariant)
-        self.sources.append(source)
-        return source
-
-    def acked_ids(self) -> set[str]:
-        ids: set[str] = set()
-        for sink in self.factory.sinks:
-            by_token = dict(sink.produced)
-            for delivery in sink.delivered:
-                if delivery.error is None:
-                    ids.add(dict(by_token[delivery.token].headers)["id"].decode())
-        return ids
-
-    def _check_invariant(self, flushed: int) -> None:
-        acked = self.acked_ids()
-        for txn in self.slot.txns:
-            if txn.end_lsn <= flushed:
-                missing = set(txn.event_ids) - acked
-                assert not missing, f"confirmed {flushed} past unacked events {missing}"
-
-    def _stop_when_done(self) -> None:
-        for sink in self.factory.sinks:
-            sink.release()
-        if self.slot.confirmed >= self.slot.txns[-1].end_lsn:
-            self.stop.set()
-
-    def run(self) -> None:
-        self.relay.run(self.stop)
-
-
-def _txns(count: int, size: int) -> list[Txn]:
-    return [Txn(1000 * (t + 1), [f"e{t}-{i}" for i in range(size)]) for t in range(count)]
+from tests.unit.wal_harness import Harness, Txn, txns
 
 
 def test_out_of_order_acks_confirm_only_complete_prefixes_and_everything_at_the_end() -> None:
     factory = FakeSinkFactory(reorder=shuffled(3), max_per_poll=3)
-    harness = Harness(_txns(20, 5), factory)
+    harness = Harness(txns(20, 5), factory)
     harness.run()
     assert harness.slot.confirmed == 20_000
     assert harness.acked_ids() == {e for t in harness.slot.txns for e in t.event_ids}
@@ -103,7 +28,7 @@ def test_fatal_delivery_replays_from_the_slot_with_a_new_producer() -> None:
             sink.fail_tokens[7] = ErrorKind.FATAL
 
     factory = FakeSinkFactory(configure=fail_first)
-    harness = Harness(_txns(5, 4), factory)
+    harness = Harness(txns(5, 4), factory)
     harness.run()
     assert factory.generations == 2
     assert harness.slot.opens == 2
@@ -116,7 +41,7 @@ def test_fatal_delivery_replays_from_the_slot_with_a_new_producer() -> None:
 
 def test_permanent_failure_goes_to_the_dead_letter_topic_under_the_same_token() -> None:
     factory = FakeSinkFactory(fail_tokens={2: ErrorKind.PERMANENT})
-    harness = Harness(_txns(2, 3), factory,
+    harness = Harness(txns(2, 3), factory,
                       router=RouterConfig(topic_pattern="t.{aggregate_type}", dead_letter_topic="dlq"))
     harness.run()
     sink = factory.current
@@ -140,7 +65,7 @@ def test_illegal_topic_is_dead_lettered_without_failing_the_stream() -> None:
 
 def test_backpressure_stops_reading_but_keeps_sending_status_updates() -> None:
     factory = FakeSinkFactory(hold=True)
-    harness = Harness(_txns(10, 10), factory, flow=FlowConfig(max_inflight_events=15))
+    harness = Harness(txns(10, 10), factory, flow=FlowConfig(max_inflight_events=15))
     harness.idle_hook = lambda: None  # acks stay held until the clock says otherwise
     seen: dict[str, int] = {}
     ticks = {"n": 0}
@@ -168,7 +93,7 @@ def test_backpressure_stops_reading_but_keeps_sending_status_updates() -> None:
 
 def test_busy_slot_is_retried_until_the_other_relay_lets_go() -> None:
     factory = FakeSinkFactory()
-    harness = Harness(_txns(2, 2), factory)
+    harness = Harness(txns(2, 2), factory)
     harness.slot.busy_opens = 3
     harness.run()
     assert harness.slot.opens == 4
@@ -177,7 +102,7 @@ def test_busy_slot_is_retried_until_the_other_relay_lets_go() -> None:
 
 def test_decode_error_is_fatal_and_nothing_past_it_is_confirmed() -> None:
     factory = FakeSinkFactory()
-    harness = Harness(_txns(3, 2), factory)
+    harness = Harness(txns(3, 2), factory)
     original = harness.slot.messages
 
     def corrupt() -> list[ServerMessage]:
@@ -193,7 +118,7 @@ def test_decode_error_is_fatal_and_nothing_past_it_is_confirmed() -> None:
 
 def test_keepalive_advances_an_idle_slot() -> None:
     factory = FakeSinkFactory()
-    harness = Harness(_txns(1, 1), factory)
+    harness = Harness(txns(1, 1), factory)
     original = harness.slot.messages
 
     def with_keepalive() -> list[ServerMessage]:
@@ -210,7 +135,8 @@ class SizeLimitedSink(FakeSink):
 
     def produce(self, message: Message, token: int) -> None:
         if len(message.value) > 10:
-            raise ProduceRejected(DeliveryError(ErrorKind.PERMANENT, "Broker: Message size too large"))
+            raise ProduceRejected(DeliveryError(ErrorKind.PERMANENT, "Broker: Message size too large",
+                                                Cause.TOO_LARGE))
         super().produce(message, token)
 
 

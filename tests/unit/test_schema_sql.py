@@ -24,10 +24,10 @@ ODD = OutboxConfig(
 
 
 def test_migrations_are_numbered_in_order_from_one() -> None:
-    assert [m.version for m in migrations()] == [1, 2, 3, 4]
+    assert [m.version for m in migrations()] == [1, 2, 3, 4, 5]
     assert [m.name for m in migrations()] == [
         "0001_outbox.sql", "0002_notify_function.sql", "0003_processed_events.sql",
-        "0004_created_at_clock.sql"]
+        "0004_created_at_clock.sql", "0005_trace_context.sql"]
 
 
 @pytest.mark.parametrize("outbox", [OutboxConfig(), ODD,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from cdc_relay.config import KafkaConfig, OutboxConfig
 from cdc_relay.model import BOOKKEEPING_COLUMNS, NOTIFY_TRIGGER, SlotStatus, human_bytes
@@ -90,12 +91,26 @@ class PublicationFacts:
 
 
 @dataclass(frozen=True, slots=True)
+class BackfillFacts:
+    """Pending rows and ``run --snapshot initial``'s record for the slot (if any)."""
+
+    pending: int
+    oldest_pending: datetime | None = None
+    state: str | None = None  # creating / running / done; None: no record for the slot
+    running: bool = False  # a relay holds the slot's backfill lock now
+    rows_done: int = 0
+    rows_total: int | None = None
+    pending_before_start: int = 0  # pending rows created before the recorded backfill began
+
+
+@dataclass(frozen=True, slots=True)
 class Facts:
     server: ServerFacts
     table: TableFacts
     publication: PublicationFacts
     slot: SlotStatus | None
     idle_slots: tuple[SlotStatus, ...] = ()  # inactive logical slots of this database
+    backfill: BackfillFacts | None = None  # None: the table has no bookkeeping columns
 
 
 def quote_ident(name: str) -> str:
@@ -196,7 +211,23 @@ def table_checks(facts: Facts, options: DoctorOptions) -> list[Check]:
     checks = [table_check, _privileges_check(facts, options), _trigger_check(info, poll)]
     if not poll and options.plugin == "pgoutput":
         checks.append(_publication_check(facts, options))
-    return checks
+    return [*checks, _messages_check(facts.server, options)]
+
+
+def _messages_check(server: ServerFacts, options: DoctorOptions) -> Check:
+    """Whether events written with outbox.emit_message (logical decoding messages) are relayed."""
+    name = "tableless outbox"
+    if options.mode == "poll":
+        return Check(name, Verdict.SKIP, "polling mode cannot see events written with "
+                     "emit_message() (logical decoding messages, no row): relay those with "
+                     "WAL mode (cdc-relay run)")
+    major = server.version.split(".")[0]
+    if options.plugin == "pgoutput" and major.isdigit() and int(major) < 14:
+        return Check(name, Verdict.FAIL, f"pgoutput on PostgreSQL {server.version} cannot send "
+                     "logical decoding messages (needs 14+), so the relay cannot start",
+                     "use --plugin wal2json, or upgrade PostgreSQL")
+    return Check(name, Verdict.PASS, "emit_message() events ('cdc-relay' logical decoding "
+                 "messages) are relayed like rows")
 
 
 def _privileges_check(facts: Facts, options: DoctorOptions) -> Check:
@@ -337,3 +368,46 @@ def _retention_check(slot: SlotStatus, server: ServerFacts) -> Check:
                      "check the relay is streaming (cdc-relay status); raise "
                      "max_slot_wal_keep_size if the lag is expected")
     return Check("WAL retention", Verdict.PASS, f"retains {human_bytes(retained)} of {limit} allowed")
+
+
+def backfill_check(facts: Facts, options: DoctorOptions) -> Check | None:
+    """Rows pending while the slot exists and no backfill runs: were they ever published?
+
+    WAL mode publishes what is committed after the slot's consistent point and never sets
+    ``processed_at``; rows that were pending before the slot existed are published only by
+    ``run --snapshot initial``. None when the table has no bookkeeping columns.
+    """
+    info, name, slot = facts.backfill, "backfill", options.slot
+    if info is None:
+        return None
+    redo = f"cdc-relay run --snapshot initial --slot {slot} (it redoes an unfinished backfill)"
+    if info.running:
+        total = "?" if info.rows_total is None else str(info.rows_total)
+        return Check(name, Verdict.PASS, f"running: {info.rows_done} of {total} rows published")
+    if info.state is not None and info.state != "done":
+        return Check(name, Verdict.WARN, f"the backfill of slot {slot} did not finish "
+                     f"({info.rows_done} of {info.rows_total} rows) and no relay runs it", redo)
+    if facts.slot is None:
+        if not info.pending:
+            return Check(name, Verdict.PASS, "no pending rows")
+        return Check(name, Verdict.WARN, f"{info.pending} rows are pending; a relay creating the "
+                     f"slot publishes only later commits unless started with --snapshot initial",
+                     f"cdc-relay run --snapshot initial --slot {slot} (docs/migration.md)")
+    if info.state == "done":
+        if info.pending_before_start:
+            return Check(name, Verdict.WARN, f"{info.pending_before_start} rows older than the "
+                         "backfill are still pending (inserted by transactions that were open "
+                         "when it started, or requeued since)",
+                         "publish them with cdc-relay poll --table ... once, or requeue them")
+        return Check(name, Verdict.PASS, f"done ({info.rows_done} rows); streaming since")
+    if not info.pending:
+        return Check(name, Verdict.PASS, "no pending rows")
+    oldest = f", the oldest from {info.oldest_pending:%Y-%m-%d %H:%M}" if info.oldest_pending else ""
+    return Check(name, Verdict.WARN,
+                 f"{info.pending} rows have processed_at NULL{oldest}, the slot exists and no "
+                 "backfill ran for it: rows committed before the slot existed were never published "
+                 "(in a WAL-only deployment every row looks pending: WAL mode never sets "
+                 "processed_at)",
+                 f"if they are a poller's backlog: stop the relays, cdc-relay slot drop --slot "
+                 f"{slot}, then cdc-relay run --snapshot initial (docs/migration.md); if not, "
+                 "purge old rows with cdc-relay cleanup --wal-mode")

@@ -24,12 +24,14 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pgerrors
+from psycopg import sql
 
 from cdc_relay.config import validate_slot_name
 from cdc_relay.db import connect, describe_dsn, translate_error, validated_table
 from cdc_relay.errors import RelayError, ServiceUnavailable
 from cdc_relay.model import NOTIFY_TRIGGER
 from cdc_relay.ops.doctor.checks import (
+    BackfillFacts,
     Check,
     DoctorOptions,
     Facts,
@@ -37,6 +39,7 @@ from cdc_relay.ops.doctor.checks import (
     ServerFacts,
     TableFacts,
     Verdict,
+    backfill_check,
     idle_slot_checks,
     libraries_fix,
     plugin_allowed,
@@ -47,6 +50,7 @@ from cdc_relay.ops.doctor.checks import (
 )
 from cdc_relay.ops.status import idle_logical_slots, read_slot_status
 from cdc_relay.sink.kafka_client import check_brokers
+from cdc_relay.wal.backfill_state import backfill_running, read_record
 
 PROBE_TIMEOUT = "10s"  # creating a slot waits for running transactions: bound it
 
@@ -108,8 +112,32 @@ def gather(conn: psycopg.Connection[Any], options: DoctorOptions) -> Facts:
     if pub is not None:
         inserts, includes, via_root = pub
         publication = PublicationFacts(True, inserts, bool(includes), via_root)
+    backfill = None
+    if {"processed_at", "dead_lettered_at"} <= table_facts.columns:
+        backfill = gather_backfill(conn, options)
     return Facts(server, table_facts, publication, read_slot_status(conn, options.slot)[1],
-                 tuple(idle_logical_slots(conn)))
+                 tuple(idle_logical_slots(conn)), backfill)
+
+
+def gather_backfill(conn: psycopg.Connection[Any], options: DoctorOptions) -> BackfillFacts:
+    """Pending rows, the oldest one, and the slot's backfill record (read-only)."""
+    table = validated_table(options.outbox.table)
+    created = sql.Identifier(options.outbox.columns.created_at)
+    record = read_record(conn, table, options.slot)
+    since = record.started_at if record is not None else None
+    try:
+        row = conn.execute(sql.SQL(
+            "SELECT count(*), min({c}), count(*) FILTER (WHERE {c} < %s) FROM {t}"
+            " WHERE processed_at IS NULL AND dead_lettered_at IS NULL").format(
+                c=created, t=sql.Identifier(table.schema, table.name)), (since,)).fetchone()
+    except psycopg.Error as exc:
+        raise translate_error(exc, f"counting pending rows of {table}") from exc
+    pending, oldest, before = row if row is not None else (0, None, 0)
+    if record is None:
+        return BackfillFacts(pending, oldest)
+    running = not record.finished and backfill_running(conn, options.slot)
+    return BackfillFacts(pending, oldest, record.state, running, record.rows_done,
+                         record.rows_total, before)
 
 
 def _with_libraries(conn: psycopg.Connection[Any], server: ServerFacts) -> ServerFacts:
@@ -209,6 +237,9 @@ def _database_checks(conn: psycopg.Connection[Any], options: DoctorOptions) -> l
     checks += table_checks(facts, options)
     if options.mode == "wal":
         checks += slot_checks(facts, options)
+        backfill = backfill_check(facts, options)
+        if backfill is not None:
+            checks.append(backfill)
     else:
         checks += idle_slot_checks(facts)
     return checks

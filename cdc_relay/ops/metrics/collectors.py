@@ -56,6 +56,14 @@ def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, value=value)
 
 
+def _topic_retries(count: int) -> CounterMetricFamily:
+    family = CounterMetricFamily(
+        "cdc_relay_delivery_retries", "Deliveries retried, by reason (polling: events released "
+        "because their topic is missing or forbidden).", labels=["reason"])
+    family.add_metric(["topic_unavailable"], count)
+    return family
+
+
 def _failed(by_type: dict[str, int]) -> CounterMetricFamily:
     family = CounterMetricFamily(
         "outbox_events_failed", "Failed delivery attempts, by event type.",
@@ -120,6 +128,15 @@ class WalCollector:
                      1 if stats.streaming else 0)
         yield _counter("cdc_relay_restarts",
                        "Stream or producer restarts (reconnects, new producers).", stats.restarts)
+        retries = CounterMetricFamily(
+            "cdc_relay_delivery_retries", "Deliveries retried with a new producer, by reason "
+            "(topic_missing, topic_authorization, producer_failed).", labels=["reason"])
+        for reason, count in sorted(dict(stats.retries_by_reason).items()):
+            retries.add_metric([reason], count)
+        yield retries
+        yield _counter("cdc_relay_ignored_messages",
+                       "Non-transactional 'cdc-relay' logical decoding messages, never published.",
+                       stats.ignored_messages)
         if self._probe is not None:
             yield from slot_metrics(self._probe)
 
@@ -144,6 +161,40 @@ class TxnCollector:
         yield _gauge("cdc_relay_checkpoint_lsn",
                      "The checkpoint LSN of the last committed Kafka transaction.",
                      stats.checkpoint_lsn)
+
+
+class BackfillFigures(Protocol):
+    """What the backfill collector reads (wal.backfill.BackfillStats)."""
+
+    running: bool
+    finished: bool
+    rows_total: int
+    rows_done: int
+    rate: float
+    snapshot_age: float
+
+
+class BackfillCollector:
+    """``run --snapshot initial``: the backfill's progress, read at scrape time."""
+
+    def __init__(self, stats: BackfillFigures) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterable[Metric]:
+        stats = self._stats
+        yield _gauge("cdc_relay_backfill_running", "1 while the backfill publishes pending rows.",
+                     1 if stats.running else 0)
+        yield _gauge("cdc_relay_backfill_finished", "1 once the backfill of this slot is done.",
+                     1 if stats.finished else 0)
+        yield _gauge("cdc_relay_backfill_rows_total", "Rows pending in the backfill's snapshot.",
+                     stats.rows_total)
+        yield _gauge("cdc_relay_backfill_rows_done", "Backfilled rows the broker acknowledged.",
+                     stats.rows_done)
+        yield _gauge("cdc_relay_backfill_rows_per_second", "Backfill rate since it started.",
+                     stats.rate)
+        yield _gauge("cdc_relay_backfill_snapshot_age_seconds",
+                     "How long the backfill's snapshot (its xmin, which holds back VACUUM) "
+                     "has been held.", stats.snapshot_age)
 
 
 def batch_histogram(counts: list[int], total: float) -> HistogramMetricFamily:
@@ -175,6 +226,7 @@ class PollCollector:
         yield _counter("outbox_events_dead_lettered",
                        "Events this process gave up on (now dead letters).", dead_lettered)
         yield _gauge("outbox_dead_letters", "Rows in the dead-letter state.", dead)
+        yield _topic_retries(self._stats.topic_retries)
         yield _gauge("outbox_events_pending", "Rows waiting to be published.", pending)
         yield batch_histogram(counts, total)
         yield _gauge("cdc_relay_poller_connected", "1 while every worker has its connection.",

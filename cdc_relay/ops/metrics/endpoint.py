@@ -41,6 +41,8 @@ from cdc_relay.config import MetricsConfig
 from cdc_relay.errors import ConfigError, RelayError
 from cdc_relay.model import SlotStatus
 from cdc_relay.ops.metrics.collectors import (
+    BackfillCollector,
+    BackfillFigures,
     PollCollector,
     ReadyCollector,
     TxnCollector,
@@ -244,9 +246,10 @@ def _serving(server: MetricsServer, host: str) -> None:
 
 
 @contextmanager
-def serve_wal(config: MetricsConfig, stats: RelayStats, *, dsn: str,
-              slot: str, txn: TxnStats | None = None) -> Iterator[MetricsServer | None]:
-    """Serve WAL mode's metrics (with the slot lag probe) while the block runs."""
+def serve_wal(config: MetricsConfig, stats: RelayStats, *, dsn: str, slot: str,
+              backfill: BackfillFigures | None = None,
+              txn: TxnStats | None = None) -> Iterator[MetricsServer | None]:
+    """Serve WAL mode's metrics (with the slot lag probe, the backfill's and exactly-once's)."""
     if config.port is None:
         yield None
         return
@@ -255,7 +258,9 @@ def serve_wal(config: MetricsConfig, stats: RelayStats, *, dsn: str,
     def ready() -> tuple[bool, str]:
         return wal_ready(stats)
 
-    collectors: list[object] = [WalCollector(stats, probe), ReadyCollector(ready)]
+    collectors: list[Any] = [WalCollector(stats, probe), ReadyCollector(ready)]
+    if backfill is not None:
+        collectors.append(BackfillCollector(backfill))
     if txn is not None:
         collectors.append(TxnCollector(txn))
     endpoints = Endpoints(make_registry(*collectors),

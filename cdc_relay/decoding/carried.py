@@ -1,0 +1,82 @@
+"""wal2json's plan for the carried columns: ``--header`` / ``--partition-column`` columns and
+the optional ``traceparent`` / ``tracestate``, found by name in a v2 row's column list.
+
+Owns one cached name -> position plan, kept apart from the decoder's plan for the six
+mapped columns so the common case (nothing carried, no trace columns) costs one length
+comparison per row. The plan is rebuilt when the row's column count or a name at a
+remembered position changes (DDL), so a trace column added while streaming is found.
+
+Pure; must not do I/O. ``fill`` reports a problem instead of raising, so the decoder
+words the DecodeError like its other ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from cdc_relay.model import TRACE_COLUMNS, OutboxEvent
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+MISSING: Any = _Missing()  # a column absent from the row (the decoders' shared marker)
+
+
+class CarriedPlan:
+    """Where the carried columns sit in the last row seen (see the module docstring)."""
+
+    __slots__ = ("_count", "_names", "_plan", "_text", "ncols")
+
+    def __init__(self, extra_columns: tuple[str, ...],
+                 text_value: Callable[[object], str | None]) -> None:
+        self._text = text_value  # a JSON value -> PostgreSQL's text of it (wal2json.text_value)
+        self._count = len(extra_columns)  # named extras: required
+        self._names = (*extra_columns, *TRACE_COLUMNS)  # trace columns: optional
+        self._plan: tuple[int, ...] = ()  # positions (-1: absent); () = nothing to read
+        self.ncols = -1
+
+    @property
+    def active(self) -> bool:
+        """Whether rows of the current shape have anything to read."""
+        return bool(self._plan)
+
+    def fill(self, event: OutboxEvent, columns: Any) -> tuple[str | None, object] | None:
+        """Set ``event.extra`` and its trace context.
+
+        On a problem, return (column, its bad value or MISSING); (None, None) when the
+        column list itself is malformed.
+        """
+        try:
+            return self._fill(event, columns)
+        except (KeyError, TypeError, IndexError):
+            return (None, None)
+
+    def _fill(self, event: OutboxEvent, columns: Any) -> tuple[str | None, object] | None:
+        names, plan = self._names, self._plan
+        if len(columns) != self.ncols or not all(
+            i < 0 or columns[i]["name"] == name for i, name in zip(plan, names, strict=True)
+        ):
+            index = {column["name"]: i for i, column in enumerate(columns)}
+            plan = tuple(index.get(name, -1) for name in names)
+            for name, i in zip(names[: self._count], plan, strict=False):
+                if i < 0:
+                    return (name, MISSING)
+            self._plan = plan if any(i >= 0 for i in plan) else ()
+            self.ncols = len(columns)
+            if not self._plan:
+                return None
+        values = []
+        for name, i in zip(names, plan, strict=True):
+            raw = None if i < 0 else columns[i]["value"]
+            text = None if raw is None else self._text(raw)
+            if text is None and raw is not None:
+                return (name, raw)
+            values.append(text)
+        count = self._count
+        event.extra = tuple(values[:count])
+        event.traceparent, event.tracestate = values[count], values[count + 1]
+        return None
