@@ -19,10 +19,15 @@ poll-batch500  ``--no-slot --no-trigger``                  ``poll --batch-size 5
                                                            settings for throughput)
 poll-classic   ``--no-slot --no-trigger``                  ``python -m benchmarks.classic``: the
                                                            textbook relay, the baseline
+wal-rabbitmq   ``--plugin wal2json --no-trigger``          ``run --plugin wal2json --sink rabbitmq``
+wal-nats       ``--plugin wal2json --no-trigger``          ``run --plugin wal2json --sink nats``
 wal-*-eos      as the plugin's WAL mode                    ``run --exactly-once --txn-interval
                                                            100ms`` (``-eos-20ms``, ``-eos-500ms``:
                                                            other intervals; not in the default set)
 =============  ==========================================  ============================
+
+wal-rabbitmq and wal-nats publish to the machine's RabbitMQ and NATS JetStream instead
+of a throwaway Kafka broker, and measure backlog throughput only.
 
 WAL modes and plain polling run without the NOTIFY trigger (they do not need it, and
 it costs inserts: docs/design.md, polling mode); only poll-notify pays for it.
@@ -44,6 +49,7 @@ class Mode:
     init_args: tuple[str, ...]
     relay_args: tuple[str, ...]
     module: str = "cdc_relay"  # what ``python -m`` runs: the relay, or the classic baseline
+    sink: str = "kafka"  # kafka | rabbitmq | nats (benchmarks/other_sinks.py)
 
     @property
     def is_relay(self) -> bool:
@@ -64,6 +70,10 @@ MODES: dict[str, Mode] = {m.name: m for m in (
     Mode("poll-batch500", "poll", None, ("--no-slot", "--no-trigger"),
          ("poll", "--batch-size", "500", "--interval", "100ms", "--no-notify")),
     Mode("poll-classic", "poll", None, ("--no-slot", "--no-trigger"), (), module="benchmarks.classic"),
+    Mode("wal-rabbitmq", "wal", "wal2json", ("--plugin", "wal2json", "--no-trigger"),
+         ("run", "--plugin", "wal2json"), sink="rabbitmq"),
+    Mode("wal-nats", "wal", "wal2json", ("--plugin", "wal2json", "--no-trigger"),
+         ("run", "--plugin", "wal2json"), sink="nats"),
     *(Mode(f"wal-{plugin}-eos{suffix}", "wal", plugin, ("--plugin", plugin, "--no-trigger"),
            ("run", "--plugin", plugin, "--exactly-once", "--checkpoint-topic", "bench.checkpoints",
             "--txn-interval", interval))

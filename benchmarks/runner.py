@@ -21,6 +21,10 @@ its statistics.
 writer commits events on a fixed schedule and a consumer stamps their receipt
 (latency.py).
 
+Modes with another sink (wal-rabbitmq, wal-nats) use the machine's RabbitMQ or NATS
+with names of the run's own (other_sinks.py) instead of a fresh broker, and measure
+backlog throughput only: the latency harness reads Kafka.
+
 Must not: start the cluster (the caller shares one across modes) or write output files.
 """
 
@@ -36,6 +40,7 @@ import psycopg
 
 from benchmarks.kafka_side import count_process, create_topics
 from benchmarks.latency import measure
+from benchmarks.other_sinks import machine_sink
 from benchmarks.plan import EVENTS_PER_BACKLOG_TXN, Mode, Plan
 from benchmarks.procs import CTX, RelayProcess, finish, run_cli, spawn, wait_event
 from benchmarks.procstat import postmaster_pid, tree_cpu_seconds
@@ -72,6 +77,9 @@ class ModeRun:
         self.db = "bench_" + mode.name.replace("-", "_")
         self.dsn = ""
         self.bootstrap = ""
+        self.sink_args: tuple[str, ...] = ()
+        self.counter: Any = count_process
+        self.counter_args: Any = lambda topic: (self.bootstrap, topic)
         # One connection for every check while the relay runs: a new connection per check
         # would fork a backend each time and show up as PostgreSQL CPU.
         self.monitor: psycopg.Connection[Any] | None = None
@@ -85,6 +93,8 @@ class ModeRun:
         for n in self.plan.sizes:
             with self._fresh():
                 throughput.append(self.throughput(n))
+        if self.mode.sink != "kafka":  # the latency harness reads Kafka
+            return throughput, []
         with self._fresh():
             latency = self.latency()
         return throughput, latency
@@ -94,16 +104,28 @@ class ModeRun:
         """A new database (initialised for the mode) and a new broker with the topics."""
         self.dsn = self.cluster.create_database(self.db)
         try:
-            with Broker() as broker, psycopg.connect(self.dsn, autocommit=True) as monitor:
+            with self._broker() as bootstrap, psycopg.connect(self.dsn, autocommit=True) as monitor:
                 self.monitor = monitor
-                self.bootstrap = broker.bootstrap
+                self.bootstrap = bootstrap
                 run_cli(["init", "--dsn", self.dsn, *self.mode.init_args], self._log("init"))
-                create_topics(broker.bootstrap, [f"bench.{BACKLOG}", "bench.probe",
-                                                 *(f"bench.lat{r}" for r in self.plan.rates)])
                 yield
         finally:
             self.monitor = None
             self.cluster.drop_database(self.db)
+
+    @contextlib.contextmanager
+    def _broker(self) -> Iterator[str]:
+        """A fresh Kafka broker with the run's topics, or the machine's RabbitMQ / NATS."""
+        if self.mode.sink == "kafka":
+            with Broker() as broker:
+                create_topics(broker.bootstrap, [f"bench.{BACKLOG}", "bench.probe",
+                                                 *(f"bench.lat{r}" for r in self.plan.rates)])
+                yield broker.bootstrap
+            return
+        with machine_sink(self.mode.sink, [f"bench.{BACKLOG}"]) as side:
+            self.sink_args, self.counter, self.counter_args = (side.relay_args, side.counter,
+                                                               side.counter_args)
+            yield side.brokers
 
     def _one(self, query: str, *args: Any) -> Any:
         assert self.monitor is not None
@@ -117,8 +139,9 @@ class ModeRun:
         if not self.mode.is_relay:  # the classic baseline takes only the common options
             return RelayProcess([*self.mode.relay_args, *common], self._log(what),
                                 module=self.mode.module)
+        extra = self.plan.relay_extra if self.mode.sink == "kafka" else ()
         return RelayProcess([*self.mode.relay_args, *common, "--dead-letter-topic", "bench.dlq",
-                             "--log-level", "warning", *self.plan.relay_extra], self._log(what))
+                             "--log-level", "warning", *self.sink_args, *extra], self._log(what))
 
     # ------------------------------------------------------------ backlog throughput
 
@@ -136,8 +159,8 @@ class ModeRun:
 
         received, first_at, done_at = CTX.Value("q", 0), CTX.Value("d", 0.0), CTX.Value("d", 0.0)
         ready, stop = CTX.Event(), CTX.Event()
-        counter = spawn(count_process, self.bootstrap, f"bench.{BACKLOG}", n, received, first_at,
-                        done_at, ready, stop)
+        counter = spawn(self.counter, *self.counter_args(f"bench.{BACKLOG}"), n, received,
+                        first_at, done_at, ready, stop)
         relay: RelayProcess | None = None
         try:
             wait_event(ready, counter, "the counting consumer")

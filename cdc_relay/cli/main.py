@@ -27,6 +27,8 @@ from cdc_relay.cli.options import (
     plugin_option,
     publication_option,
     router_config,
+    sink_options,
+    sink_settings,
     slot_option,
     table_option,
 )
@@ -49,7 +51,7 @@ from cdc_relay.logs import setup_logging
 @click.version_option(__version__, prog_name="cdc-relay")
 @click.pass_context
 def cli(ctx: click.Context, config_file: str | None) -> None:
-    """Transactional-outbox relay: PostgreSQL outbox inserts -> Kafka, at least once."""
+    """Transactional-outbox relay: PostgreSQL outbox inserts -> Kafka, RabbitMQ or NATS, at least once."""
     if config_file:
         ctx.default_map = load_config_file(config_file, cli)
 
@@ -94,6 +96,7 @@ def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mod
 
 @cli.command()
 @dsn_option
+@sink_options
 @kafka_options
 @table_option
 @columns_option
@@ -110,16 +113,19 @@ def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mod
              "snapshot (moving from polling mode; docs/migration.md).")
 @exactly_once_options
 @observability_options
-def run(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, message_timeout: float,
-        producer_config: tuple[str, ...], table: TableRef, columns: str | None, slot: str,
+def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_pattern: str,
+        dead_letter_topic: str, message_timeout: float, producer_config: tuple[str, ...],
+        table: TableRef, columns: str | None, slot: str,
         plugin: str, publication: str, status_interval: float, max_inflight: int,
         message_format: str, header: tuple[str, ...], partition_column: str | None, snapshot: str,
         metrics_port: int | None, metrics_host: str, log_level: str, log_format: str,
         exactly_once: ExactlyOnceSettings | None) -> int:
-    """WAL mode: stream outbox inserts from a logical replication slot to Kafka."""
+    """WAL mode: stream outbox inserts from a logical replication slot to the broker."""
     from cdc_relay.wal.app import WalSettings, run_wal
 
     setup_logging(log_level, log_format)  # first: a config error is then a log line too
+    other = sink_settings(sink, brokers, sink_config, producer_config, topic_pattern=topic_pattern,
+                          dead_letter_topic=dead_letter_topic, message_timeout=message_timeout)
     settings = WalSettings(
         replication=ReplicationConfig(dsn=dsn, slot=slot, plugin=plugin, publication=publication,
                                       status_interval=status_interval),
@@ -130,6 +136,7 @@ def run(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, mess
                           message_timeout_ms=int(message_timeout * 1000)),
         flow=FlowConfig(max_inflight_events=max_inflight),
         metrics=MetricsConfig(port=metrics_port, host=metrics_host),
+        sink=other,
         snapshot=snapshot,
         exactly_once=exactly_once,
     )
@@ -140,6 +147,7 @@ def run(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, mess
 
 @cli.command()
 @dsn_option
+@sink_options
 @kafka_options
 @table_option
 @columns_option
@@ -163,8 +171,9 @@ def run(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, mess
 @message_options
 @click.option("--snapshot", "poll_snapshot", default=None, hidden=True, expose_value=True)
 @observability_options
-def poll(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, message_timeout: float,
-         producer_config: tuple[str, ...], table: TableRef, columns: str | None, batch_size: int,
+def poll(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_pattern: str,
+         dead_letter_topic: str, message_timeout: float, producer_config: tuple[str, ...],
+         table: TableRef, columns: str | None, batch_size: int,
          interval: float, max_attempts: int, backoff_base: float, backoff_max: float, workers: int,
          no_notify: bool, strict_order: bool, message_format: str, header: tuple[str, ...],
          partition_column: str | None, poll_snapshot: str | None, metrics_port: int | None,
@@ -177,6 +186,8 @@ def poll(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, mes
                                "initial): polling mode publishes every pending row anyway")
 
     setup_logging(log_level, log_format)  # first: a config error is then a log line too
+    other = sink_settings(sink, brokers, sink_config, producer_config, topic_pattern=topic_pattern,
+                          dead_letter_topic=dead_letter_topic, message_timeout=message_timeout)
     settings = PollSettings(
         poll=PollConfig(dsn=dsn, batch_size=batch_size, interval=interval,
                         max_attempts=max_attempts, backoff_base=backoff_base,
@@ -188,6 +199,7 @@ def poll(dsn: str, brokers: str, topic_pattern: str, dead_letter_topic: str, mes
         kafka=KafkaConfig(brokers=brokers, producer_config=parse_producer_config(producer_config),
                           message_timeout_ms=int(message_timeout * 1000)),
         metrics=MetricsConfig(port=metrics_port, host=metrics_host),
+        sink=other,
     )
     return run_poll(settings)
 

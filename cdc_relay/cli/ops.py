@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from cdc_relay.cli.options import (
+    BROKERS_HELP,
     brokers_option,
     columns_option,
     dsn_option,
@@ -22,6 +23,8 @@ from cdc_relay.cli.options import (
     outbox_config,
     plugin_option,
     publication_option,
+    sink_options,
+    sink_settings,
     slot_option,
     table_option,
 )
@@ -45,7 +48,8 @@ def status(dsn: str, slot: str, table: TableRef, columns: str | None, output_for
 
 @click.command()
 @dsn_option
-@option("--brokers", default=None, help="Also check that a broker answers (HOST:PORT[,...]).")
+@sink_options
+@option("--brokers", default=None, help="Also check that the broker answers. " + BROKERS_HELP)
 @option("--producer-config", multiple=True, metavar="KEY=VALUE",
         help="librdkafka settings for the broker check (SASL/SSL), as given to the relay.")
 @slot_option
@@ -55,25 +59,38 @@ def status(dsn: str, slot: str, table: TableRef, columns: str | None, output_for
 @columns_option
 @option("--mode", type=click.Choice(["wal", "poll"]), default="wal", show_default=True,
         help="Which relay mode to check for (poll skips the logical decoding checks).")
+@option("--topic-pattern", default="outbox.event.{aggregate_type}", show_default=True,
+        help="The relay's topic pattern (NATS: the subjects the stream must cover).")
+@option("--dead-letter-topic", default="outbox.dead-letters", show_default=True,
+        help="The relay's dead-letter topic.")
 @option("--exactly-once", is_flag=True, default=False,
         help="Also check run --exactly-once: checkpoint topic, checkpoint vs slot, ACL hints.")
 @option("--checkpoint-topic", default="cdc-relay.checkpoints", show_default=True,
         help="The checkpoint topic the relay uses (with --exactly-once).")
 @format_option
-def doctor(dsn: str, brokers: str | None, producer_config: tuple[str, ...], slot: str,
-           plugin: str, publication: str, table: TableRef, columns: str | None, mode: str,
-           exactly_once: bool, checkpoint_topic: str, output_format: str) -> int:
+def doctor(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str | None,
+           producer_config: tuple[str, ...], slot: str, plugin: str, publication: str,
+           table: TableRef, columns: str | None, mode: str, topic_pattern: str,
+           dead_letter_topic: str, exactly_once: bool, checkpoint_topic: str,
+           output_format: str) -> int:
     """Check the server, role, table, slot and broker; print the fix for each failure."""
     from cdc_relay.ops.doctor.checks import DoctorOptions
     from cdc_relay.ops.doctor.gather import run_doctor
     from cdc_relay.ops.doctor.report import failed, format_checks, format_checks_json
 
-    kafka = None
+    kafka = other = None
     if brokers:
-        kafka = KafkaConfig(brokers=brokers, producer_config=parse_producer_config(producer_config))
+        other = sink_settings(sink, brokers, sink_config, producer_config,
+                              topic_pattern=topic_pattern, dead_letter_topic=dead_letter_topic,
+                              message_timeout=30.0)
+        if other is None:
+            kafka = KafkaConfig(brokers=brokers,
+                                producer_config=parse_producer_config(producer_config))
+    elif sink != "kafka":
+        raise ConfigError(f"doctor --sink {sink} needs --brokers (the address the relay uses)")
     checks = run_doctor(DoctorOptions(dsn=dsn, outbox=outbox_config(table, columns), slot=slot,
                                       plugin=plugin, publication=publication, mode=mode,
-                                      kafka=kafka))
+                                      kafka=kafka, sink=other))
     if exactly_once:
         from cdc_relay.ops.doctor.gather_exactly_once import run_exactly_once_checks
 

@@ -30,6 +30,8 @@ from cdc_relay.config import (
 )
 from cdc_relay.errors import ConfigError, ExitCode, RelayError, mask_secrets
 from cdc_relay.logs import JsonFormatter
+from cdc_relay.sink.config import SINK_KINDS, parse_nats, parse_rabbitmq
+from cdc_relay.sink.factory import OtherSink
 
 F = TypeVar("F", bound=Callable[..., Any])
 ENV_PREFIX = "CDC_RELAY_"
@@ -103,8 +105,49 @@ def columns_option(f: F) -> F:
                        "(fields: id, aggregate_type, aggregate_id, event_type, payload, created_at).")(f)
 
 
+BROKERS_HELP = ("Broker address in the sink's form: HOST:PORT[,...] (kafka), "
+                "amqp://USER:PASSWORD@HOST:PORT/VHOST (rabbitmq), nats://HOST:PORT[,...] (nats).")
+
+
 def brokers_option(f: F) -> F:
-    return option("--brokers", required=True, help="Kafka bootstrap servers, HOST:PORT[,...].")(f)
+    return option("--brokers", required=True, help=BROKERS_HELP)(f)
+
+
+def sink_options(f: F) -> F:
+    """``--sink`` and ``--sink-config`` (docs/sinks.md)."""
+    f = option("--sink-config", multiple=True, metavar="KEY=VALUE",
+               help="A RabbitMQ or NATS sink setting (repeatable), e.g. exchange=outbox, "
+                    "stream=OUTBOX; see docs/sinks.md.")(f)
+    return option("--sink", type=click.Choice(list(SINK_KINDS)), default="kafka",
+                  show_default=True, help="The broker to publish to.")(f)
+
+
+_ADDRESS_SINKS = (("amqp://", "rabbitmq"), ("amqps://", "rabbitmq"), ("nats://", "nats"),
+                  ("tls://", "nats"))
+
+
+def sink_settings(sink: str, brokers: str, sink_config: tuple[str, ...],
+                  producer_config: tuple[str, ...], *, topic_pattern: str,
+                  dead_letter_topic: str, message_timeout: float) -> OtherSink | None:
+    """The RabbitMQ/NATS config of the sink options; None for Kafka (its config is KafkaConfig)."""
+    timeout_ms = int(message_timeout * 1000)
+    if sink == "kafka":
+        if sink_config:
+            raise ConfigError("--sink-config is for the rabbitmq and nats sinks; Kafka producer "
+                              "settings go in --producer-config KEY=VALUE")
+        for prefix, other in _ADDRESS_SINKS:
+            if brokers.strip().lower().startswith(prefix):
+                raise ConfigError(f"--brokers {prefix}... is a {other} address but the sink is "
+                                  f"kafka: add --sink {other}")
+        return None
+    if producer_config:
+        raise ConfigError(f"--producer-config is for the Kafka sink; {sink} settings go in "
+                          "--sink-config KEY=VALUE (see docs/sinks.md)")
+    if sink == "rabbitmq":
+        return parse_rabbitmq(brokers, sink_config, dead_letter_topic=dead_letter_topic,
+                              message_timeout_ms=timeout_ms)
+    return parse_nats(brokers, sink_config, topic_pattern=topic_pattern,
+                      dead_letter_topic=dead_letter_topic, message_timeout_ms=timeout_ms)
 
 
 def kafka_options(f: F) -> F:
@@ -113,7 +156,8 @@ def kafka_options(f: F) -> F:
     f = option("--message-timeout", type=DURATION, default="30s", show_default=True,
                help="Give up on an unacknowledged message after this long (then replay).")(f)
     f = option("--dead-letter-topic", default="outbox.dead-letters", show_default=True,
-               help="Topic for events the broker rejects permanently.")(f)
+               help="Topic (RabbitMQ: routing key, NATS: subject) for events the broker "
+                    "rejects permanently.")(f)
     f = option("--topic-pattern", default="outbox.event.{aggregate_type}", show_default=True,
                help="Topic name pattern; placeholders {aggregate_type}, {event_type}, "
                     "{schema}, {table}.")(f)
@@ -199,7 +243,7 @@ def _normalise(key: str) -> str:
 
 
 def _to_option_value(value: Any) -> Any:
-    # [producer_config] as a TOML table → ("key=value", ...) like the repeated flag.
+    # [producer_config] / [sink_config] as a TOML table → ("key=value", ...) like the repeated flag.
     if isinstance(value, dict):
         return tuple(f"{k}={v}" for k, v in value.items())
     return value
@@ -222,7 +266,7 @@ def load_config_file(path: str, group: click.Group) -> dict[str, Any]:
         for key, value in table.items():
             name = _normalise(key)
             path_ = (*prefix, key)
-            if isinstance(value, dict) and name != "producer_config":
+            if isinstance(value, dict) and name not in ("producer_config", "sink_config"):
                 section(path_, value)
                 continue
             command_path = tuple(prefix)

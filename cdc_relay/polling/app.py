@@ -1,10 +1,10 @@
 """Composition root of polling mode and its admin commands (poll, dead-letters, cleanup).
 
-Builds the real parts from frozen configs - one PollingSource and one Kafka sink per
-worker, one OutboxMonitor per process, the router - checks the outbox before starting,
-installs the signal handlers and runs the threads. The admin commands are thin wrappers
-over polling/admin.py plus their output formatting. Must not contain loop logic (that is
-worker.py and threads.py) or SQL (sql.py, claims.py, admin.py).
+Builds the real parts from frozen configs - one PollingSource and one sink (``--sink``,
+through sink/factory.py) per worker, one OutboxMonitor per process, the router - checks
+the outbox before starting, installs the signal handlers and runs the threads. The admin
+commands are thin wrappers over polling/admin.py plus their output formatting. Must not
+contain loop logic (that is worker.py and threads.py) or SQL (sql.py, claims.py, admin.py).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from cdc_relay.polling.threads import Waker, monitor_loop, run_threads
 from cdc_relay.polling.worker import PollerSettings, PollWorker
 from cdc_relay.routing import Router
 from cdc_relay.signals import install_signal_handlers
-from cdc_relay.sink.kafka import KafkaSink, kafka_sink_factory
+from cdc_relay.sink.factory import OtherSink, make_sink_factory, sink_name
 from cdc_relay.text import shorten
 
 log = logging.getLogger("cdc_relay")
@@ -49,12 +49,15 @@ class PollSettings:
     router: RouterConfig
     kafka: KafkaConfig
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    sink: OtherSink | None = None  # --sink rabbitmq|nats; None: the Kafka sink of ``kafka``
 
 
 def poller_settings(settings: PollSettings) -> PollerSettings:
     """The worker settings: PollConfig plus the producer's effective message timeout."""
     poll, kafka = settings.poll, settings.kafka
     timeout_ms = kafka.producer_config.get("message.timeout.ms", str(kafka.message_timeout_ms))
+    if settings.sink is not None:
+        timeout_ms = str(settings.sink.message_timeout_ms)
     try:
         message_timeout = int(timeout_ms) / 1000
     except ValueError:
@@ -72,7 +75,7 @@ def poller_settings(settings: PollSettings) -> PollerSettings:
 def build_pollers(settings: PollSettings, stats: PollStats, waker: Waker) -> list[PollWorker]:
     """One worker per ``--workers``, each with its own connection and sink (no I/O yet)."""
     router = Router(settings.router, settings.outbox.table)
-    sink_factory = kafka_sink_factory(settings.kafka, logger=logging.getLogger("cdc_relay.kafka"))
+    sink_factory = make_sink_factory(settings.kafka, settings.sink)
     worker_settings = poller_settings(settings)
     return [
         PollWorker(
@@ -96,23 +99,25 @@ def run_poll(settings: PollSettings, stats: PollStats | None = None,
     # The --header / --partition-column columns, and the trace columns the table has.
     settings = replace(settings, outbox=resolve_message_columns(poll.dsn, settings.outbox,
                                                                 settings.router))
-    KafkaSink(settings.kafka, lambda _delivery: None).close(0)  # bad --producer-config: now too
+    sink = sink_name(settings.sink)
+    # A missing client library or a bad --producer-config: one line now, not per worker later.
+    make_sink_factory(settings.kafka, settings.sink)(lambda _delivery: None).close(0)
     waker = Waker()
     workers = build_pollers(settings, stats, waker)
     if stop is None:
         stop = threading.Event()
         install_signal_handlers(stop)
-    log.info("polling mode: table %s, %d worker(s), batch %d, interval %.3gs, max attempts %d%s%s",
-             settings.outbox.table, poll.workers, poll.batch_size, poll.interval,
-             poll.max_attempts, "" if poll.notify else ", no NOTIFY",
-             ", strict order" if poll.strict_order else "")
+    log.info("polling mode: table %s, sink %s, %d worker(s), batch %d, interval %.3gs, max "
+             "attempts %d%s%s", settings.outbox.table, sink, poll.workers, poll.batch_size,
+             poll.interval, poll.max_attempts, "" if poll.notify else ", no NOTIFY",
+             ", strict order" if poll.strict_order else "", extra={"sink": sink})
 
     def watch(stop_: threading.Event) -> None:
         monitor_loop(monitor, waker, stats, stop_, listen=poll.notify)
 
     targets: list[tuple[str, Callable[[threading.Event], None]]] = [("poll-monitor", watch)]
     targets += [(f"poller-{n}", worker.run) for n, worker in enumerate(workers)]
-    with serve_poll(settings.metrics, stats, interval=poll.interval):
+    with serve_poll(settings.metrics, stats, interval=poll.interval, sink=sink):
         run_threads(targets, stop, waker)
     log.info("stopped; %d events published, %d dead-lettered", stats.published, stats.dead_lettered,
              extra={"published": stats.published, "dead_lettered": stats.dead_lettered})

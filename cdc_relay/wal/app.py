@@ -1,8 +1,9 @@
 """Composition root: builds the real parts from config and runs them.
 
 The only module that knows every concrete class: it picks the decoder for the plugin,
-the Kafka sink, the replication stream, installs signal handlers and starts the metrics
-endpoint. Components get frozen configs from here and never read the environment.
+the sink (``--sink``, through sink/factory.py), the replication stream, installs signal
+handlers and starts the metrics endpoint. Components get frozen configs from here and never
+read the environment.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from cdc_relay.ops.metrics.endpoint import serve_wal
 from cdc_relay.routing import Router
 from cdc_relay.signals import install_signal_handlers
 from cdc_relay.sink.base import SinkFactory
-from cdc_relay.sink.kafka import kafka_sink_factory
+from cdc_relay.sink.factory import OtherSink, make_sink_factory, sink_name
 from cdc_relay.txn_policy import TxnLimits
 from cdc_relay.wal.backfill import BackfillStats
 from cdc_relay.wal.delivery import DeliveryMode
@@ -71,6 +72,7 @@ class WalSettings:
     kafka: KafkaConfig
     flow: FlowConfig = field(default_factory=FlowConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    sink: OtherSink | None = None  # --sink rabbitmq|nats; None: the Kafka sink of ``kafka``
     snapshot: str = "never"  # "initial": backfill pending rows when the relay creates the slot
     exactly_once: ExactlyOnceSettings | None = None
 
@@ -81,6 +83,9 @@ class WalSettings:
             raise ConfigError("--snapshot initial cannot be combined with --exactly-once yet (the "
                               "backfill is at least once): backfill without --exactly-once, then "
                               "restart with it")
+        if self.sink is not None and self.exactly_once is not None:
+            raise ConfigError("--exactly-once needs Kafka transactions: it works with --sink kafka "
+                              "only (RabbitMQ and NATS stay at least once, docs/sinks.md)")
 
 
 def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
@@ -106,8 +111,7 @@ def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
         source_factory=source_factory,
         decoder=decoder,
         router=router or Router(settings.router, settings.outbox.table),
-        sink_factory=sink_factory or kafka_sink_factory(
-            settings.kafka, logger=logging.getLogger("cdc_relay.kafka")),
+        sink_factory=sink_factory or make_sink_factory(settings.kafka, settings.sink),
         flow=settings.flow,
         timings=LoopTimings(status_interval=repl.status_interval, reconnect_max=repl.reconnect_max),
         stats=stats,
@@ -123,6 +127,11 @@ def run_wal(settings: WalSettings) -> int:
     stop = threading.Event()
     install_signal_handlers(stop)  # first: a SIGTERM during start-up is a clean stop too
     repl = settings.replication
+    # A missing client library or bad sink settings: one line now, before touching the slot
+    # (a RabbitMQ or NATS sink does no I/O until warm_up; a Kafka producer would connect).
+    factory = make_sink_factory(settings.kafka, settings.sink)
+    if settings.sink is not None:
+        factory(lambda _delivery: None).close(0)
     if settings.snapshot == "initial":
         precheck(repl, settings.outbox)  # the refusals, before anything is touched
     if settings.exactly_once is not None:
@@ -140,9 +149,9 @@ def run_wal(settings: WalSettings) -> int:
     relay = build_wal_relay(settings, partitioned=setup.partitioned, exactly_once=eos)
     _log_start(settings)
     with serve_wal(settings.metrics, relay.stats, dsn=repl.dsn, slot=repl.slot,
-                   txn=eos.mode.stats if eos else None):
+                   sink=sink_name(settings.sink), txn=eos.mode.stats if eos else None):
         relay.run(stop)
-    return _stopped(relay.stats, repl.slot)
+    return _stopped(relay.stats, repl.slot, sink_name(settings.sink))
 
 
 def _backfill_then_stream(settings: WalSettings, stop: threading.Event) -> int:
@@ -152,10 +161,11 @@ def _backfill_then_stream(settings: WalSettings, stop: threading.Event) -> int:
 
     repl = settings.replication
     router = Router(settings.router, settings.outbox.table)
-    sink_factory = kafka_sink_factory(settings.kafka, logger=logging.getLogger("cdc_relay.kafka"))
+    sink_factory = make_sink_factory(settings.kafka, settings.sink)
     stats, backfill = RelayStats(), BackfillStats()
     _log_start(settings)
-    with serve_wal(settings.metrics, stats, dsn=repl.dsn, slot=repl.slot, backfill=backfill):
+    with serve_wal(settings.metrics, stats, dsn=repl.dsn, slot=repl.slot, backfill=backfill,
+                   sink=sink_name(settings.sink)):
         if not backfill_before_streaming(repl=repl, outbox=settings.outbox, router=router,
                                          sink_factory=sink_factory, flow=settings.flow,
                                          stats=backfill, stop=stop):
@@ -166,23 +176,23 @@ def _backfill_then_stream(settings: WalSettings, stop: threading.Event) -> int:
         relay = build_wal_relay(settings, partitioned=setup.partitioned, router=router,
                                 sink_factory=sink_factory, stats=stats)
         relay.run(stop)
-    return _stopped(stats, repl.slot)
+    return _stopped(stats, repl.slot, sink_name(settings.sink))
 
 
 def _log_start(settings: WalSettings) -> None:
-    repl = settings.replication
-    log.info("WAL mode: slot %s, plugin %s, table %s%s", repl.slot, repl.plugin, settings.outbox.table,
-             ", exactly once" if settings.exactly_once else "",
+    repl, sink = settings.replication, sink_name(settings.sink)
+    log.info("WAL mode: slot %s, plugin %s, table %s, sink %s%s", repl.slot, repl.plugin,
+             settings.outbox.table, sink, ", exactly once" if settings.exactly_once else "",
              extra={"slot": repl.slot, "plugin": repl.plugin, "table": str(settings.outbox.table),
-                    "snapshot": settings.snapshot})
+                    "snapshot": settings.snapshot, "sink": sink})
 
 
-def _stopped(stats: RelayStats, slot: str) -> int:
+def _stopped(stats: RelayStats, slot: str, sink: str) -> int:
     log.info("stopped: %d events published, %d dead-lettered", stats.published,
              stats.dead_lettered, extra={
                  "slot": slot, "confirmed_lsn": str(Lsn(stats.confirmed_lsn)),
                  "published": stats.published, "dead_lettered": stats.dead_lettered,
-                 "restarts": stats.restarts})
+                 "restarts": stats.restarts, "sink": sink})
     return ExitCode.OK
 
 

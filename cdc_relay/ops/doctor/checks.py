@@ -18,6 +18,7 @@ from datetime import datetime
 
 from cdc_relay.config import KafkaConfig, OutboxConfig
 from cdc_relay.model import BOOKKEEPING_COLUMNS, NOTIFY_TRIGGER, SlotStatus, human_bytes
+from cdc_relay.sink.config import NatsConfig, RabbitMqConfig, SinkProbe
 
 DEFAULT_LIBRARIES = ("pgoutput", "test_decoding")  # output_plugin_libraries' default
 RETENTION_WARN = 0.8  # of max_slot_wal_keep_size
@@ -52,6 +53,7 @@ class DoctorOptions:
     mode: str = "wal"  # or "poll": skip logical decoding checks
     kafka: KafkaConfig | None = None
     broker_timeout: float = 10.0
+    sink: RabbitMqConfig | NatsConfig | None = None  # --sink rabbitmq|nats (then kafka is None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,3 +413,10 @@ def backfill_check(facts: Facts, options: DoctorOptions) -> Check | None:
                  f"if they are a poller's backlog: stop the relays, cdc-relay slot drop --slot "
                  f"{slot}, then cdc-relay run --snapshot initial (docs/migration.md); if not, "
                  "purge old rows with cdc-relay cleanup --wal-mode")
+
+
+def sink_checks(found: list[SinkProbe]) -> list[Check]:
+    """The report lines of a RabbitMQ or NATS probe (ok None = a warning)."""
+    verdicts = {True: Verdict.PASS, False: Verdict.FAIL, None: Verdict.WARN}
+    return [Check(f"broker: {probe.name}", verdicts[probe.ok], probe.detail,
+                  None if probe.ok else probe.fix) for probe in found]

@@ -6,7 +6,8 @@ The checks are pure functions of those facts, so they are tested without a serve
 failure carries the exact fix (an ``ALTER SYSTEM`` line, a ``GRANT``, a command). Two
 checks need I/O of their own: the output plugin probe - wal2json is not an extension,
 so ``pg_available_extensions`` cannot tell; creating and dropping a temporary slot can -
-and the broker's metadata request.
+and the broker's: Kafka's metadata request, or the RabbitMQ / NATS sink's probe (connect,
+log in, the exchange or stream; sink/factory.py).
 
 This module owns the I/O half: gathering, the two probes, and running every check in
 order. The verdicts on gathered facts are ``ops/doctor/checks.py``; the report is
@@ -45,6 +46,7 @@ from cdc_relay.ops.doctor.checks import (
     plugin_allowed,
     quote_ident,
     server_checks,
+    sink_checks,
     slot_checks,
     table_checks,
 )
@@ -192,6 +194,18 @@ def _probe_failed(exc: psycopg.Error, plugin: str, server: ServerFacts) -> Check
     return Check("plugin loads", Verdict.FAIL, str(translate_error(exc, f"probing {plugin}")))
 
 
+def check_sink(options: DoctorOptions) -> list[Check]:
+    """The broker checks: Kafka's metadata request, or the RabbitMQ / NATS probe."""
+    if options.sink is None:
+        return [check_broker(options)]
+    from cdc_relay.sink.factory import probe_sink
+
+    try:
+        return sink_checks(probe_sink(options.sink, options.broker_timeout))
+    except RelayError as exc:  # e.g. the client library is not installed
+        return [Check("broker", Verdict.FAIL, str(exc))]
+
+
 def check_broker(options: DoctorOptions) -> Check:
     """A metadata request with the relay's own producer settings."""
     if options.kafka is None:
@@ -219,7 +233,7 @@ def run_doctor(options: DoctorOptions) -> list[Check]:
     else:
         with conn:
             checks += _database_checks(conn, options)
-    checks.append(check_broker(options))
+    checks += check_sink(options)
     return checks
 
 

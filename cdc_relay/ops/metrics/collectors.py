@@ -235,6 +235,19 @@ class PollCollector:
                      1 if stats.broker_ok else 0)
 
 
+class SinkInfoCollector:
+    """``cdc_relay_sink_info{sink="kafka|rabbitmq|nats"} 1``: which broker this relay publishes to."""
+
+    def __init__(self, sink: str) -> None:
+        self._sink = sink
+
+    def collect(self) -> Iterable[Metric]:
+        family = GaugeMetricFamily("cdc_relay_sink_info", "The sink (broker) this relay publishes "
+                                   "to, as a label; always 1.", labels=["sink"])
+        family.add_metric([self._sink], 1)
+        yield family
+
+
 class ReadyCollector:
     """``cdc_relay_ready``: 1 while ``ready()`` (the /readyz verdict) says ready, else 0."""
 

@@ -45,6 +45,7 @@ from cdc_relay.ops.metrics.collectors import (
     BackfillFigures,
     PollCollector,
     ReadyCollector,
+    SinkInfoCollector,
     TxnCollector,
     WalCollector,
     make_registry,
@@ -248,6 +249,7 @@ def _serving(server: MetricsServer, host: str) -> None:
 @contextmanager
 def serve_wal(config: MetricsConfig, stats: RelayStats, *, dsn: str, slot: str,
               backfill: BackfillFigures | None = None,
+              sink: str = "kafka",
               txn: TxnStats | None = None) -> Iterator[MetricsServer | None]:
     """Serve WAL mode's metrics (with the slot lag probe, the backfill's and exactly-once's)."""
     if config.port is None:
@@ -258,7 +260,8 @@ def serve_wal(config: MetricsConfig, stats: RelayStats, *, dsn: str, slot: str,
     def ready() -> tuple[bool, str]:
         return wal_ready(stats)
 
-    collectors: list[Any] = [WalCollector(stats, probe), ReadyCollector(ready)]
+    collectors: list[Any] = [WalCollector(stats, probe), ReadyCollector(ready),
+                             SinkInfoCollector(sink)]
     if backfill is not None:
         collectors.append(BackfillCollector(backfill))
     if txn is not None:
@@ -278,7 +281,7 @@ def serve_wal(config: MetricsConfig, stats: RelayStats, *, dsn: str, slot: str,
 
 @contextmanager
 def serve_poll(config: MetricsConfig, stats: PollStats, *,
-               interval: float) -> Iterator[MetricsServer | None]:
+               interval: float, sink: str = "kafka") -> Iterator[MetricsServer | None]:
     """Serve polling mode's metrics while the block runs."""
     if config.port is None:
         yield None
@@ -289,7 +292,8 @@ def serve_poll(config: MetricsConfig, stats: PollStats, *,
     def ready() -> tuple[bool, str]:
         return poll_ready(stats)
 
-    endpoints = Endpoints(make_registry(PollCollector(stats), ReadyCollector(ready)),
+    endpoints = Endpoints(make_registry(PollCollector(stats), ReadyCollector(ready),
+                                        SinkInfoCollector(sink)),
                           health=lambda: poll_health(stats, time.monotonic(), started, stale_after),
                           ready=ready)
     server = MetricsServer(config, endpoints)

@@ -1,0 +1,170 @@
+"""The RabbitMQ and NATS side of the benchmark: names of the run's own, and counting consumers.
+
+The wal-rabbitmq and wal-nats modes publish to the machine's shared RabbitMQ and NATS
+(cdc_relay.local.machine_services), so every run declares its own exchange and queues,
+or its own stream, and deletes them afterwards. ``count_process_rabbitmq`` and
+``count_process_nats`` run in spawned children like ``kafka_side.count_process`` and
+stamp the same shared values: the first receipt and the ``expected``-th distinct event
+id. Only backlog throughput is measured for these modes (the latency harness is Kafka's).
+
+Must not: touch PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from multiprocessing.sharedctypes import Synchronized
+from multiprocessing.synchronize import Event
+from typing import Any
+
+from cdc_relay.local.machine_services import ensure_nats, ensure_rabbitmq
+
+
+@dataclass(frozen=True)
+class SinkSide:
+    """What the runner needs for one non-Kafka mode: address, relay options, a counter."""
+
+    brokers: str
+    relay_args: tuple[str, ...]
+    counter: Callable[..., None]
+    counter_args: Callable[[str], tuple[Any, ...]]  # topic -> leading arguments of counter
+
+
+@contextmanager
+def machine_sink(sink: str, topics: list[str]) -> Iterator[SinkSide]:
+    """Set up the run's own exchange/queues or stream name; clean them up afterwards."""
+    run_id = uuid.uuid4().hex[:8]
+    if sink == "rabbitmq":
+        import pika
+
+        url = ensure_rabbitmq()
+        exchange = f"bench-{run_id}"
+        queues = {topic: f"{exchange}.{topic}" for topic in topics}
+        dead = f"{exchange}.dlq"
+        conn = pika.BlockingConnection(pika.URLParameters(url))
+        channel = conn.channel()
+        channel.exchange_declare(exchange, "topic", durable=True)
+        for topic, queue in queues.items():
+            channel.queue_declare(queue, durable=True)
+            channel.queue_bind(queue, exchange, topic)
+        try:
+            yield SinkSide(url, ("--sink", "rabbitmq", "--sink-config", f"exchange={exchange}",
+                                 "--sink-config", f"dead_letter_queue={dead}"),
+                           count_process_rabbitmq, lambda topic: (url, queues[topic]))
+        finally:
+            for queue in (*queues.values(), dead):
+                with suppress(Exception):
+                    channel.queue_delete(queue)
+            with suppress(Exception):
+                channel.exchange_delete(exchange)
+            conn.close()
+    else:
+        url = ensure_nats()
+        stream = f"BENCH_{run_id}"
+        # Created up front (the relay finds it), so the counter subscribes before the first event.
+        asyncio.run(_create_stream(url, stream, [f"{topic.split('.')[0]}.>" for topic in topics]))
+        try:
+            yield SinkSide(url, ("--sink", "nats", "--sink-config", f"stream={stream}"),
+                           count_process_nats, lambda topic: (url, stream, topic))
+        finally:
+            asyncio.run(_delete_stream(url, stream))
+
+
+async def _create_stream(url: str, stream: str, subjects: list[str]) -> None:
+    import nats
+
+    nc = await nats.connect(url)
+    try:
+        await nc.jetstream().add_stream(name=stream, subjects=sorted(set(subjects)))
+    finally:
+        await nc.close()
+
+
+async def _delete_stream(url: str, stream: str) -> None:
+    import nats
+
+    nc = await nats.connect(url)
+    try:
+        with suppress(Exception):
+            await nc.jetstream().delete_stream(stream)
+    finally:
+        await nc.close()
+
+
+def _stamp(seen: set[Any], fresh: list[Any], expected: int, received: Synchronized[int],
+           first_at: Synchronized[float], done_at: Synchronized[float]) -> bool:
+    now = time.time()
+    if not seen:
+        first_at.value = now
+    seen.update(fresh)
+    received.value = len(seen)
+    if len(seen) >= expected and not done_at.value:
+        done_at.value = now
+        return True
+    return False
+
+
+def count_process_rabbitmq(url: str, queue: str, expected: int, received: Synchronized[int],
+                           first_at: Synchronized[float], done_at: Synchronized[float],
+                           ready: Event, stop: Event) -> None:
+    """Child: count distinct ``message_id``\\ s arriving on ``queue``."""
+    import pika
+
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    channel = conn.channel()
+    channel.basic_qos(prefetch_count=2000)
+    seen: set[str] = set()
+    batch: list[str] = []
+    channel.basic_consume(queue, lambda _ch, _m, props, _b: batch.append(props.message_id),
+                          auto_ack=True)
+    ready.set()
+    try:
+        while not stop.is_set():
+            conn.process_data_events(time_limit=0.01)
+            if batch:
+                fresh, batch[:] = list(batch), []
+                if _stamp(seen, fresh, expected, received, first_at, done_at):
+                    return
+    finally:
+        conn.close()
+
+
+def count_process_nats(url: str, stream: str, subject: str, expected: int,
+                       received: Synchronized[int], first_at: Synchronized[float],
+                       done_at: Synchronized[float], ready: Event, stop: Event) -> None:
+    """Child: count distinct ``Nats-Msg-Id``\\ s stored in ``stream`` under ``subject``."""
+    asyncio.run(_count_nats(url, stream, subject, expected, received, first_at, done_at,
+                            ready, stop))
+
+
+async def _count_nats(url: str, stream: str, subject: str, expected: int,
+                      received: Synchronized[int], first_at: Synchronized[float],
+                      done_at: Synchronized[float], ready: Event, stop: Event) -> None:
+    import nats
+
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    seen: set[str] = set()
+    batch: list[str] = []
+
+    async def on_message(msg: Any) -> None:
+        batch.append((msg.headers or {}).get("Nats-Msg-Id", ""))
+
+    try:
+        # An ordered push consumer: the server streams the stream's messages without acks.
+        await js.subscribe(subject, stream=stream, ordered_consumer=True, cb=on_message,
+                           pending_msgs_limit=-1, pending_bytes_limit=-1)
+        ready.set()
+        while not stop.is_set():
+            await asyncio.sleep(0.005)
+            if batch:
+                fresh, batch[:] = list(batch), []
+                if _stamp(seen, fresh, expected, received, first_at, done_at):
+                    return
+    finally:
+        await nc.close()

@@ -1,0 +1,64 @@
+"""Picking the sink: ``--sink kafka|rabbitmq|nats`` -> a SinkFactory, and the doctor's probe.
+
+The composition roots (wal/app.py, polling/app.py) and doctor call this instead of a
+sink module, so they never import a broker client themselves. The RabbitMQ and NATS
+clients are optional extras: they are imported only here, on demand, and a missing one
+is a ConfigError naming the ``pip install`` to run (one line, exit 2), not a traceback.
+Must not hold state or start I/O: it only chooses and builds.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from types import ModuleType
+
+from cdc_relay.config import KafkaConfig
+from cdc_relay.errors import ConfigError
+from cdc_relay.sink.base import SinkFactory
+from cdc_relay.sink.config import NatsConfig, RabbitMqConfig, SinkProbe
+
+# Sink configs other than Kafka's; None in the settings means "the Kafka sink".
+OtherSink = RabbitMqConfig | NatsConfig
+
+_EXTRAS = {"rabbitmq": ("pika", "rabbitmq"), "nats": ("nats", "nats")}
+
+
+def sink_name(other: OtherSink | None) -> str:
+    """``kafka``, ``rabbitmq`` or ``nats``: the sink's name in logs and metrics."""
+    if isinstance(other, RabbitMqConfig):
+        return "rabbitmq"
+    if isinstance(other, NatsConfig):
+        return "nats"
+    return "kafka"
+
+
+def sink_module(name: str) -> ModuleType:
+    """Import ``cdc_relay.sink.<name>``; a missing client library is a one-line ConfigError."""
+    client, extra = _EXTRAS[name]
+    try:
+        return importlib.import_module(f"cdc_relay.sink.{name}")
+    except ImportError as exc:
+        if exc.name is not None and exc.name.split(".")[0] == client:
+            raise ConfigError(f"the {name} sink needs the {client} client library, which is not "
+                              f"installed: pip install 'cdc-relay[{extra}]'") from exc
+        raise
+
+
+def make_sink_factory(kafka: KafkaConfig, other: OtherSink | None) -> SinkFactory:
+    """The SinkFactory of the configured sink; its loggers are ``cdc_relay.<sink>``."""
+    name = sink_name(other)
+    logger = logging.getLogger(f"cdc_relay.{name}")
+    if other is None:
+        from cdc_relay.sink.kafka import kafka_sink_factory
+
+        return kafka_sink_factory(kafka, logger=logger)
+    module = sink_module(name)
+    factory: SinkFactory = getattr(module, f"{name}_sink_factory")(other, logger=logger)
+    return factory
+
+
+def probe_sink(other: OtherSink, timeout: float) -> list[SinkProbe]:
+    """The doctor's reachability and permission findings for a RabbitMQ or NATS sink."""
+    found: list[SinkProbe] = sink_module(sink_name(other)).probe(other, timeout)
+    return found
