@@ -26,6 +26,7 @@ from benchmarks.limits import broker_floor, producer_limit, recvlogical_limits
 from benchmarks.machine import load_average, machine_info
 from benchmarks.noise import NoiseMeter
 from benchmarks.plan import (
+    DEFAULT_MODES,
     FULL_DURATION,
     FULL_EVENTS,
     FULL_RATES,
@@ -65,8 +66,9 @@ def build_plan(out: Path, quick: bool, smoke: bool, modes: str | None, events: s
                relay_producer_config: tuple[str, ...], rounds: int | None = None) -> Plan:
     """The Plan from the command line: full by default, then --quick/--smoke, then overrides."""
     label = "smoke" if smoke else "quick" if quick else "full"
-    base = {"full": (FULL_EVENTS, FULL_RATES, FULL_DURATION, 1.0, ",".join(MODES), FULL_ROUNDS),
-            "quick": (QUICK_EVENTS, QUICK_RATES, QUICK_DURATION, 1.0, ",".join(MODES), QUICK_ROUNDS),
+    base = {"full": (FULL_EVENTS, FULL_RATES, FULL_DURATION, 1.0, ",".join(DEFAULT_MODES), FULL_ROUNDS),
+            "quick": (QUICK_EVENTS, QUICK_RATES, QUICK_DURATION, 1.0, ",".join(DEFAULT_MODES),
+                      QUICK_ROUNDS),
             "smoke": ((500,), (50,), 2.0, 0.5, SMOKE_MODES, 1)}[label]
     try:
         parsed_modes = parse_modes(modes or base[4])

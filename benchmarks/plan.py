@@ -21,6 +21,9 @@ poll-classic   ``--no-slot --no-trigger``                  ``python -m benchmark
                                                            textbook relay, the baseline
 wal-rabbitmq   ``--plugin wal2json --no-trigger``          ``run --plugin wal2json --sink rabbitmq``
 wal-nats       ``--plugin wal2json --no-trigger``          ``run --plugin wal2json --sink nats``
+wal-*-eos      as the plugin's WAL mode                    ``run --exactly-once --txn-interval
+                                                           100ms`` (``-eos-20ms``, ``-eos-500ms``:
+                                                           other intervals; not in the default set)
 =============  ==========================================  ============================
 
 wal-rabbitmq and wal-nats publish to the machine's RabbitMQ and NATS JetStream instead
@@ -71,7 +74,14 @@ MODES: dict[str, Mode] = {m.name: m for m in (
          ("run", "--plugin", "wal2json"), sink="rabbitmq"),
     Mode("wal-nats", "wal", "wal2json", ("--plugin", "wal2json", "--no-trigger"),
          ("run", "--plugin", "wal2json"), sink="nats"),
+    *(Mode(f"wal-{plugin}-eos{suffix}", "wal", plugin, ("--plugin", plugin, "--no-trigger"),
+           ("run", "--plugin", plugin, "--exactly-once", "--checkpoint-topic", "bench.checkpoints",
+            "--txn-interval", interval))
+      for plugin in ("wal2json", "pgoutput")
+      for suffix, interval in (("", "100ms"), ("-20ms", "20ms"), ("-500ms", "500ms"))),
 )}
+# A full or quick run measures these; the other exactly-once intervals only when named.
+DEFAULT_MODES = tuple(name for name in MODES if not name.endswith(("-20ms", "-500ms")))
 
 FULL_EVENTS = (100_000, 200_000)  # backlog sizes: both are reported
 QUICK_EVENTS = (50_000,)

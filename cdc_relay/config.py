@@ -278,3 +278,31 @@ class MetricsConfig:
 
     port: int | None = None
     host: str = "127.0.0.1"
+
+
+_TOPIC_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+
+@dataclass(frozen=True, slots=True)
+class ExactlyOnceSettings:
+    """``run --exactly-once`` (docs/design.md, exactly-once delivery); None on WalSettings = off."""
+
+    checkpoint_topic: str = "cdc-relay.checkpoints"
+    txn_interval: float = 0.1
+    txn_max_events: int = 10_000
+    txn_max_bytes: int = 16 * 1024 * 1024
+    txn_split_events: int | None = None
+    transaction_timeout_ms: int = 60_000
+    reset_checkpoint: bool = False
+
+    def __post_init__(self) -> None:
+        if not _TOPIC_NAME_RE.match(self.checkpoint_topic) or self.checkpoint_topic in (".", ".."):
+            raise ConfigError(f"invalid --checkpoint-topic {self.checkpoint_topic!r}: use letters, "
+                              "digits, '.', '_' and '-' (at most 249 characters)")
+        # Brokers refuse more than transaction.max.timeout.ms (15 min by default).
+        if not 1000 <= self.transaction_timeout_ms <= 900_000:
+            raise ConfigError("--transaction-timeout must be between 1s and 15m (the broker's "
+                              "transaction.max.timeout.ms caps it, 15 min by default)")
+        from cdc_relay.txn_policy import TxnLimits  # validates the batching limits
+
+        TxnLimits(self.txn_interval, self.txn_max_events, self.txn_max_bytes, self.txn_split_events)

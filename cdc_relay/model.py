@@ -99,9 +99,16 @@ class OutboxEvent:
 
 @dataclass(frozen=True, slots=True)
 class Begin:
-    """A transaction starts (WAL mode)."""
+    """A transaction starts (WAL mode).
+
+    ``commit_lsn`` is the LSN of its commit record (known at Begin: logical decoding sends
+    a transaction only after it committed), or None when the plugin does not say. Commit
+    records are ordered, so it places the whole transaction against an exactly-once
+    checkpoint before any of its events is read (docs/design.md, exactly-once delivery).
+    """
 
     xid: int | None = None
+    commit_lsn: Lsn | None = None
 
 
 @dataclass(frozen=True, slots=True)

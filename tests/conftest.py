@@ -4,7 +4,8 @@ The services start only when a test asks for them (so ``pytest tests/unit`` star
 nothing) and are torn down even when tests fail. Tests share them safely by using their
 own database (``db``) and their own topic prefix (``topic_prefix``). A test that kills,
 pauses or restarts a service takes a private one (``private_pg_cluster``,
-``private_broker``) so the others never see it.
+``private_broker``, ``private_noida``) so the others never see it. The exactly-once
+tests use ``noida`` (noida-db: real transaction semantics) instead of ``broker``.
 
 Everything under tests/integration/ is marked ``integration`` here. Shared helpers
 (KafkaCollector, run_cli, CliProcess, wait_for) are in tests/support.py: import them as
@@ -21,6 +22,7 @@ from typing import TypeVar
 import pytest
 
 from cdc_relay.local.broker import Broker
+from cdc_relay.local.noida import NoidaBroker
 from cdc_relay.local.postgres import PostgresCluster
 
 _INTEGRATION_DIR = Path(__file__).parent / "integration"
@@ -32,7 +34,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
 
 
-S = TypeVar("S", PostgresCluster, Broker)
+S = TypeVar("S", PostgresCluster, Broker, NoidaBroker)
 
 
 def _running(service: S) -> Iterator[S]:
@@ -83,3 +85,15 @@ def private_pg_cluster() -> Iterator[PostgresCluster]:
 def private_broker() -> Iterator[Broker]:
     """A broker of this test's own, for fault injection (kill, pause, restart)."""
     yield from _running(Broker())
+
+
+@pytest.fixture(scope="session")
+def noida() -> Iterator[NoidaBroker]:
+    """A noida-db Kafka broker for the session: hides aborted transactions, fences zombies."""
+    yield from _running(NoidaBroker())
+
+
+@pytest.fixture
+def private_noida() -> Iterator[NoidaBroker]:
+    """A noida-db broker of this test's own, for restarts and pauses."""
+    yield from _running(NoidaBroker())

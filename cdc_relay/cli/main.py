@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from cdc_relay import __version__
+from cdc_relay.cli.exactly_once import exactly_once_options
 from cdc_relay.cli.options import (
     DURATION,
     columns_option,
@@ -32,6 +33,7 @@ from cdc_relay.cli.options import (
     table_option,
 )
 from cdc_relay.config import (
+    ExactlyOnceSettings,
     FlowConfig,
     KafkaConfig,
     MetricsConfig,
@@ -109,13 +111,15 @@ def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mod
 @option("--snapshot", type=click.Choice(["initial", "never"]), default="never", show_default=True,
         help="initial: when the relay creates the slot, first publish the rows pending in its "
              "snapshot (moving from polling mode; docs/migration.md).")
+@exactly_once_options
 @observability_options
 def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_pattern: str,
         dead_letter_topic: str, message_timeout: float, producer_config: tuple[str, ...],
         table: TableRef, columns: str | None, slot: str,
         plugin: str, publication: str, status_interval: float, max_inflight: int,
         message_format: str, header: tuple[str, ...], partition_column: str | None, snapshot: str,
-        metrics_port: int | None, metrics_host: str, log_level: str, log_format: str) -> int:
+        metrics_port: int | None, metrics_host: str, log_level: str, log_format: str,
+        exactly_once: ExactlyOnceSettings | None) -> int:
     """WAL mode: stream outbox inserts from a logical replication slot to the broker."""
     from cdc_relay.wal.app import WalSettings, run_wal
 
@@ -134,6 +138,7 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
         metrics=MetricsConfig(port=metrics_port, host=metrics_host),
         sink=other,
         snapshot=snapshot,
+        exactly_once=exactly_once,
     )
     return run_wal(settings)
 

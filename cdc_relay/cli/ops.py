@@ -63,11 +63,16 @@ def status(dsn: str, slot: str, table: TableRef, columns: str | None, output_for
         help="The relay's topic pattern (NATS: the subjects the stream must cover).")
 @option("--dead-letter-topic", default="outbox.dead-letters", show_default=True,
         help="The relay's dead-letter topic.")
+@option("--exactly-once", is_flag=True, default=False,
+        help="Also check run --exactly-once: checkpoint topic, checkpoint vs slot, ACL hints.")
+@option("--checkpoint-topic", default="cdc-relay.checkpoints", show_default=True,
+        help="The checkpoint topic the relay uses (with --exactly-once).")
 @format_option
 def doctor(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str | None,
            producer_config: tuple[str, ...], slot: str, plugin: str, publication: str,
            table: TableRef, columns: str | None, mode: str, topic_pattern: str,
-           dead_letter_topic: str, output_format: str) -> int:
+           dead_letter_topic: str, exactly_once: bool, checkpoint_topic: str,
+           output_format: str) -> int:
     """Check the server, role, table, slot and broker; print the fix for each failure."""
     from cdc_relay.ops.doctor.checks import DoctorOptions
     from cdc_relay.ops.doctor.gather import run_doctor
@@ -86,6 +91,10 @@ def doctor(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str | Non
     checks = run_doctor(DoctorOptions(dsn=dsn, outbox=outbox_config(table, columns), slot=slot,
                                       plugin=plugin, publication=publication, mode=mode,
                                       kafka=kafka, sink=other))
+    if exactly_once:
+        from cdc_relay.ops.doctor.gather_exactly_once import run_exactly_once_checks
+
+        checks += run_exactly_once_checks(dsn, slot, kafka, checkpoint_topic)
     click.echo(format_checks_json(checks) if output_format == "json" else format_checks(checks))
     return ExitCode.FAILURE if failed(checks) else ExitCode.OK
 

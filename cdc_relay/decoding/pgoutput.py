@@ -171,9 +171,9 @@ class PgOutputDecoder:
             if kind == 0x49:  # 'I'
                 return self._insert(buf, wal_start)
             if kind == 0x42:  # 'B'
-                xid = _BEGIN.unpack_from(buf, 1)[2]
+                final_lsn, _, xid = _BEGIN.unpack_from(buf, 1)
                 self._xid = xid
-                return Begin(xid)
+                return Begin(xid, Lsn(final_lsn))
             if kind == 0x43:  # 'C'
                 end_lsn = _COMMIT.unpack_from(buf, 1)[2]
                 xid, self._xid = self._xid, None

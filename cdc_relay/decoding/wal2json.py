@@ -275,7 +275,11 @@ class Wal2JsonDecoder:
                 return None
             return self._insert(msg.get("columns"), wal_start)
         if action == "B":
-            return Begin(_xid(msg, wal_start))
+            commit_lsn = msg.get("lsn")  # include-lsn: the commit record's LSN
+            try:
+                return Begin(_xid(msg, wal_start), None if commit_lsn is None else _lsn(commit_lsn))
+            except ValueError as exc:
+                raise _error(wal_start, f"bad 'lsn' in begin: {exc}") from exc
         if action == "M":
             return self._message(msg, wal_start)
         if action == "C":

@@ -12,7 +12,9 @@ import logging
 import threading
 from dataclasses import dataclass, field, replace
 
+from cdc_relay.checkpoint import transactional_id
 from cdc_relay.config import (
+    ExactlyOnceSettings,
     FlowConfig,
     KafkaConfig,
     MetricsConfig,
@@ -32,7 +34,10 @@ from cdc_relay.routing import Router
 from cdc_relay.signals import install_signal_handlers
 from cdc_relay.sink.base import SinkFactory
 from cdc_relay.sink.factory import OtherSink, make_sink_factory, sink_name
+from cdc_relay.txn_policy import TxnLimits
 from cdc_relay.wal.backfill import BackfillStats
+from cdc_relay.wal.delivery import DeliveryMode
+from cdc_relay.wal.exactly_once import ExactlyOnce, ExactlyOnceConfig
 from cdc_relay.wal.loop import Decoder, LoopTimings, RelayStats, ReplicationSource, WalRelay
 from cdc_relay.wal.partitions import PartitionTree
 from cdc_relay.wal.stream import ReplicationStream
@@ -69,19 +74,32 @@ class WalSettings:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     sink: OtherSink | None = None  # --sink rabbitmq|nats; None: the Kafka sink of ``kafka``
     snapshot: str = "never"  # "initial": backfill pending rows when the relay creates the slot
+    exactly_once: ExactlyOnceSettings | None = None
 
     def __post_init__(self) -> None:
         if self.snapshot not in ("initial", "never"):
             raise ConfigError(f"unknown --snapshot {self.snapshot!r}: use initial or never")
+        if self.snapshot == "initial" and self.exactly_once is not None:
+            raise ConfigError("--snapshot initial cannot be combined with --exactly-once yet (the "
+                              "backfill is at least once): backfill without --exactly-once, then "
+                              "restart with it")
+        if self.sink is not None and self.exactly_once is not None:
+            raise ConfigError("--exactly-once needs Kafka transactions: it works with --sink kafka "
+                              "only (RabbitMQ and NATS stay at least once, docs/sinks.md)")
 
 
 def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
                     router: Router | None = None, sink_factory: SinkFactory | None = None,
-                    stats: RelayStats | None = None) -> WalRelay:
+                    stats: RelayStats | None = None,
+                    exactly_once: ExactlyOnceParts | None = None) -> WalRelay:
     """Wire a WalRelay from settings (no I/O until ``run``).
 
-    ``router``, ``sink_factory`` and ``stats`` are shared with a backfill that runs first.
+    ``router``, ``sink_factory`` and ``stats`` are shared with a backfill that runs first;
+    ``exactly_once`` brings the transactional sink factory and the delivery mode.
     """
+    mode: DeliveryMode | None = None
+    if exactly_once is not None:
+        sink_factory, mode = exactly_once.sink_factory, exactly_once.mode
     repl = settings.replication
     outbox = replace(settings.outbox, extra_columns=settings.router.extra_columns())
     decoder, options = make_decoder(repl, outbox, partitioned=partitioned)
@@ -97,6 +115,7 @@ def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
         flow=settings.flow,
         timings=LoopTimings(status_interval=repl.status_interval, reconnect_max=repl.reconnect_max),
         stats=stats,
+        mode=mode,
     )
 
 
@@ -115,6 +134,8 @@ def run_wal(settings: WalSettings) -> int:
         factory(lambda _delivery: None).close(0)
     if settings.snapshot == "initial":
         precheck(repl, settings.outbox)  # the refusals, before anything is touched
+    if settings.exactly_once is not None:
+        check_exactly_once(settings)  # before any I/O: bad options exit 2 at once
     # --header / --partition-column name real columns: a typo is one line now, exit 2.
     # The backfill reads the carried columns (and the trace columns the table has) itself.
     settings = replace(settings, outbox=resolve_message_columns(repl.dsn, settings.outbox,
@@ -124,10 +145,11 @@ def run_wal(settings: WalSettings) -> int:
     setup = ensure_replication(repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
                                publication=repl.publication)
     warn_if_unfinished(repl, settings.outbox)
-    relay = build_wal_relay(settings, partitioned=setup.partitioned)
+    eos = None if settings.exactly_once is None else exactly_once_parts(settings)
+    relay = build_wal_relay(settings, partitioned=setup.partitioned, exactly_once=eos)
     _log_start(settings)
     with serve_wal(settings.metrics, relay.stats, dsn=repl.dsn, slot=repl.slot,
-                   sink=sink_name(settings.sink)):
+                   sink=sink_name(settings.sink), txn=eos.mode.stats if eos else None):
         relay.run(stop)
     return _stopped(relay.stats, repl.slot, sink_name(settings.sink))
 
@@ -159,8 +181,8 @@ def _backfill_then_stream(settings: WalSettings, stop: threading.Event) -> int:
 
 def _log_start(settings: WalSettings) -> None:
     repl, sink = settings.replication, sink_name(settings.sink)
-    log.info("WAL mode: slot %s, plugin %s, table %s, sink %s", repl.slot, repl.plugin,
-             settings.outbox.table, sink,
+    log.info("WAL mode: slot %s, plugin %s, table %s, sink %s%s", repl.slot, repl.plugin,
+             settings.outbox.table, sink, ", exactly once" if settings.exactly_once else "",
              extra={"slot": repl.slot, "plugin": repl.plugin, "table": str(settings.outbox.table),
                     "snapshot": settings.snapshot, "sink": sink})
 
@@ -172,3 +194,47 @@ def _stopped(stats: RelayStats, slot: str, sink: str) -> int:
                  "published": stats.published, "dead_lettered": stats.dead_lettered,
                  "restarts": stats.restarts, "sink": sink})
     return ExitCode.OK
+
+
+@dataclass(frozen=True, slots=True)
+class ExactlyOnceParts:
+    """The transactional sink factory and the ExactlyOnce mode, built together."""
+
+    sink_factory: SinkFactory
+    mode: ExactlyOnce
+
+
+def check_exactly_once(settings: WalSettings) -> None:
+    """ConfigError for exactly-once settings that contradict the producer's (no I/O)."""
+    from cdc_relay.sink.kafka_txn import TxnSinkConfig, transactional_config
+
+    eos, kafka = settings.exactly_once, settings.kafka
+    assert eos is not None
+    if kafka.message_timeout_ms > eos.transaction_timeout_ms:
+        raise ConfigError(f"--message-timeout ({kafka.message_timeout_ms} ms) must not exceed "
+                          f"--transaction-timeout ({eos.transaction_timeout_ms} ms)")
+    transactional_config(kafka, TxnSinkConfig("check", eos.checkpoint_topic))
+
+
+def exactly_once_parts(settings: WalSettings) -> ExactlyOnceParts:
+    """Identify the source (system identifier + slot) and build exactly-once's parts."""
+    from cdc_relay.sink.kafka_txn import TxnSinkConfig, transactional_sink_factory
+    from cdc_relay.wal.identity import system_identifier
+
+    eos, repl, kafka = settings.exactly_once, settings.replication, settings.kafka
+    assert eos is not None
+    check_exactly_once(settings)
+    system_id = system_identifier(repl.dsn)
+    txn = TxnSinkConfig(transactional_id(system_id, repl.slot), eos.checkpoint_topic,
+                        eos.transaction_timeout_ms)
+    max_bytes = int(kafka.producer_config.get("message.max.bytes", "1000000"))
+    mode = ExactlyOnce(ExactlyOnceConfig(
+        system_id=system_id, slot=repl.slot, reset_checkpoint=eos.reset_checkpoint,
+        max_message_bytes=max_bytes,
+        limits=TxnLimits(interval=eos.txn_interval, max_events=eos.txn_max_events,
+                         max_bytes=eos.txn_max_bytes, split_events=eos.txn_split_events)))
+    log.info("exactly-once: transactional.id %s, checkpoint topic %s", txn.transactional_id,
+             txn.checkpoint_topic)
+    return ExactlyOnceParts(transactional_sink_factory(kafka, txn,
+                                                       logger=logging.getLogger("cdc_relay.kafka")),
+                            mode)

@@ -15,7 +15,8 @@ when the session ends early, decides what comes next:
 The backoff (cdc_relay/backoff.py) doubles per incident and comes back down once a
 stream has run for ``healthy_after`` seconds. Every wait here ends early on a stop
 request. The AckTracker (acks.py) decides what is safe to confirm; this module only
-wires sessions to producers and sources.
+wires sessions to producers and sources. The delivery mode (wal/delivery.py:
+at-least-once by default, ``run --exactly-once`` otherwise) is handed to every session.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from cdc_relay.config import FlowConfig
 from cdc_relay.errors import ConfigError, DeadLetterRefused, RelayError, SlotBusy, SourceLost
 from cdc_relay.routing import Router
 from cdc_relay.sink.base import Delivery, Sink, SinkFactory
+from cdc_relay.wal.delivery import AtLeastOnce, DeliveryMode
 from cdc_relay.wal.session import (
     Decoder,
     LoopTimings,
@@ -63,6 +65,7 @@ class WalRelay:
         timings: LoopTimings,
         stats: RelayStats | None = None,
         clock: Callable[[], float] = time.monotonic,
+        mode: DeliveryMode | None = None,
     ) -> None:
         self._source_factory = source_factory
         self._decoder = decoder
@@ -71,7 +74,7 @@ class WalRelay:
         self.stats = stats or RelayStats()
         self._clock = clock
         self._parts = SessionParts(decoder=decoder, router=router, flow=flow, timings=timings,
-                                   stats=self.stats, clock=self._now)
+                                   stats=self.stats, clock=self._now, mode=mode or AtLeastOnce())
         self._backoff = Backoff(timings.reconnect_min, timings.reconnect_max,
                                 healthy_after=timings.healthy_after)
         self._session: Session | None = None

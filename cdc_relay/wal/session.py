@@ -3,7 +3,9 @@
 A ``Session`` lives from START_REPLICATION to the end of that connection. It owns the
 AckTracker for the stream, the events in flight and the status-update timer, and talks
 only to the small protocols below (a source, a decoder) plus the router and a sink, all
-handed in as ``SessionParts`` - so fakes drive it in unit tests.
+handed in as ``SessionParts`` - so fakes drive it in unit tests. The delivery mode
+(wal/delivery.py) is called at the points marked "delivery mode": it makes the tracker
+and decides, for exactly-once, what is skipped and when a Kafka transaction commits.
 
 What it does about trouble (docs/design.md, failure rules): a delivery refused for good
 (too large, illegal topic) is re-sent to the dead-letter topic under the same token, so
@@ -42,6 +44,7 @@ from cdc_relay.sink.base import (
     QueueFull,
     Sink,
 )
+from cdc_relay.wal.delivery import AtLeastOnce, DeliveryMode
 from cdc_relay.wal.protocol import ServerMessage
 
 log = logging.getLogger("cdc_relay.relay")
@@ -135,6 +138,7 @@ class SessionParts:
     timings: LoopTimings
     stats: RelayStats
     clock: Callable[[], float]
+    mode: DeliveryMode = field(default_factory=AtLeastOnce)  # wal/delivery.py
 
 
 class Session:
@@ -145,7 +149,9 @@ class Session:
         self.source = source
         self.sink = sink
         self.stop = stop
-        self.tracker = AckTracker(start)
+        self.mode = parts.mode
+        self.tracker: AckTracker = parts.mode.start(sink, start)  # delivery mode
+        self.skip = 0  # events of the current transaction still to skip (delivery mode)
         self.stats = parts.stats
         self._decode = parts.decoder.decode
         self._router = parts.router
@@ -181,6 +187,8 @@ class Session:
             return
         failed = self.stats.failed_by_type
         failed[event.event_type] = failed.get(event.event_type, 0) + 1
+        if self.mode.delivery_failed(event, error):  # delivery mode
+            return
         if error.kind is ErrorKind.PERMANENT:
             try:
                 self.redo.append((token, self._next_dead_letter(token, error)))
@@ -211,6 +219,7 @@ class Session:
             while not stop.is_set():
                 sink.poll(0)
                 self._check()
+                wake = self.mode.tick(clock())  # delivery mode
                 if self.redo:
                     self._produce_redo()
                 self.stats.last_tick = clock()
@@ -219,7 +228,7 @@ class Session:
                     # keep telling the walsender we are alive.
                     sink.poll(0.05)
                 elif self._read_batch() == 0:
-                    source.wait(0.005 if self.inflight else 0.1)
+                    source.wait(min(0.005 if self.inflight else 0.1, wake))
                 self._maybe_send_status(clock())
         except _Stopped:
             return
@@ -259,13 +268,19 @@ class Session:
                 continue
             change = decode(data, Lsn(position))
             if type(change) is OutboxEvent:
+                if self.skip:  # delivery mode: already delivered
+                    self.skip -= 1
+                    continue
                 self._publish(change)
                 if tracker.inflight >= limit:
                     break
             elif type(change) is Commit:
+                self.skip = 0
                 tracker.commit(change.end_lsn)
+                self.mode.commit(change.end_lsn)  # delivery mode
             elif type(change) is Begin:
                 tracker.begin()
+                self.skip = self.mode.begin(change)  # delivery mode
             elif type(change) is IgnoredMessage:
                 self._ignored(change)
         return count
@@ -286,6 +301,9 @@ class Session:
             message = self._router.route(event)
         except RoutingError as exc:
             message = self._next_dead_letter(token, DeliveryError(ErrorKind.PERMANENT, str(exc)))
+        refusal = self.mode.admit(token, event, message)  # delivery mode
+        if refusal is not None:
+            message = self._next_dead_letter(token, refusal)
         try:
             self.sink.produce(message, token)  # the common case, without the retry loop
         except (QueueFull, ProduceRejected):
@@ -360,6 +378,7 @@ class Session:
                 self._maybe_send_status(clock())
         except (_Stopped, ProducerFailed, DeadLetterRefused):
             pass  # what is unacked is not confirmed; it is replayed next time
+        self.mode.finish()  # delivery mode
         self._maybe_send_status(clock(), force=True)
         log.info("stopped; confirmed %s, %d events unacknowledged", self.tracker.confirmed,
                  len(self.inflight))

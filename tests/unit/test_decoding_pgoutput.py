@@ -232,7 +232,7 @@ def test_both_plugins_confirm_the_same_commit_positions() -> None:
 
 def test_begin_insert_commit_decode_to_changes() -> None:
     decoder = primed()
-    assert decoder.decode(begin(728), AT) == Begin(728)
+    assert decoder.decode(begin(728), AT) == Begin(728, Lsn(0x1000))
     assert decoder.decode(insert(16384, outbox_values()), AT) == OutboxEvent(
         "7616f707-0000-4000-8000-000000000001",
         "order",

@@ -231,6 +231,12 @@ def test_begin_and_commit_without_optional_fields_fall_back() -> None:
     assert decoder.decode(b'{"action":"C","xid":9,"nextlsn":"0/10"}', AT) == Commit(Lsn(16), 9)
 
 
+def test_begin_carries_the_commit_record_lsn() -> None:
+    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns())
+    begin = b'{"action":"B","xid":9,"lsn":"0/192D598","nextlsn":"0/192D5C8"}'
+    assert decoder.decode(begin, AT) == Begin(9, Lsn.parse("0/192D598"))
+
+
 def test_insert_without_lsn_field_uses_wal_start() -> None:
     decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns())
     message = orjson.loads(insert_message(outbox_row()))

@@ -32,6 +32,12 @@ PURE_MODULES = (
     "cdc_relay.backoff",
     "cdc_relay.wal.protocol",
     "cdc_relay.sink.base",
+    "cdc_relay.sink.transactions",
+    "cdc_relay.checkpoint",
+    "cdc_relay.txn_policy",
+    "cdc_relay.wal.delivery",
+    "cdc_relay.wal.exactly_once",
+    "cdc_relay.ops.doctor.exactly_once",
     "cdc_relay.testing",  # the fakes drive the pure loops without a driver
 )
 DRIVERS = ("psycopg", "confluent_kafka")

@@ -3,9 +3,10 @@
 Owns every metric name, help text and label the relay exposes: ``WalCollector`` reads
 ``RelayStats`` (wal/loop.py) and the slot figures of the lag probe, ``PollCollector`` reads
 ``PollStats`` (polling/settlement.py), ``ReadyCollector`` turns the ``/readyz`` verdict into
-``cdc_relay_ready`` (Prometheus cannot probe /readyz itself), ``make_registry`` adds the
-process, platform and GC collectors. The slot gauges are absent while the probe cannot
-read or the slot does not exist.
+``cdc_relay_ready`` (Prometheus cannot probe /readyz itself), ``TxnCollector`` reads
+exactly-once's ``TxnStats`` (txn_policy.py), ``make_registry`` adds the process, platform
+and GC collectors. The slot gauges are absent while the probe cannot read or the slot does
+not exist.
 
 Must not: mutate the stats, open a connection, start a thread or serve HTTP - the lag
 probe and the endpoint are cdc_relay.ops.metrics.endpoint.
@@ -13,6 +14,7 @@ probe and the endpoint are cdc_relay.ops.metrics.endpoint.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
@@ -26,6 +28,7 @@ from prometheus_client.core import (
 
 from cdc_relay.model import SlotStatus
 from cdc_relay.polling.settlement import BATCH_BUCKETS, PollStats
+from cdc_relay.txn_policy import TxnStats
 from cdc_relay.wal.loop import RelayStats
 
 
@@ -136,6 +139,28 @@ class WalCollector:
                        stats.ignored_messages)
         if self._probe is not None:
             yield from slot_metrics(self._probe)
+
+
+class TxnCollector:
+    """Exactly-once mode's metrics, read from TxnStats at scrape time."""
+
+    def __init__(self, stats: TxnStats, clock: Callable[[], float] = time.monotonic) -> None:
+        self._stats = stats
+        self._clock = clock
+
+    def collect(self) -> Iterable[Metric]:
+        stats = self._stats
+        yield _counter("cdc_relay_transactions_committed", "Kafka transactions committed.",
+                       stats.committed)
+        yield _counter("cdc_relay_transactions_aborted",
+                       "Kafka transactions aborted (their events are replayed).", stats.aborted)
+        opened = stats.open_since
+        yield _gauge("cdc_relay_transaction_open_age_seconds",
+                     "Age of the open Kafka transaction; 0 when none is open.",
+                     0.0 if opened is None else max(0.0, self._clock() - opened))
+        yield _gauge("cdc_relay_checkpoint_lsn",
+                     "The checkpoint LSN of the last committed Kafka transaction.",
+                     stats.checkpoint_lsn)
 
 
 class BackfillFigures(Protocol):

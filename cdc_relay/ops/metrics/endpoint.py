@@ -46,11 +46,13 @@ from cdc_relay.ops.metrics.collectors import (
     PollCollector,
     ReadyCollector,
     SinkInfoCollector,
+    TxnCollector,
     WalCollector,
     make_registry,
 )
 from cdc_relay.ops.status import SlotReader
 from cdc_relay.polling.settlement import PollStats
+from cdc_relay.txn_policy import TxnStats
 from cdc_relay.wal.loop import RelayStats
 
 log = logging.getLogger("cdc_relay.metrics")
@@ -247,8 +249,9 @@ def _serving(server: MetricsServer, host: str) -> None:
 @contextmanager
 def serve_wal(config: MetricsConfig, stats: RelayStats, *, dsn: str, slot: str,
               backfill: BackfillFigures | None = None,
-              sink: str = "kafka") -> Iterator[MetricsServer | None]:
-    """Serve WAL mode's metrics (with the slot lag probe, and the backfill's) while the block runs."""
+              sink: str = "kafka",
+              txn: TxnStats | None = None) -> Iterator[MetricsServer | None]:
+    """Serve WAL mode's metrics (with the slot lag probe, the backfill's and exactly-once's)."""
     if config.port is None:
         yield None
         return
@@ -261,6 +264,8 @@ def serve_wal(config: MetricsConfig, stats: RelayStats, *, dsn: str, slot: str,
                              SinkInfoCollector(sink)]
     if backfill is not None:
         collectors.append(BackfillCollector(backfill))
+    if txn is not None:
+        collectors.append(TxnCollector(txn))
     endpoints = Endpoints(make_registry(*collectors),
                           health=lambda: wal_health(stats, time.monotonic()), ready=ready)
     server = MetricsServer(config, endpoints)

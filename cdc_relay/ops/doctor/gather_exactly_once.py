@@ -1,0 +1,49 @@
+"""Gathers the facts ``doctor --exactly-once`` judges (ops/doctor/exactly_once.py).
+
+Reads, never writes: the system identifier (IDENTIFY_SYSTEM), the slot's confirmed LSN
+and the server's WAL position, the checkpoint topic's shape and its committed records.
+It never creates a producer with the relay's transactional.id: that would fence the
+running relay.
+"""
+
+from __future__ import annotations
+
+import psycopg
+
+from cdc_relay.checkpoint import transactional_id
+from cdc_relay.config import KafkaConfig
+from cdc_relay.errors import RelayError
+from cdc_relay.model import Lsn
+from cdc_relay.ops.doctor.checks import Check, Verdict
+from cdc_relay.ops.doctor.exactly_once import ExactlyOnceFacts, exactly_once_checks
+from cdc_relay.sink.kafka_checkpoint import describe_topic, read_records, topic_problems
+from cdc_relay.sink.kafka_client import producer_settings
+from cdc_relay.wal.identity import system_identifier
+
+
+def run_exactly_once_checks(dsn: str, slot: str, kafka: KafkaConfig | None, topic: str,
+                            timeout: float = 10.0) -> list[Check]:
+    """The exactly-once checks; one failing Check when the facts cannot be gathered."""
+    if kafka is None:
+        return [Check("exactly-once", Verdict.SKIP, "not checked: pass --brokers HOST:PORT")]
+    try:
+        facts = _gather(dsn, slot, kafka, topic, timeout)
+    except (RelayError, psycopg.Error) as exc:
+        return [Check("exactly-once", Verdict.FAIL, f"cannot gather the facts: {exc}")]
+    return exactly_once_checks(facts)
+
+
+def _gather(dsn: str, slot: str, kafka: KafkaConfig, topic: str, timeout: float) -> ExactlyOnceFacts:
+    system_id = system_identifier(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_current_wal_lsn()::text, (SELECT confirmed_flush_lsn::text"
+                           " FROM pg_replication_slots WHERE slot_name = %s)", (slot,)).fetchone()
+    assert row is not None
+    settings = producer_settings(kafka)
+    shape = describe_topic(settings, topic, timeout)
+    records = read_records(settings, topic, timeout) if shape is not None else []
+    return ExactlyOnceFacts(
+        system_id=system_id, slot=slot, topic=topic,
+        transactional_id=transactional_id(system_id, slot), topic_shape=shape,
+        topic_problems=topic_problems(*shape) if shape is not None else [], records=records,
+        slot_confirmed=Lsn.parse(row[1]) if row[1] else None, server_lsn=Lsn.parse(row[0]))

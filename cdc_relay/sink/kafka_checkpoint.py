@@ -1,0 +1,138 @@
+"""The checkpoint topic of exactly-once mode, on Kafka: create or check it, read it back.
+
+Owns the topic's required shape - one partition (the records of one source stay in
+order), ``cleanup.policy=compact`` alone (compaction keeps the latest record per source
+however old; a ``delete`` policy would expire the checkpoint of an idle relay and make it
+replay), created with the broker's default replication factor - and reading its committed
+records with a ``read_committed`` consumer up to the last stable offset. It must not
+interpret the records (cdc_relay/checkpoint.py does) nor write them (the transactional
+producer does, inside each transaction: sink/kafka_txn.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.cimpl import NewTopic
+
+from cdc_relay.errors import BrokerError, ConfigError, mask_secrets
+from cdc_relay.sink.kafka_client import _MaskingLogger, exception_text
+
+_log = logging.getLogger("cdc_relay.sink.checkpoint")
+
+REQUIRED_CONFIG = {"cleanup.policy": "compact"}
+# librdkafka settings that are about producing only: a consumer or admin client refuses them.
+_PRODUCER_ONLY = ("acks", "enable.idempotence", "linger.ms", "queue.buffering.", "compression.",
+                  "message.timeout.ms", "transactional.id", "transaction.timeout.ms", "partitioner",
+                  "batch.", "retries", "retry.backoff", "delivery.timeout.ms", "sticky.")
+
+
+def client_settings(producer_settings: dict[str, str]) -> dict[str, Any]:
+    """The connection and security settings of the producer, for an admin client or consumer
+    (with a masking logger: librdkafka's lines never carry a secret)."""
+    settings: dict[str, Any] = {k: v for k, v in producer_settings.items()
+                                if not k.startswith(_PRODUCER_ONLY) and k != "client.id"}
+    settings["logger"] = _MaskingLogger(_log, demote=True)
+    return settings
+
+
+def topic_problems(partitions: int, config: dict[str, str]) -> list[str]:
+    """What is wrong with an existing checkpoint topic (empty when it fits)."""
+    problems = []
+    if partitions != 1:
+        problems.append(f"it has {partitions} partitions, not 1")
+    for key, wanted in REQUIRED_CONFIG.items():
+        if config.get(key) != wanted:
+            problems.append(f"{key}={config.get(key)}, not {wanted}")
+    return problems
+
+
+def describe_topic(settings: dict[str, str], topic: str,
+                   timeout: float) -> tuple[int, dict[str, str]] | None:
+    """``(partitions, config)`` of ``topic``, or None if it does not exist."""
+    admin = AdminClient(client_settings(settings))
+    try:
+        # All topics: a metadata request naming the topic could auto-create it (delete policy).
+        metadata = admin.list_topics(timeout=timeout)
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None:
+            return None
+        resource = ConfigResource("topic", topic)
+        configs = admin.describe_configs([resource], request_timeout=timeout)[resource].result(timeout)
+        return len(found.partitions), {name: str(entry.value) for name, entry in configs.items()}
+    except KafkaException as exc:
+        raise BrokerError(f"cannot describe the checkpoint topic {topic!r}: {exception_text(exc)} "
+                          "(check --brokers and that the relay may describe topics)") from exc
+
+
+def ensure_topic(settings: dict[str, str], topic: str, timeout: float = 15.0) -> None:
+    """Create the checkpoint topic if missing; raise ConfigError if it exists with a wrong shape."""
+    found = describe_topic(settings, topic, timeout)
+    if found is None:
+        admin = AdminClient(client_settings(settings))
+        future = admin.create_topics([NewTopic(topic, 1, -1, config=dict(REQUIRED_CONFIG))],
+                                     request_timeout=timeout)[topic]
+        try:
+            future.result(timeout)
+            _log.info("created the checkpoint topic %s (1 partition, cleanup.policy=compact)", topic)
+            return
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if not (isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_ALREADY_EXISTS):
+                raise BrokerError(f"cannot create the checkpoint topic {topic!r}: "
+                                  f"{exception_text(exc)} (create it with 1 partition and "
+                                  "cleanup.policy=compact, or grant CREATE)") from exc
+        found = describe_topic(settings, topic, timeout)
+        if found is None:
+            raise BrokerError(f"the checkpoint topic {topic!r} was created but is not visible")
+    problems = topic_problems(*found)
+    if problems:
+        raise ConfigError(f"the checkpoint topic {topic!r} does not fit: {'; '.join(problems)} "
+                          "(use a topic with 1 partition and cleanup.policy=compact: pass another "
+                          "--checkpoint-topic, or fix it with kafka-configs --alter)")
+
+
+def read_records(settings: dict[str, str], topic: str,
+                 timeout: float) -> list[tuple[bytes | None, bytes | None]]:
+    """Every committed record of the checkpoint topic, oldest first, up to the last stable offset.
+
+    A ``read_committed`` consumer stops at the last stable offset: behind a transaction
+    still open there (another source's relay) it waits until that resolves, so a later
+    committed record of this source is never missed.
+    """
+    consumer = Consumer({**client_settings(settings), "group.id": "cdc-relay-checkpoint-reader",
+                         "isolation.level": "read_committed", "enable.partition.eof": True,
+                         "enable.auto.commit": False, "fetch.wait.max.ms": 50})
+    deadline = time.monotonic() + timeout
+    try:
+        partition = TopicPartition(topic, 0)
+        _, high = consumer.get_watermark_offsets(partition, timeout=timeout, cached=False)
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        records: list[tuple[bytes | None, bytes | None]] = []
+        while high > 0:
+            if time.monotonic() > deadline:
+                raise BrokerError(
+                    f"the checkpoint topic {topic!r} could not be read to its end within "
+                    f"{timeout:g} s (a transaction left open there blocks read_committed readers "
+                    "until transaction.timeout.ms expires; retrying)")
+            message = consumer.poll(0.2)
+            if message is None:
+                continue
+            error = message.error()
+            if error is None:
+                records.append((message.key(), message.value()))
+            elif error.code() == KafkaError._PARTITION_EOF:
+                if consumer.position([partition])[0].offset >= high:
+                    break
+            else:
+                raise BrokerError(f"cannot read the checkpoint topic {topic!r}: "
+                                  f"{mask_secrets(error.str())}")
+        return records
+    except KafkaException as exc:
+        raise BrokerError(f"cannot read the checkpoint topic {topic!r}: {exception_text(exc)}") from exc
+    finally:
+        consumer.close()

@@ -1,0 +1,76 @@
+"""``run --exactly-once`` on noida-db: every committed event once, atomic per PG transaction."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from confluent_kafka import Producer
+
+from cdc_relay.checkpoint import Checkpoint, checkpoint_key
+from cdc_relay.local.noida import NoidaBroker
+from cdc_relay.model import Lsn
+from cdc_relay.sink.kafka_checkpoint import ensure_topic
+from tests.integration.eos_support import (
+    READ_COMMITTED,
+    assert_exactly_once,
+    checkpoints,
+    collect_exactly,
+    start_eos_relay,
+)
+from tests.integration.wal_support import confirmed_flush, init_db, write_workload
+from tests.support import KafkaCollector, run_cli, wait_for
+
+
+@pytest.mark.parametrize("plugin", ["wal2json", "pgoutput"])
+def test_committed_events_arrive_once_with_a_checkpoint_and_the_slot_follows(
+        db: str, noida: NoidaBroker, topic_prefix: str, plugin: str) -> None:
+    init_db(db, plugin=plugin)
+    with start_eos_relay(db, noida.bootstrap, topic_prefix, plugin=plugin) as relay:
+        expected = write_workload(db, transactions=30, seed=1)
+        with KafkaCollector(noida.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
+            messages = collect_exactly(collector, expected)
+        assert_exactly_once(messages, expected)
+        last_commit = max(expected.commit_lsn.values())
+        wait_for(lambda: confirmed_flush(db) >= last_commit, timeout=20,
+                 message="the slot confirmed past the last commit")
+        assert relay.stop() == 0, relay.stderr
+    assert checkpoints(messages), "no checkpoint record in the checkpoint topic"
+    assert max(cp.lsn for cp in checkpoints(messages)) <= confirmed_flush(db)
+
+
+def test_doctor_exactly_once_reports_the_checkpoint_topic_and_checkpoint(
+        db: str, noida: NoidaBroker, topic_prefix: str) -> None:
+    init_db(db)
+    args = ("doctor", "--dsn", db, "--brokers", noida.bootstrap, "--exactly-once",
+            "--checkpoint-topic", f"{topic_prefix}.checkpoints", "--format", "json")
+    before = {c["name"]: c for c in orjson.loads(run_cli(*args).stdout)}
+    assert before["checkpoint topic"]["verdict"] == "warn"  # not created yet
+    with start_eos_relay(db, noida.bootstrap, topic_prefix) as relay:
+        expected = write_workload(db, transactions=3, seed=2, rollback_every=0)
+        wait_for(lambda: confirmed_flush(db) >= max(expected.commit_lsn.values()), timeout=20)
+        assert relay.stop() == 0
+    result = run_cli(*args)
+    after = {c["name"]: c for c in orjson.loads(result.stdout)}
+    assert after["checkpoint topic"]["verdict"] == "pass", result.stdout
+    assert after["checkpoint"]["verdict"] == "pass" and "checkpoint 0/" in after["checkpoint"]["detail"]
+    assert "TransactionalId cdc-relay." in after["transactional.id"]["detail"]
+
+
+def test_another_clusters_checkpoint_is_refused_unless_reset(
+        db: str, noida: NoidaBroker, topic_prefix: str) -> None:
+    init_db(db)
+    topic = f"{topic_prefix}.checkpoints"
+    ensure_topic({"bootstrap.servers": noida.bootstrap}, topic)
+    producer = Producer({"bootstrap.servers": noida.bootstrap})
+    foreign = Checkpoint("1234567890", "cdc_relay", Lsn.parse("FF/0"))
+    producer.produce(topic, foreign.encode(), checkpoint_key(foreign.system_id, foreign.slot))
+    assert producer.flush(10) == 0
+    refused = start_eos_relay(db, noida.bootstrap, topic_prefix, wait=False)
+    assert refused.proc.wait(60) == 2
+    assert "another PostgreSQL cluster" in refused.stderr and "--reset-checkpoint" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    with start_eos_relay(db, noida.bootstrap, topic_prefix, extra=("--reset-checkpoint",)) as relay:
+        expected = write_workload(db, transactions=3, seed=5, rollback_every=0)
+        with KafkaCollector(noida.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
+            assert_exactly_once(collect_exactly(collector, expected), expected)
+        assert relay.stop() == 0
