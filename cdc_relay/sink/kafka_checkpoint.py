@@ -5,7 +5,7 @@ order), ``cleanup.policy=compact`` alone (compaction keeps the latest record per
 however old; a ``delete`` policy would expire the checkpoint of an idle relay and make it
 replay), created with the broker's default replication factor - and reading its committed
 records with a ``read_committed`` consumer up to the last stable offset. It must not
-interpret the records (cdc_relay/checkpoint.py does) nor write them (the transactional
+interpret the records (cdc_relay/wal/checkpoint.py does) nor write them (the transactional
 producer does, inside each transaction: sink/kafka_txn.py).
 """
 

@@ -12,7 +12,6 @@ import logging
 import threading
 from dataclasses import dataclass, field, replace
 
-from cdc_relay.checkpoint import transactional_id
 from cdc_relay.config import (
     ExactlyOnceSettings,
     FlowConfig,
@@ -34,13 +33,14 @@ from cdc_relay.routing import Router
 from cdc_relay.signals import install_signal_handlers
 from cdc_relay.sink.base import SinkFactory
 from cdc_relay.sink.factory import OtherSink, make_sink_factory, sink_name
-from cdc_relay.txn_policy import TxnLimits
 from cdc_relay.wal.backfill import BackfillStats
+from cdc_relay.wal.checkpoint import transactional_id
 from cdc_relay.wal.delivery import DeliveryMode
 from cdc_relay.wal.exactly_once import ExactlyOnce, ExactlyOnceConfig
 from cdc_relay.wal.loop import Decoder, LoopTimings, RelayStats, ReplicationSource, WalRelay
 from cdc_relay.wal.partitions import PartitionTree
 from cdc_relay.wal.stream import ReplicationStream
+from cdc_relay.wal.txn_policy import TxnLimits
 
 log = logging.getLogger("cdc_relay")
 

@@ -38,14 +38,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cdc_relay.checkpoint import SKIP_ALL, Checkpoint, ReplayFilter, checkpoint_key, choose
 from cdc_relay.errors import BrokerError, RelayError, SourceLost
 from cdc_relay.logs import event_fields
 from cdc_relay.model import Begin, Lsn, Message, OutboxEvent
 from cdc_relay.sink.base import Cause, DeliveryError, ErrorKind, Sink
 from cdc_relay.sink.transactions import TransactionalSink, TxnError, TxnErrorKind
-from cdc_relay.txn_policy import CommittedTracker, TxnBatch, TxnLimits, TxnStats
+from cdc_relay.wal.checkpoint import SKIP_ALL, Checkpoint, ReplayFilter, checkpoint_key, choose
 from cdc_relay.wal.session import ProducerFailed
+from cdc_relay.wal.txn_policy import CommittedTracker, TxnBatch, TxnLimits, TxnStats
 
 log = logging.getLogger("cdc_relay.exactly_once")
 

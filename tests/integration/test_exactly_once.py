@@ -6,10 +6,10 @@ import orjson
 import pytest
 from confluent_kafka import Producer
 
-from cdc_relay.checkpoint import Checkpoint, checkpoint_key
 from cdc_relay.local.noida import NoidaBroker
 from cdc_relay.model import Lsn
 from cdc_relay.sink.kafka_checkpoint import ensure_topic
+from cdc_relay.wal.checkpoint import Checkpoint, checkpoint_key
 from tests.integration.eos_support import (
     READ_COMMITTED,
     assert_exactly_once,

@@ -6,7 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cdc_relay.checkpoint import (
+from cdc_relay.errors import ConfigError, RelayError
+from cdc_relay.model import Lsn
+from cdc_relay.wal.checkpoint import (
     SKIP_ALL,
     Checkpoint,
     CheckpointCorrupt,
@@ -16,9 +18,7 @@ from cdc_relay.checkpoint import (
     choose,
     transactional_id,
 )
-from cdc_relay.errors import ConfigError, RelayError
-from cdc_relay.model import Lsn
-from cdc_relay.txn_policy import CommittedTracker, TxnBatch, TxnLimits
+from cdc_relay.wal.txn_policy import CommittedTracker, TxnBatch, TxnLimits
 
 SYS, SLOT = "7301234567890123456", "cdc_relay"
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cdc_relay.checkpoint import Checkpoint, CheckpointCorrupt, CheckpointMismatch, choose
 from cdc_relay.model import Lsn
 from cdc_relay.ops.doctor.checks import Check, Verdict
+from cdc_relay.wal.checkpoint import Checkpoint, CheckpointCorrupt, CheckpointMismatch, choose
 
 
 @dataclass(frozen=True, slots=True)

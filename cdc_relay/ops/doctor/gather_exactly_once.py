@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import psycopg
 
-from cdc_relay.checkpoint import transactional_id
 from cdc_relay.config import KafkaConfig
 from cdc_relay.errors import RelayError
 from cdc_relay.model import Lsn
@@ -18,6 +17,7 @@ from cdc_relay.ops.doctor.checks import Check, Verdict
 from cdc_relay.ops.doctor.exactly_once import ExactlyOnceFacts, exactly_once_checks
 from cdc_relay.sink.kafka_checkpoint import describe_topic, read_records, topic_problems
 from cdc_relay.sink.kafka_client import producer_settings
+from cdc_relay.wal.checkpoint import transactional_id
 from cdc_relay.wal.identity import system_identifier
 
 

@@ -52,8 +52,8 @@ from cdc_relay.ops.metrics.collectors import (
 )
 from cdc_relay.ops.status import SlotReader
 from cdc_relay.polling.settlement import PollStats
-from cdc_relay.txn_policy import TxnStats
 from cdc_relay.wal.loop import RelayStats
+from cdc_relay.wal.txn_policy import TxnStats
 
 log = logging.getLogger("cdc_relay.metrics")
 
