@@ -4,9 +4,10 @@ Owns how ``noida-db start --only kafka`` is started on a free 127.0.0.1 port wit
 dir of its own, stopped and restarted; the process handling every local broker shares
 (readiness, kill, pause/resume, cleanup) is cdc_relay.local.kafka_process. Unlike the
 Tansu broker (cdc_relay.local.broker) it hides aborted transactions from
-``read_committed`` consumers and fences zombie producers, so the exactly-once tests run on it (docs/design.md, test services). It persists to one
-JSON file in its data dir: ``restart()`` keeps topics and transaction state, SIGKILL may
-lose the latest writes, SIGINT stops it promptly (SIGTERM may wait).
+``read_committed`` consumers and fences zombie producers, so the exactly-once tests run
+on it (docs/design.md, test services). It persists to one JSON file in its data dir:
+``restart()`` keeps topics and transaction state, SIGKILL may lose the latest writes,
+SIGINT stops it promptly (SIGTERM may wait).
 
 Must not: touch a broker it did not start, or import the relay's drivers.
 """
