@@ -8,7 +8,9 @@ that other sinks (docs/design.md, roadmap) can reuse the same vocabulary.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 _LSN_RE = re.compile(r"^([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})$")
 
@@ -95,6 +97,19 @@ class OutboxEvent:
     extra: tuple[str | None, ...] = ()
     traceparent: str | None = None
     tracestate: str | None = None
+
+
+def carry(event: OutboxEvent, values: Sequence[Any], extra: int, trace: int) -> OutboxEvent:
+    """Attach carried column values read from a table row: ``extra`` message columns, then
+    ``trace`` trace context columns (traceparent, tracestate) - polling's claims and the
+    backfill read them in this order, so both give the message a decoder would."""
+    if extra:
+        event.extra = tuple(values[:extra])
+    if trace:
+        event.traceparent = values[extra]
+        if trace > 1:
+            event.tracestate = values[extra + 1]
+    return event
 
 
 @dataclass(frozen=True, slots=True)

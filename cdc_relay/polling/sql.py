@@ -44,7 +44,7 @@ from psycopg import sql
 
 from cdc_relay.config import OutboxConfig, validate_identifier
 from cdc_relay.db import validated_columns, validated_table
-from cdc_relay.model import OutboxEvent
+from cdc_relay.model import OutboxEvent, carry
 
 
 class OutboxQueries:
@@ -226,13 +226,7 @@ def event_from_row(row: Sequence[Any], extra: int = 0, trace: int = 0) -> Outbox
         created_at_ms=row[5],
         attempt=row[6] + 1,
     )
-    if extra:
-        event.extra = tuple(row[8 : 8 + extra])
-    if trace:
-        event.traceparent = row[8 + extra]
-        if trace > 1:
-            event.tracestate = row[9 + extra]
-    return event
+    return carry(event, row[8:], extra, trace) if extra or trace else event
 
 
 @dataclass(frozen=True, slots=True)

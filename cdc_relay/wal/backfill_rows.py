@@ -24,7 +24,7 @@ from psycopg import sql
 from cdc_relay.config import OutboxConfig, validate_identifier
 from cdc_relay.db import connect, translate_error, validated_columns, validated_table
 from cdc_relay.errors import RelayError
-from cdc_relay.model import OutboxEvent
+from cdc_relay.model import OutboxEvent, carry
 
 FETCH_SIZE = 2000  # rows per round trip of the server-side cursor
 MARK_QUEUE = 2  # batches handed to the marker thread and not yet marked
@@ -145,14 +145,7 @@ class SnapshotReader:
 
     def _event(self, row: tuple[Any, ...]) -> OutboxEvent:
         event = OutboxEvent(row[0], row[1], row[2], row[3], row[4].encode(), row[5])
-        extra, trace = self._extra, self._trace
-        if extra:
-            event.extra = tuple(row[7 : 7 + extra])
-        if trace:
-            event.traceparent = row[7 + extra]
-            if trace > 1:
-                event.tracestate = row[8 + extra]
-        return event
+        return carry(event, row[7:], self._extra, self._trace)
 
     def close(self) -> None:
         conn, self._conn = self._conn, None

@@ -200,3 +200,28 @@ def test_a_partitioned_outbox_is_backfilled_from_every_partition(
     assert set(published) == backlog | live
     assert len(published) == len(set(published))
     assert "150 pending rows" in relay.stderr
+
+
+def test_backfilled_and_streamed_events_carry_header_columns_alike(
+    db: str, broker: Broker, topic_prefix: str
+) -> None:
+    init_no_slot(db, "--no-trigger")
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("ALTER TABLE outbox_events ADD COLUMN tenant text")
+    backlog = insert_rows(db, 0, 30)
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("UPDATE outbox_events SET tenant = 'acme'")
+    with KafkaCollector(broker.bootstrap, topic_prefix) as collector, \
+            start_backfilling_relay(db, broker.bootstrap, topic_prefix,
+                                    extra=("--header", "tenant:tenant-id")) as relay:
+        wait_streaming(relay)
+        with psycopg.connect(db) as conn:
+            live = [row[0] for row in conn.execute(
+                "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, tenant)"
+                " SELECT 'order', 'o-live', 'Placed', jsonb_build_object('seq', g), 'acme'"
+                " FROM generate_series(1, 5) AS g RETURNING id::text")]
+        expected = set(backlog) | set(live)
+        messages = collector.collect(until=lambda ms: set(ids_of(ms)) >= expected, timeout=60)
+        assert relay.stop() == 0, relay.stderr
+    assert set(ids_of(messages)) == expected
+    assert {m.headers.get("tenant-id") for m in messages} == {b"acme"}, "both sides carry it"
