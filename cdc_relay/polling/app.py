@@ -93,6 +93,9 @@ def run_poll(settings: PollSettings, stats: PollStats | None = None,
     """``cdc-relay poll``: check the outbox, poll until a signal, exit 0 after a clean stop."""
     poll = settings.poll
     stats = stats or PollStats()
+    if stop is None:  # first: a SIGTERM during start-up is a clean stop too
+        stop = threading.Event()
+        install_signal_handlers(stop)
     monitor = OutboxMonitor(poll.dsn, settings.outbox, listen=poll.notify)
     monitor.check()  # a missing table or column is a one-line error now, not a retry loop
     warn_unread_slots(poll.dsn)
@@ -104,9 +107,8 @@ def run_poll(settings: PollSettings, stats: PollStats | None = None,
     make_sink_factory(settings.kafka, settings.sink)(lambda _delivery: None).close(0)
     waker = Waker()
     workers = build_pollers(settings, stats, waker)
-    if stop is None:
-        stop = threading.Event()
-        install_signal_handlers(stop)
+    if stop.is_set():  # stopped during start-up: nothing was claimed
+        return ExitCode.OK
     log.info("polling mode: table %s, sink %s, %d worker(s), batch %d, interval %.3gs, max "
              "attempts %d%s%s", settings.outbox.table, sink, poll.workers, poll.batch_size,
              poll.interval, poll.max_attempts, "" if poll.notify else ", no NOTIFY",
