@@ -1,4 +1,4 @@
-"""``run --snapshot initial``: backfill, the cut-over to streaming, crashes, refusals (issue 13)."""
+"""``run --snapshot initial``: backfill, the cut-over to streaming, crashes, refusals."""
 
 from __future__ import annotations
 

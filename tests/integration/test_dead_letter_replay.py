@@ -1,4 +1,4 @@
-"""WAL mode's dead letters: listed from the topic and replayed once the cause is fixed (issue 12)."""
+"""WAL mode's dead letters: listed from the topic and replayed once the cause is fixed."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Message shaping end to end: formats, Java partitioning, headers from columns, trace
-context and the tableless outbox, against real PostgreSQL and the real broker (issue 15).
+context and the tableless outbox, against real PostgreSQL and the real broker.
 
 The expected bytes are written out from Debezium's documented behaviour (the outbox
 event router: key = aggregate id, value = the jsonb payload as io.debezium.data.Json,

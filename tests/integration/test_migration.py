@@ -1,4 +1,4 @@
-"""The migration guides of docs/migration.md, end to end (issue 13).
+"""The migration guides of docs/migration.md, end to end.
 
 From polling mode (our poller, and a classic poller of another kind that sets
 processed_at) stopped mid-backlog, then ``run --snapshot initial``; and from Debezium's

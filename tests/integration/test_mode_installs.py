@@ -1,4 +1,4 @@
-"""Each mode installs only what it uses; two-phase commit with WAL mode's defaults (issue 12)."""
+"""Each mode installs only what it uses; two-phase commit with WAL mode's defaults."""
 
 from __future__ import annotations
 

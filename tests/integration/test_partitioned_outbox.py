@@ -1,4 +1,4 @@
-"""A time-partitioned outbox loses nothing, in both plugins and in polling mode (issue 12).
+"""A time-partitioned outbox loses nothing, in both plugins and in polling mode.
 
 Rows go to several partitions; a partition is created and dropped before the relay
 reads its rows, one is dropped while the relay streams, one is created while it streams.

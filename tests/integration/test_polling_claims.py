@@ -1,5 +1,5 @@
 """Polling claims against a real PostgreSQL: strict and plain pollers side by side, and a
-server timeout shorter than a batch (issue 12, defect 9)."""
+server timeout shorter than a batch (defect 9)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The backfill's publishing loop and doctor's backfill check, with fakes (issue 13)."""
+"""The backfill's publishing loop and doctor's backfill check, with fakes."""
 
 from __future__ import annotations
 

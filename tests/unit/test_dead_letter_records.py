@@ -1,4 +1,4 @@
-"""Rebuilding WAL mode's dead letters from the topic for a replay (issue 12)."""
+"""Rebuilding WAL mode's dead letters from the topic for a replay."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""wal2json and a partitioned outbox: rows under partition names, decided once per table (issue 12)."""
+"""wal2json and a partitioned outbox: rows under partition names, decided once per table."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Doctor on what each mode installs: the trigger in WAL mode, unread slots, partitions (issue 12)."""
+"""Doctor on what each mode installs: the trigger in WAL mode, unread slots, partitions."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Strict per-aggregate order in polling mode: what a failure does to later events (issue 12)."""
+"""Strict per-aggregate order in polling mode: what a failure does to later events."""
 
 from __future__ import annotations
 

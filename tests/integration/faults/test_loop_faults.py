@@ -1,4 +1,4 @@
-"""WAL mode's loop under trouble, against the real services (issue 12): a frozen broker at
+"""WAL mode's loop under trouble, against the real services: a frozen broker at
 shutdown with a short ``wal_sender_timeout``, a topic that does not exist yet, and one
 stuck event while the server is busy with other tables.
 
