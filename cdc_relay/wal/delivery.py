@@ -26,6 +26,10 @@ from cdc_relay.sink.base import DeliveryError, Sink
 class DeliveryMode(Protocol):
     """The hooks the loop calls (see the module docstring)."""
 
+    # Whether ``admit`` must see every event. False lets the loop skip the call on its
+    # per-event path (at-least-once has nothing to check there).
+    admits: bool
+
     def start(self, sink: Sink, start: Lsn) -> AckTracker:
         """A replication session opened at ``start`` (nothing read yet): its tracker."""
 
@@ -54,6 +58,8 @@ class DeliveryMode(Protocol):
 
 class AtLeastOnce:
     """The default mode: the broker's ack is the delivery; nothing to skip or close."""
+
+    admits = False
 
     def start(self, sink: Sink, start: Lsn) -> AckTracker:
         return AckTracker(start)

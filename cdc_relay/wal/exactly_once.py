@@ -73,6 +73,8 @@ class ExactlyOnceConfig:
 class ExactlyOnce:
     """The exactly-once DeliveryMode; see the module docstring."""
 
+    admits = True  # every event joins the open Kafka transaction
+
     def __init__(self, config: ExactlyOnceConfig, stats: TxnStats | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._config = config

@@ -152,6 +152,7 @@ class Session:
         self.mode = parts.mode
         self.tracker: AckTracker = parts.mode.start(sink, start)  # delivery mode
         self.skip = 0  # events of the current transaction still to skip (delivery mode)
+        self._admit = parts.mode.admit if parts.mode.admits else None  # per event: bind once
         self.stats = parts.stats
         self._decode = parts.decoder.decode
         self._router = parts.router
@@ -301,9 +302,11 @@ class Session:
             message = self._router.route(event)
         except RoutingError as exc:
             message = self._next_dead_letter(token, DeliveryError(ErrorKind.PERMANENT, str(exc)))
-        refusal = self.mode.admit(token, event, message)  # delivery mode
-        if refusal is not None:
-            message = self._next_dead_letter(token, refusal)
+        admit = self._admit  # delivery mode
+        if admit is not None:
+            refusal = admit(token, event, message)
+            if refusal is not None:
+                message = self._next_dead_letter(token, refusal)
         try:
             self.sink.produce(message, token)  # the common case, without the retry loop
         except (QueueFull, ProduceRejected):
