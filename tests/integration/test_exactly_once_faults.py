@@ -18,6 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from cdc_relay.local.helpers import free_port
 from cdc_relay.local.noida import NoidaBroker
+from cdc_relay.local.postgres import PostgresCluster
 from cdc_relay.outbox import emit
 from tests.integration.eos_support import (
     READ_COMMITTED,
@@ -28,6 +29,7 @@ from tests.integration.eos_support import (
     explain_missing,
     start_eos_relay,
 )
+from tests.integration.tcp_proxy import TcpProxy
 from tests.integration.test_operations import scrape
 from tests.integration.wal_support import (
     Expected,
@@ -75,51 +77,68 @@ def read_when_settled(dsn: str, end: int) -> None:
     wait_for(lambda: confirmed_flush(dsn) >= end, timeout=60, message="the slot past the end")
 
 
-def _wait_kill_point(kind: str, port: int, rng: random.Random) -> None:
+def _newest_checkpoint(cp_reader: KafkaCollector, read_for: float) -> int:
+    found = checkpoints(cp_reader.collect(timeout=read_for))
+    return max((cp.lsn for cp in found), default=0)
+
+
+def _wait_kill_point(kind: str, port: int, rng: random.Random, dsn: str, proxy: TcpProxy,
+                     cp_reader: KafkaCollector) -> None:
     if kind == "mid-transaction":  # a Kafka transaction is open with events in it
         wait_for(lambda: _metric(port, "cdc_relay_transaction_open_age_seconds") > 0,
                  timeout=20, interval=0.005, message="an open Kafka transaction")
     elif kind == "after-commit":  # committed to Kafka, not yet confirmed to PostgreSQL
-        wait_for(lambda: (m := scrape(port)).get("cdc_relay_checkpoint_lsn", 0)
-                 > m.get("cdc_relay_confirmed_lsn", 0) > 0,
-                 timeout=20, interval=0.005, message="a checkpoint ahead of the slot")
+        # Status updates stop reaching the walsender (the WAL stream and the Kafka
+        # commits go on), so the point lasts until the kill, however prompt the relay is.
+        # A checkpoint past every earlier one was committed by this relay.
+        earlier = _newest_checkpoint(cp_reader, 0.05)
+        proxy.pause_requests()
+        wait_for(lambda: _newest_checkpoint(cp_reader, 0.02) > max(earlier, confirmed_flush(dsn)),
+                 timeout=20, interval=0, message="a checkpoint of this relay ahead of the slot")
     else:
         time.sleep(rng.uniform(0.05, 0.8))  # a random point of the run, not a synchronisation
 
 
 def test_kill_9_at_random_points_leaves_every_committed_event_exactly_once(
-        db: str, noida: NoidaBroker, topic_prefix: str) -> None:
+        db: str, noida: NoidaBroker, topic_prefix: str, pg_cluster: PostgresCluster) -> None:
     init_db(db)
     expected = Expected()
     rng = random.Random(14)
     kinds = ["mid-transaction", "after-commit", "random"] * 4
-    ahead_of_slot = 0  # kills that left the checkpoint ahead of the slot (replay must skip)
-    with KafkaCollector(noida.bootstrap, f"{topic_prefix}.checkpoints",
-                        config=READ_COMMITTED) as cp_reader:
-        with steady_writes(db, expected):
+    ahead_of_slot: list[str] = []  # kills that left the checkpoint ahead of the slot (replay must skip)
+    proxy = TcpProxy(pg_cluster.port)  # the killed relays reach PostgreSQL through it
+    try:
+        with KafkaCollector(noida.bootstrap, f"{topic_prefix}.checkpoints",
+                            config=READ_COMMITTED) as cp_reader, steady_writes(db, expected):
             for kind in kinds:
                 port = free_port()
-                relay = start_eos_relay(db, noida.bootstrap, topic_prefix, extra=(
-                    "--metrics-port", str(port), "--status-interval", "1s",
-                    "--txn-interval", "150ms"))
+                relay = start_eos_relay(
+                    db.replace(f"port={pg_cluster.port}", f"port={proxy.port}"), noida.bootstrap,
+                    topic_prefix, extra=("--metrics-port", str(port), "--status-interval", "1s",
+                                         "--txn-interval", "150ms"))
                 try:
-                    _wait_kill_point(kind, port, rng)
+                    _wait_kill_point(kind, port, rng, db, proxy, cp_reader)
                 finally:
                     relay.kill()
-                found = checkpoints(cp_reader.collect(timeout=0.3))
-                if found and max(cp.lsn for cp in found) > confirmed_flush(db):
-                    ahead_of_slot += 1
-        end = current_wal(db)
-        with start_eos_relay(db, noida.bootstrap, topic_prefix) as last:
-            read_when_settled(db, end)
-            with KafkaCollector(noida.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
-                messages = collect_exactly(collector, expected, timeout=60)
-            assert last.stop() == 0, last.stderr
+                    proxy.cut()  # what a pause held back never arrives
+                    proxy.restore()
+                    proxy.resume()
+                if _newest_checkpoint(cp_reader, 0.3) > confirmed_flush(db):
+                    ahead_of_slot.append(kind)
+    finally:
+        proxy.close()
+    end = current_wal(db)
+    with start_eos_relay(db, noida.bootstrap, topic_prefix) as last:
+        read_when_settled(db, end)
+        with KafkaCollector(noida.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
+            messages = collect_exactly(collector, expected, timeout=60)
+        assert last.stop() == 0, last.stderr
     assert len(expected.events) > 300 and expected.rolled_back
     assert_exactly_once(messages, expected)
-    print(f"{len(kinds)} kills, {ahead_of_slot} with the checkpoint ahead of the slot, "
+    print(f"{len(kinds)} kills, {len(ahead_of_slot)} with the checkpoint ahead of the slot"
+          f" ({', '.join(sorted(ahead_of_slot))}), "
           f"{len(expected.events)} events committed, {len(expected.rolled_back)} rolled back")
-    assert ahead_of_slot >= 1, "no kill landed between a Kafka commit and the slot update"
+    assert len(ahead_of_slot) >= 1, "no kill landed between a Kafka commit and the slot update"
     assert len({m.topic for m in messages if not m.topic.endswith(".checkpoints")}) == 3
 
 

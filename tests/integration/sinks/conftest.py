@@ -12,7 +12,8 @@ import pytest
 
 from cdc_relay.errors import LocalServiceError
 from cdc_relay.local.machine_services import ensure_nats, ensure_rabbitmq
-from tests.integration.sinks.support import RabbitReader, TcpProxy, delete_stream
+from tests.integration.sinks.support import RabbitReader, delete_stream
+from tests.integration.tcp_proxy import TcpProxy
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""Shared pieces of the RabbitMQ and NATS sink tests: readers, a cuttable TCP proxy, relays.
+"""Shared pieces of the RabbitMQ and NATS sink tests: readers, relays, workloads.
 
 The machine's RabbitMQ and NATS are shared: every test uses names from its own prefix
 and deletes what it declared. Messages read back are turned into ``tests.support.Msg``
@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -144,88 +143,6 @@ def delete_stream(url: str, stream: str) -> None:
         finally:
             await nc.close()
     asyncio.run(delete())
-
-
-# ---------------------------------------------------------------- a cuttable TCP proxy
-
-class TcpProxy:
-    """Forwards 127.0.0.1:<port> to a target; ``cut()`` drops every connection and refuses new ones.
-
-    Stands in for a network failure between the relay and a broker the test may not
-    restart (the machine's shared RabbitMQ and NATS). ``restore()`` accepts again.
-    """
-
-    def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
-        self._target = (target_host, target_port)
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self._listener.getsockname()[1]
-        self._lock = threading.Lock()
-        self._sockets: list[socket.socket] = []
-        self._cut = False
-        self._closed = False
-        self._flowing = threading.Event()
-        self._flowing.set()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def pause(self) -> None:
-        """Keep every connection open but forward nothing (a stalled broker)."""
-        self._flowing.clear()
-
-    def resume(self) -> None:
-        self._flowing.set()
-
-    def cut(self) -> None:
-        with self._lock:
-            self._cut = True
-            sockets, self._sockets = self._sockets, []
-        for sock in sockets:
-            with suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
-
-    def restore(self) -> None:
-        with self._lock:
-            self._cut = False
-
-    def close(self) -> None:
-        self._closed = True
-        self._flowing.set()
-        self.cut()
-        self._listener.close()
-
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            with self._lock:
-                refuse = self._cut
-            if refuse:
-                client.close()
-                continue
-            try:
-                upstream = socket.create_connection(self._target, timeout=5)
-            except OSError:
-                client.close()
-                continue
-            upstream.settimeout(None)
-            with self._lock:
-                self._sockets += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                self._flowing.wait()
-                sink.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for sock in (source, sink):
-                with suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
 
 
 # ---------------------------------------------------------------- relays and workloads

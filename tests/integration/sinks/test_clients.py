@@ -15,7 +15,8 @@ from cdc_relay.sink.base import Cause, Delivery, ErrorKind, ProduceRejected
 from cdc_relay.sink.config import parse_nats, parse_rabbitmq
 from cdc_relay.sink.nats import NatsSink
 from cdc_relay.sink.rabbitmq import RabbitMqSink
-from tests.integration.sinks.support import RabbitReader, TcpProxy
+from tests.integration.sinks.support import RabbitReader
+from tests.integration.tcp_proxy import TcpProxy
 from tests.support import run_cli
 
 

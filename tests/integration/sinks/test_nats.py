@@ -10,7 +10,6 @@ import orjson
 
 from cdc_relay.local.machine_services import NATS_PORT
 from tests.integration.sinks.support import (
-    TcpProxy,
     crash_with_replays,
     poll_rows,
     start_poller,
@@ -18,6 +17,7 @@ from tests.integration.sinks.support import (
     stream_messages,
     write_continuously,
 )
+from tests.integration.tcp_proxy import TcpProxy
 from tests.integration.wal_support import (
     Expected,
     assert_contract,

@@ -11,12 +11,12 @@ import psycopg
 from cdc_relay.local.machine_services import RABBITMQ_PORT
 from tests.integration.sinks.support import (
     RabbitReader,
-    TcpProxy,
     crash_with_replays,
     poll_rows,
     start_poller,
     write_continuously,
 )
+from tests.integration.tcp_proxy import TcpProxy
 from tests.integration.wal_support import (
     Expected,
     assert_contract,
