@@ -272,6 +272,8 @@ class FakeSlot:
     busy_opens: int = 0  # the next N opens fail with SlotBusy
     opens: int = 0
     statuses: list[int] = field(default_factory=list)
+    # ("wait", timeout) and ("status", lsn) in the order the loop did them
+    calls: list[tuple[str, float]] = field(default_factory=list)
     row: Callable[[str], bytes] = wal2json_insert  # event id -> the I message's payload
 
     def messages(self) -> list[ServerMessage]:
@@ -318,6 +320,7 @@ class FakeSource:
         return self.script.pop(0)
 
     def wait(self, timeout: float) -> None:
+        self.slot.calls.append(("wait", timeout))
         self.on_idle()
 
     def send_status(self, flushed: Lsn, *, reply: bool = False) -> None:
@@ -325,6 +328,7 @@ class FakeSource:
         self.check(flushed)
         self.slot.confirmed = int(flushed)
         self.slot.statuses.append(int(flushed))
+        self.slot.calls.append(("status", int(flushed)))
 
     def close(self) -> None:
         pass

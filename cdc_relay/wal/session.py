@@ -229,7 +229,10 @@ class Session:
                     # keep telling the walsender we are alive.
                     sink.poll(0.05)
                 elif self._read_batch() == 0:
-                    source.wait(min(0.005 if self.inflight else 0.1, wake))
+                    timeout = min(0.005 if self.inflight else 0.1, wake)
+                    if tracker.confirmed != self.sent:  # an advance waits only for its update
+                        timeout = min(timeout, max(0.0, self.next_prompt - clock()))
+                    source.wait(timeout)
                 self._maybe_send_status(clock())
         except _Stopped:
             return

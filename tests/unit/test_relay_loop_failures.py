@@ -83,6 +83,18 @@ def test_an_advance_is_confirmed_promptly_not_at_the_next_periodic_update() -> N
     assert harness.slot.confirmed == 3000
 
 
+def test_an_advance_waits_no_longer_than_the_prompt_interval_for_its_status_update() -> None:
+    harness = Harness(txns(3, 2), FakeSinkFactory(),
+                      timings=replace(FAST, status_interval=1000.0, prompt_status=0.05))
+    harness.relay._clock = TickClock(limit=10_000)
+    harness.run()
+    calls = harness.slot.calls
+    final = calls.index(("status", 3000))
+    previous = max(i for i, (kind, _) in enumerate(calls[:final]) if kind == "status")
+    waits = [timeout for kind, timeout in calls[previous + 1:final] if kind == "wait"]
+    assert waits and max(waits) <= 0.05, waits
+
+
 def test_one_stuck_event_stops_reading_once_the_span_reaches_the_limit() -> None:
     factory = FakeSinkFactory(reorder=lambda ready: [t for t in ready if t != 0])
     harness = Harness(txns(100, 1), factory, flow=FlowConfig(max_inflight_events=10))
