@@ -11,7 +11,8 @@ consumer that counts distinct event ids. ``seconds`` runs from spawning the rela
 consumer holding all N: start-up, producer warm-up and Kafka delivery included - the
 end-to-end definition every mode shares. ``steady_eps`` excludes start-up (first to last
 receipt); ``acked_s`` is when PostgreSQL knew it (WAL: the slot's confirmed_flush_lsn
-reached the backlog's end, every ``--status-interval``; polling: no row left pending).
+reached the end of the last outbox transaction's commit, read before VACUUM and
+CHECKPOINT; polling: no row left pending).
 PostgreSQL CPU (the cluster's process tree), WAL bytes (``pg_current_wal_lsn`` delta)
 and the relay's CPU and peak RSS are read at ``acked_s``, before the relay is stopped;
 rows written (``pg_stat_user_tables``) after it stopped, when its backend has flushed
@@ -45,7 +46,7 @@ from benchmarks.plan import EVENTS_PER_BACKLOG_TXN, Mode, Plan
 from benchmarks.procs import CTX, RelayProcess, finish, run_cli, spawn, wait_event
 from benchmarks.procstat import postmaster_pid, tree_cpu_seconds
 from benchmarks.progress import Progress
-from benchmarks.workload import TABLE, preload, rate_writer, rows
+from benchmarks.workload import TABLE, Backlog, preload, rate_writer, rows
 from cdc_relay.local.broker import Broker
 from cdc_relay.local.postgres import PostgresCluster
 from cdc_relay.outbox import insert_statement
@@ -149,11 +150,11 @@ class ModeRun:
         progress, name = self.progress, self.mode.name
         progress.phase(name, "preload backlog", n)
         started = time.perf_counter()
-        last_ids = preload(self.dsn, n, EVENTS_PER_BACKLOG_TXN, BACKLOG, progress.update)
+        backlog = preload(self.dsn, n, EVENTS_PER_BACKLOG_TXN, BACKLOG, progress.update)
         preload_s = time.perf_counter() - started
         self._one(f"VACUUM ANALYZE {TABLE}")
         self._one("CHECKPOINT")
-        end_lsn = str(self._one("SELECT pg_current_wal_lsn()::text"))
+        wal_before = str(self._one("SELECT pg_current_wal_lsn()::text"))
         rows_before = self._rows_written()
         postmaster = postmaster_pid(self.cluster.data_dir)
 
@@ -176,10 +177,10 @@ class ModeRun:
                     raise RuntimeError(f"{name}: only {received.value} of {n} events arrived")
                 time.sleep(0.02)
             seconds = done_at.value - spawned
-            self._wait_acked(last_ids, end_lsn)
+            self._wait_acked(backlog)
             acked_s = time.time() - spawned
             pg_cpu = tree_cpu_seconds(postmaster) - pg_cpu_before
-            wal_bytes = int(self._one("SELECT pg_current_wal_lsn() - %s::pg_lsn", end_lsn))
+            wal_bytes = int(self._one("SELECT pg_current_wal_lsn() - %s::pg_lsn", wal_before))
             relay_cpu, relay_rss = relay.usage()
             foreign = progress.phase_foreign()
             exit_code = relay.stop()
@@ -207,15 +208,21 @@ class ModeRun:
                         f"{relay_cpu:.1f} s, RSS {relay_rss:.0f} MB")
         return entry
 
-    def _wait_acked(self, last_ids: list[str], end_lsn: str, timeout: float = 60.0) -> None:
-        """Until PostgreSQL records the backlog as done (slot confirmed / rows processed)."""
+    def _wait_acked(self, backlog: Backlog, timeout: float = 60.0) -> None:
+        """Until PostgreSQL records the backlog as done (slot confirmed / rows processed).
+
+        WAL: the slot past the last outbox transaction's commit, not past the VACUUM and
+        CHECKPOINT after it (the relay can confirm WAL without events only when a
+        keepalive shows it, benchmarks/README.md). Polled every 5 ms: the poll interval
+        adds to ``acked_s``.
+        """
         if self.mode.kind == "wal":
             query = ("SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots "
                      "WHERE slot_name = 'cdc_relay'")
-            args: tuple[Any, ...] = (end_lsn,)
+            args: tuple[Any, ...] = (backlog.end_lsn,)
         else:  # the last transaction's rows, then (below) the whole table
             query = f"SELECT count(*) = 0 FROM {TABLE} WHERE id = ANY(%s::uuid[]) AND processed_at IS NULL"
-            args = (last_ids,)
+            args = (backlog.last_ids,)
         deadline = time.monotonic() + timeout
         while not self._one(query, *args) or (
                 self.mode.kind == "poll" and self._one(
@@ -223,7 +230,7 @@ class ModeRun:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{self.mode.name}: PostgreSQL did not record the backlog as "
                                    f"relayed within {timeout:.0f} s")
-            time.sleep(0.02)
+            time.sleep(0.005)
 
     def _rows_after_stop(self, before: int, timeout: float = 10.0) -> int:
         """Rows the relay wrote: read once its backends are gone (their stats are flushed)."""

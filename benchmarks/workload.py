@@ -19,6 +19,7 @@ import pickle
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.sharedctypes import Synchronized
 from pathlib import Path
 from typing import Any
@@ -50,9 +51,17 @@ def rows(first: int, count: int, aggregate_type: str, event_type: str = "OrderPl
             for n in range(first, first + count)]
 
 
+@dataclass(frozen=True)
+class Backlog:
+    """What ``preload`` wrote: the last transaction's ids and where its commit ended."""
+
+    last_ids: list[str]
+    end_lsn: str  # pg_current_wal_insert_lsn() right after the last COMMIT
+
+
 def preload(dsn: str, events: int, per_txn: int, aggregate_type: str,
-            progress: Callable[[int], None] | None = None) -> list[str]:
-    """Insert ``events`` rows in transactions of ``per_txn``; return the last txn's ids."""
+            progress: Callable[[int], None] | None = None) -> Backlog:
+    """Insert ``events`` rows in transactions of ``per_txn``."""
     query = insert_statement(TABLE)
     last: list[Row] = []
     with psycopg.connect(dsn) as conn:
@@ -63,7 +72,10 @@ def preload(dsn: str, events: int, per_txn: int, aggregate_type: str,
             conn.commit()
             if progress is not None:
                 progress(first + len(last))
-    return [str(r[0]) for r in last]
+        row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+        conn.commit()
+    assert row is not None
+    return Backlog([str(r[0]) for r in last], str(row[0]))
 
 
 def rate_writer(dsn: str, aggregate_type: str, rate: int, per_txn: int, duration: float,
