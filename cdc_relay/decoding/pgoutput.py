@@ -122,6 +122,7 @@ class _Relation:
     slots: tuple[int, ...] = ()
     problem: str | None = None
     aliases: tuple[tuple[int, int], ...] = ()  # (field, field whose column it shares)
+    carried: bool = False  # a carried column (extra or trace) is among the slots
 
 
 class PgOutputDecoder:
@@ -244,7 +245,8 @@ class PgOutputDecoder:
                 else:
                     aliases.append((field, first))
         self._relations[relid] = _Relation(qualified, ncols, True, tuple(slots), None,
-                                           tuple(aliases))
+                                           tuple(aliases),
+                                           max(slots + [f for f, _ in aliases]) >= _FIELDS)
 
     def _insert(self, buf: bytes, wal_start: Lsn) -> OutboxEvent | None:
         relid, new, ncols = _INSERT_HEAD.unpack_from(buf, 1)
@@ -266,7 +268,8 @@ class PgOutputDecoder:
                 wal_start,
                 f"insert with {ncols} columns but {relation.name} has {relation.ncols}",
             )
-        values: list[bytes | None] = [None] * len(self._fields)
+        # Without carried columns only the six mapped fields are filled (and read).
+        values: list[bytes | None] = [None] * (len(self._fields) if relation.carried else _FIELDS)
         pos = 8  # after 'I', relation id, 'N', column count
         for column, field in enumerate(relation.slots):
             kind = buf[pos]
@@ -341,7 +344,7 @@ class PgOutputDecoder:
                 created_at_ms,
                 wal_start,
             )
-            if len(values) > _FIELDS:
+            if relation.carried:
                 carried = [None if v is None else v.decode() for v in values[_FIELDS:]]
                 count = self._extra_count
                 event.extra = tuple(carried[:count])

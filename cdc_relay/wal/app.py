@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from cdc_relay.config import (
     ExactlyOnceSettings,
@@ -28,7 +30,6 @@ from cdc_relay.decoding.wal2json import plugin_options as wal2json_options
 from cdc_relay.errors import ConfigError, ExitCode
 from cdc_relay.message_columns import resolve_message_columns
 from cdc_relay.model import Lsn
-from cdc_relay.ops.metrics.endpoint import serve_wal
 from cdc_relay.routing import Router
 from cdc_relay.signals import install_signal_handlers
 from cdc_relay.sink.base import SinkFactory
@@ -37,7 +38,15 @@ from cdc_relay.wal.backfill import BackfillStats
 from cdc_relay.wal.checkpoint import transactional_id
 from cdc_relay.wal.delivery import DeliveryMode
 from cdc_relay.wal.exactly_once import ExactlyOnce, ExactlyOnceConfig
-from cdc_relay.wal.loop import Decoder, LoopTimings, RelayStats, ReplicationSource, WalRelay
+from cdc_relay.wal.loop import (
+    Decoder,
+    Deliveries,
+    LoopTimings,
+    RelayStats,
+    ReplicationSource,
+    SinkWarmUp,
+    WalRelay,
+)
 from cdc_relay.wal.partitions import PartitionTree
 from cdc_relay.wal.stream import ReplicationStream
 from cdc_relay.wal.txn_policy import TxnLimits
@@ -91,11 +100,14 @@ class WalSettings:
 def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
                     router: Router | None = None, sink_factory: SinkFactory | None = None,
                     stats: RelayStats | None = None,
-                    exactly_once: ExactlyOnceParts | None = None) -> WalRelay:
+                    exactly_once: ExactlyOnceParts | None = None,
+                    deliveries: Deliveries | None = None,
+                    first_sink: SinkWarmUp | None = None) -> WalRelay:
     """Wire a WalRelay from settings (no I/O until ``run``).
 
     ``router``, ``sink_factory`` and ``stats`` are shared with a backfill that runs first;
-    ``exactly_once`` brings the transactional sink factory and the delivery mode.
+    ``exactly_once`` brings the transactional sink factory and the delivery mode;
+    ``first_sink`` is a producer warming up already, its reports going to ``deliveries``.
     """
     mode: DeliveryMode | None = None
     if exactly_once is not None:
@@ -116,6 +128,8 @@ def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
         timings=LoopTimings(status_interval=repl.status_interval, reconnect_max=repl.reconnect_max),
         stats=stats,
         mode=mode,
+        deliveries=deliveries,
+        first_sink=first_sink,
     )
 
 
@@ -127,31 +141,52 @@ def run_wal(settings: WalSettings) -> int:
     stop = threading.Event()
     install_signal_handlers(stop)  # first: a SIGTERM during start-up is a clean stop too
     repl = settings.replication
-    # A missing client library or bad sink settings: one line now, before touching the slot
-    # (a RabbitMQ or NATS sink does no I/O until warm_up; a Kafka producer would connect).
+    # A missing client library or bad sink settings: one line now, before touching the slot.
     factory = make_sink_factory(settings.kafka, settings.sink)
-    if settings.sink is not None:
+    deliveries, warm = Deliveries(), None
+    if settings.snapshot != "initial" and settings.exactly_once is None:
+        # The first producer warms up (connects, gets its producer id) on a thread while
+        # the PostgreSQL checks below run: the relay's first session takes it.
+        warm = SinkWarmUp(factory(deliveries.deliver), stop, timeout=LoopTimings().sink_warmup)
+    elif settings.sink is not None:  # a RabbitMQ or NATS sink does no I/O until warm_up
         factory(lambda _delivery: None).close(0)
-    if settings.snapshot == "initial":
-        precheck(repl, settings.outbox)  # the refusals, before anything is touched
-    if settings.exactly_once is not None:
-        check_exactly_once(settings)  # before any I/O: bad options exit 2 at once
-    # --header / --partition-column name real columns: a typo is one line now, exit 2.
-    # The backfill reads the carried columns (and the trace columns the table has) itself.
-    settings = replace(settings, outbox=resolve_message_columns(repl.dsn, settings.outbox,
-                                                                settings.router))
-    if settings.snapshot == "initial":
-        return _backfill_then_stream(settings, stop)
-    setup = ensure_replication(repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
-                               publication=repl.publication)
-    warn_if_unfinished(repl, settings.outbox)
-    eos = None if settings.exactly_once is None else exactly_once_parts(settings)
-    relay = build_wal_relay(settings, partitioned=setup.partitioned, exactly_once=eos)
+    try:
+        if settings.snapshot == "initial":
+            precheck(repl, settings.outbox)  # the refusals, before anything is touched
+        if settings.exactly_once is not None:
+            check_exactly_once(settings)  # before any I/O: bad options exit 2 at once
+        # --header / --partition-column name real columns: a typo is one line now, exit 2.
+        # The backfill reads the carried columns (and the trace columns the table has) itself.
+        settings = replace(settings, outbox=resolve_message_columns(repl.dsn, settings.outbox,
+                                                                    settings.router))
+        if settings.snapshot == "initial":
+            return _backfill_then_stream(settings, stop)
+        setup = ensure_replication(repl.dsn, settings.outbox, slot=repl.slot,
+                                   plugin=repl.plugin, publication=repl.publication)
+        warn_if_unfinished(repl, settings.outbox)
+        eos = None if settings.exactly_once is None else exactly_once_parts(settings)
+        relay = build_wal_relay(settings, partitioned=setup.partitioned, exactly_once=eos,
+                                sink_factory=factory, deliveries=deliveries, first_sink=warm)
+    except BaseException:
+        if warm is not None:
+            warm.cancel()
+        raise
     _log_start(settings)
-    with serve_wal(settings.metrics, relay.stats, dsn=repl.dsn, slot=repl.slot,
-                   sink=sink_name(settings.sink), txn=eos.mode.stats if eos else None):
+    with _serve_metrics(settings.metrics, relay.stats, dsn=repl.dsn, slot=repl.slot,
+                        sink=sink_name(settings.sink), txn=eos.mode.stats if eos else None):
         relay.run(stop)
     return _stopped(relay.stats, repl.slot, sink_name(settings.sink))
+
+
+def _serve_metrics(config: MetricsConfig, stats: RelayStats, **kwargs: Any
+                   ) -> AbstractContextManager[object]:
+    """``serve_wal``, imported only when metrics are served (prometheus_client and
+    http.server cost start-up time otherwise)."""
+    if config.port is None:
+        return nullcontext()
+    from cdc_relay.ops.metrics.endpoint import serve_wal
+
+    return serve_wal(config, stats, **kwargs)
 
 
 def _backfill_then_stream(settings: WalSettings, stop: threading.Event) -> int:
@@ -164,8 +199,8 @@ def _backfill_then_stream(settings: WalSettings, stop: threading.Event) -> int:
     sink_factory = make_sink_factory(settings.kafka, settings.sink)
     stats, backfill = RelayStats(), BackfillStats()
     _log_start(settings)
-    with serve_wal(settings.metrics, stats, dsn=repl.dsn, slot=repl.slot, backfill=backfill,
-                   sink=sink_name(settings.sink)):
+    with _serve_metrics(settings.metrics, stats, dsn=repl.dsn, slot=repl.slot, backfill=backfill,
+                        sink=sink_name(settings.sink)):
         if not backfill_before_streaming(repl=repl, outbox=settings.outbox, router=router,
                                          sink_factory=sink_factory, flow=settings.flow,
                                          stats=backfill, stop=stop):

@@ -12,6 +12,12 @@ when the session ends early, decides what comes next:
 * a decode error, a bad producer configuration, a dead-letter topic that refuses
   events → raised: a retry cannot fix them.
 
+Start-up overlaps its waits: ``SinkWarmUp`` warms the first producer (connect, get a
+producer id) on a thread while ``cdc-relay run`` does its PostgreSQL checks, and the
+relay takes that sink for its first session. Reports reach the session streaming now
+through ``Deliveries``, which exists before the relay does, so the early sink needs no
+extra hop per event.
+
 The backoff (cdc_relay/backoff.py) doubles per incident and comes back down once a
 stream has run for ``healthy_after`` seconds. Every wait here ends early on a stop
 request. The AckTracker (acks.py) decides what is safe to confirm; this module only
@@ -43,12 +49,123 @@ from cdc_relay.wal.session import (
     TopicUnavailable,
 )
 
-__all__ = ["Decoder", "LoopTimings", "ProducerFailed", "RelayStats", "ReplicationSource",
-           "TopicUnavailable", "WalRelay"]
+__all__ = ["Decoder", "Deliveries", "LoopTimings", "ProducerFailed", "RelayStats",
+           "ReplicationSource", "SinkWarmUp", "TopicUnavailable", "WalRelay", "warm_up"]
 
 log = logging.getLogger("cdc_relay.relay")
 
 _WARMUP_SLICE = 1.0  # seconds per warm-up attempt, so a stop request is seen in time
+
+
+class Deliveries:
+    """Hands a sink's delivery reports to the session streaming now (sinks outlive sessions)."""
+
+    __slots__ = ("session",)
+
+    def __init__(self) -> None:
+        self.session: Session | None = None
+
+    def deliver(self, delivery: Delivery) -> None:
+        session = self.session
+        if session is not None:
+            session.on_delivery(delivery)
+
+
+def warm_up(sink: Sink, timeout: float, clock: Callable[[], float],
+            stopped: Callable[[], bool]) -> bool:
+    """Warm ``sink`` up within ``timeout`` s: True when ready, False when stopped meanwhile.
+
+    A broker that does not answer in time is a ProducerFailed; the caller closes the sink.
+    """
+    deadline = clock() + timeout
+    while True:
+        try:
+            sink.warm_up(max(0.0, min(_WARMUP_SLICE, deadline - clock())))
+            return True
+        except RelayError as exc:
+            if stopped():
+                return False
+            if clock() >= deadline:
+                raise ProducerFailed(f"broker not reachable: {exc}") from exc
+
+
+class _HeldLines(logging.Filter):
+    """Holds what one thread logs (on the root logger's handlers) until ``release``."""
+
+    def __init__(self, thread_name: str) -> None:
+        super().__init__()
+        self._thread_name = thread_name
+        self._handlers = list(logging.getLogger().handlers)
+        self.held: list[logging.LogRecord] = []
+        for handler in self._handlers:
+            handler.addFilter(self)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.threadName == self._thread_name:
+            self.held.append(record)
+            return False
+        return True
+
+    def release(self, *, emit: bool) -> None:
+        for handler in self._handlers:
+            handler.removeFilter(self)
+        held, self.held = self.held, []
+        for record in held if emit else ():
+            logging.getLogger(record.name).handle(record)
+
+
+class SinkWarmUp:
+    """The first producer, warmed up on a thread while start-up does its other I/O.
+
+    ``result()`` (the relay's first session) joins it and hands the sink over, or raises
+    what warming raised, as ``WalRelay`` would have; ``cancel()`` closes it when start-up
+    fails before the relay runs. What the warm-up logs (librdkafka's lines about a broker
+    that does not answer) is held until ``result()`` and dropped by ``cancel()``: a
+    start-up that fails on PostgreSQL says so in one line, as it would have without it.
+    """
+
+    _THREAD = "cdc-relay-warm-up"
+
+    def __init__(self, sink: Sink, stop: threading.Event, *, timeout: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._sink: Sink | None = sink
+        self._stop = stop
+        self._cancelled = threading.Event()
+        self._ready = False
+        self._error: BaseException | None = None
+        self._lines = _HeldLines(self._THREAD)
+        self._thread = threading.Thread(target=self._warm, args=(timeout, clock),
+                                        name=self._THREAD, daemon=True)
+        self._thread.start()
+
+    def _warm(self, timeout: float, clock: Callable[[], float]) -> None:
+        assert self._sink is not None
+        try:
+            self._ready = warm_up(self._sink, timeout, clock,
+                                  lambda: self._stop.is_set() or self._cancelled.is_set())
+        except BaseException as exc:  # handed to the thread that takes the sink
+            self._error = exc
+
+    def result(self) -> Sink | None:
+        """The warmed sink (None if stopped meanwhile); raises what warming raised."""
+        self._thread.join()
+        self._lines.release(emit=True)
+        sink, self._sink = self._sink, None
+        if sink is not None and (self._error is not None or not self._ready):
+            sink.close(0)
+            sink = None
+        if self._error is not None:
+            raise self._error
+        return sink
+
+    def cancel(self) -> None:
+        """Stop warming and close the sink (start-up failed before the relay ran)."""
+        self._cancelled.set()
+        self._thread.join()
+        self._lines.release(emit=False)
+        sink, self._sink = self._sink, None
+        if sink is not None:
+            sink.close(0)
 
 
 class WalRelay:
@@ -66,6 +183,8 @@ class WalRelay:
         stats: RelayStats | None = None,
         clock: Callable[[], float] = time.monotonic,
         mode: DeliveryMode | None = None,
+        deliveries: Deliveries | None = None,
+        first_sink: SinkWarmUp | None = None,
     ) -> None:
         self._source_factory = source_factory
         self._decoder = decoder
@@ -77,7 +196,9 @@ class WalRelay:
                                    stats=self.stats, clock=self._now, mode=mode or AtLeastOnce())
         self._backoff = Backoff(timings.reconnect_min, timings.reconnect_max,
                                 healthy_after=timings.healthy_after)
-        self._session: Session | None = None
+        # first_sink's reports go to ``deliveries``: the relay must route through the same one.
+        self._deliveries = deliveries or Deliveries()
+        self._first_sink = first_sink
 
     def _now(self) -> float:
         return self._clock()
@@ -96,6 +217,7 @@ class WalRelay:
                         sink = self._new_sink(stop)
                         if sink is None:
                             break  # stopped while warming up
+                        self.stats.producer_ok = True
                     self._stream_once(sink, stop)
                     self._backoff.reset()
                 except SlotBusy as exc:
@@ -130,25 +252,23 @@ class WalRelay:
 
     def _new_sink(self, stop: threading.Event) -> Sink | None:
         """A fresh producer, warmed up (None if stopped meanwhile); failing is a ProducerFailed."""
+        if self._first_sink is not None:  # warmed up during start-up
+            first, self._first_sink = self._first_sink, None
+            return first.result()
         try:
-            sink = self._sink_factory(self._on_delivery)
+            sink = self._sink_factory(self._deliveries.deliver)
         except ConfigError:
             raise  # a bad --producer-config: retrying cannot fix it
         except RelayError as exc:
             raise ProducerFailed(f"cannot create the producer: {exc}") from exc
-        deadline = self._clock() + self._timings.sink_warmup
-        while True:
-            try:
-                sink.warm_up(max(0.0, min(_WARMUP_SLICE, deadline - self._clock())))
-                break
-            except RelayError as exc:
-                if self._clock() < deadline and not stop.is_set():
-                    continue
-                sink.close(0)
-                if stop.is_set():
-                    return None
-                raise ProducerFailed(f"broker not reachable: {exc}") from exc
-        self.stats.producer_ok = True
+        try:
+            ready = warm_up(sink, self._timings.sink_warmup, self._clock, stop.is_set)
+        except ProducerFailed:
+            sink.close(0)
+            raise
+        if not ready:
+            sink.close(0)
+            return None
         return sink
 
     def _drain_or_discard(self, sink: Sink | None, stop: threading.Event) -> Sink | None:
@@ -163,18 +283,13 @@ class WalRelay:
         sink.close(0)
         return None
 
-    def _on_delivery(self, delivery: Delivery) -> None:
-        session = self._session
-        if session is not None:
-            session.on_delivery(delivery)
-
     def _stream_once(self, sink: Sink, stop: threading.Event) -> None:
         source = self._source_factory()
         try:
             start = source.open()
             self._decoder.reset()
             session = Session(self._parts, source, sink, start, stop)
-            self._session = session
+            self._deliveries.session = session
             self.stats.streaming = True
             self.stats.confirmed_lsn = int(start)
             self._backoff.healthy(self._clock())
@@ -186,6 +301,6 @@ class WalRelay:
                 raise
             session.shutdown()
         finally:
-            self._session = None
+            self._deliveries.session = None
             self.stats.streaming = False
             source.close()

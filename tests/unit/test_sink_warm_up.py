@@ -1,0 +1,83 @@
+"""The first producer warms up on a thread during start-up; the relay's first session takes it."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+
+from cdc_relay.errors import BrokerError
+from cdc_relay.testing import FakeSink, FakeSinkFactory
+from cdc_relay.wal.loop import Deliveries, ProducerFailed, SinkWarmUp
+from tests.support import wait_for
+from tests.unit.wal_harness import Harness, txns
+
+
+def test_the_relay_streams_through_the_sink_warmed_up_before_it_ran() -> None:
+    factory = FakeSinkFactory()
+    deliveries, stop = Deliveries(), threading.Event()
+    early = factory(deliveries.deliver)
+    warm = SinkWarmUp(early, stop, timeout=5)
+    harness = Harness(txns(3, 2), factory, deliveries=deliveries, first_sink=warm)
+    harness.stop = stop
+    harness.run()
+    assert early.warmed_up and factory.generations == 1  # no second producer was built
+    assert harness.slot.confirmed == harness.slot.txns[-1].end_lsn
+    assert len(harness.acked_ids()) == 6  # the reports reached the session through deliveries
+
+
+def test_an_unreachable_broker_is_a_producer_failure_raised_to_the_taker_and_the_sink_closed() -> None:
+    factory = FakeSinkFactory(lambda sink: setattr(sink, "unreachable", True))
+    sink = factory(Deliveries().deliver)
+    warm = SinkWarmUp(sink, threading.Event(), timeout=0.05)
+    with pytest.raises(ProducerFailed, match="broker not reachable"):
+        warm.result()
+    assert sink.closed
+
+
+def test_a_stop_during_the_warm_up_gives_no_sink_and_closes_it() -> None:
+    factory = FakeSinkFactory(lambda sink: setattr(sink, "unreachable", True))
+    sink = factory(Deliveries().deliver)
+    stop = threading.Event()
+    stop.set()
+    assert SinkWarmUp(sink, stop, timeout=30).result() is None
+    assert sink.closed
+
+
+def test_cancel_closes_the_sink_when_start_up_fails_before_the_relay_runs() -> None:
+    factory = FakeSinkFactory(lambda sink: setattr(sink, "unreachable", True))
+    sink = factory(Deliveries().deliver)
+    warm = SinkWarmUp(sink, threading.Event(), timeout=30)  # would retry for 30 s
+    warm.cancel()
+    assert sink.closed and not warm._thread.is_alive()
+
+
+
+class _LoggingDownSink(FakeSink):
+    """A sink whose warm-up logs what librdkafka would about a broker that is down."""
+
+    def warm_up(self, timeout: float) -> None:
+        logging.getLogger("cdc_relay.kafka").warning("broker down")
+        raise BrokerError("fake broker unreachable")
+
+
+@pytest.mark.parametrize("taken", [True, False])
+def test_what_the_warm_up_logs_is_held_until_taken_and_dropped_on_cancel(
+        taken: bool, caplog: pytest.LogCaptureFixture) -> None:
+    root = logging.getLogger()
+    root.addHandler(caplog.handler)  # lines are held by a filter on the root's handlers
+    try:
+        sink = _LoggingDownSink(Deliveries().deliver)
+        warm = SinkWarmUp(sink, threading.Event(), timeout=0.05 if taken else 30)
+        wait_for(lambda: warm._lines.held, timeout=5, message="a line logged by the warm-up")
+        assert "broker down" not in caplog.text  # held while start-up goes on
+        if taken:
+            with pytest.raises(ProducerFailed):
+                warm.result()
+            assert "broker down" in caplog.text
+        else:
+            warm.cancel()
+            assert "broker down" not in caplog.text
+    finally:
+        root.removeHandler(caplog.handler)
