@@ -9,6 +9,12 @@ OutboxEvents are in ``polling/sql.py`` (``OutboxQueries``).
 The retry policy's arithmetic is the pure ``backoff_delay``; ``text.shorten`` keeps
 ``last_error`` to one readable line of at most ``MAX_ERROR_LENGTH`` characters.
 
+Round trips (a batch's fixed cost, measured: docs/design.md, polling mode): the
+statements are rendered to bytes once per connection (psycopg then caches their
+conversion and prepares them), the claim's ``BEGIN`` travels with its ``SELECT`` and
+``complete``'s UPDATEs with their ``COMMIT``, each in one libpq pipeline - one round
+trip to claim a batch, one to settle it.
+
 Must not: talk to the broker, route, decide which failures count (the poller does),
 build SQL text (``polling/sql.py``), or sleep. psycopg errors leave this module as
 RelayErrors (``translate_error``).
@@ -58,6 +64,7 @@ class PollingSource:
         self._application_name = application_name
         self._conn: psycopg.Connection[TupleRow] | None = None
         self._raw_ids: dict[str, Any] = {}
+        self._sql: dict[str, bytes] = {}  # the statements, rendered for this connection
 
     @property
     def connected(self) -> bool:
@@ -79,6 +86,12 @@ class PollingSource:
         try:
             conn.execute(_SESSION_TIMEOUTS_OFF)
             conn.commit()
+            queries = self._queries
+            self._sql = {name: statement.as_bytes(conn) for name, statement in (
+                ("claim", queries.claim()), ("strict_candidates", queries.strict_candidates()),
+                ("lock_aggregates", queries.lock_aggregates()), ("strict_rows", queries.strict_rows()),
+                ("lock_rows", queries.lock_rows()), ("mark_processed", queries.mark_processed()),
+                ("record_failures", queries.record_failures()))}
         except psycopg.Error as exc:
             conn.close()
             raise translate_error(exc, "configuring the polling session") from exc
@@ -90,6 +103,7 @@ class PollingSource:
             self._conn.close()
         self._conn = None
         self._raw_ids = {}
+        self._sql = {}
 
     def _require(self) -> psycopg.Connection[TupleRow]:
         if self._conn is None or self._conn.closed:
@@ -125,8 +139,12 @@ class PollingSource:
         conn = self._require()
         params = {"limit": limit, "max": max_attempts, "ns": self._queries.table_name}
         try:
-            rows = (self._claim_strict(conn, params) if strict_order
-                    else conn.execute(self._queries.claim(), params).fetchall())
+            if strict_order:
+                rows = self._claim_strict(conn, params)
+            else:
+                with conn.pipeline():  # BEGIN and the SELECT in one round trip
+                    cursor = conn.execute(self._sql["claim"], params)
+                rows = cursor.fetchall()
             if not rows:
                 conn.rollback()
         except psycopg.Error as exc:
@@ -136,48 +154,55 @@ class PollingSource:
 
     def _claim_strict(self, conn: psycopg.Connection[TupleRow],
                       params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        keys = [row[0] for row in conn.execute(self._queries.strict_candidates(), params)]
+        with conn.pipeline():  # BEGIN and the first SELECT in one round trip
+            cursor = conn.execute(self._sql["strict_candidates"], params)
+        keys = [row[0] for row in cursor.fetchall()]
         if not keys:
             return []
         unique = list(dict.fromkeys(keys))
-        locked = [row[0] for row in conn.execute(self._queries.lock_aggregates(),
+        locked = [row[0] for row in conn.execute(self._sql["lock_aggregates"],
                                                    {**params, "keys": unique})]
         if not locked:
             return []
         # A prefix of the locked aggregates' rows in claim order holds every row that
         # could precede a taken one; twice the limit leaves room for waiting rows.
         window = {**params, "keys": locked, "window": 2 * params["limit"]}
-        rows = conn.execute(self._queries.strict_rows(), window).fetchall()
+        rows = conn.execute(self._sql["strict_rows"], window).fetchall()
         taken = ready_prefix((Candidate(row[0], row[1], tuple(row[2:])) for row in rows),
                              params["limit"])
         if not taken:
             return []
         still_pending = {row[0] for row in conn.execute(
-            self._queries.lock_rows(), {**params, "ids": [row[7] for row in taken]})}
+            self._sql["lock_rows"], {**params, "ids": [row[7] for row in taken]})}
         return locked_prefix(taken, still_pending)
 
     def complete(self, processed: Sequence[OutboxEvent], failures: Sequence[AttemptFailure],
                  max_attempts: int) -> Completion:
         """Mark ``processed`` (one UPDATE), record ``failures`` (one UPDATE), commit.
 
-        Claimed events in neither list are released untouched (no attempt counted).
+        All in one round trip (a pipeline): a failing UPDATE aborts the rest, so the
+        COMMIT never runs without both. Claimed events in neither list are released
+        untouched (no attempt counted).
         """
         conn = self._require()
         raw = self._raw_ids
         dead: tuple[str, ...] = ()
         try:
-            if processed:
-                conn.execute(self._queries.mark_processed(),
-                             {"ids": [raw[event.id] for event in processed]})
-            if failures:
-                rows = conn.execute(self._queries.record_failures(), {
-                    "ids": [raw[f.event.id] for f in failures],
-                    "errs": [shorten(f.reason, MAX_ERROR_LENGTH) for f in failures],
-                    "delays": [f.delay for f in failures],
-                    "max": max_attempts,
-                }).fetchall()
-                dead = tuple(row[0] for row in rows if row[1])
-            conn.commit()
+            failed = None
+            with conn.pipeline():
+                if processed:
+                    conn.execute(self._sql["mark_processed"],
+                                 {"ids": [raw[event.id] for event in processed]})
+                if failures:
+                    failed = conn.execute(self._sql["record_failures"], {
+                        "ids": [raw[f.event.id] for f in failures],
+                        "errs": [shorten(f.reason, MAX_ERROR_LENGTH) for f in failures],
+                        "delays": [f.delay for f in failures],
+                        "max": max_attempts,
+                    })
+                conn.commit()
+            if failed is not None:
+                dead = tuple(row[0] for row in failed.fetchall() if row[1])
         except psycopg.Error as exc:
             raise self._fail(exc, f"completing a batch of {self._queries.table_name}") from exc
         finally:
