@@ -209,7 +209,11 @@ class PollingSource:
         Invisible until ``complete`` commits it - and ``complete`` undoes it first for
         every event it is not told is processed - so only the statement's time moves
         off the batch's critical path (docs/design.md, polling mode). A lost
-        connection rolls the whole batch back, as at any other point of it.
+        connection rolls the whole batch back, as at any other point of it. So does an
+        UPDATE the server refuses (a trigger raising, a missing privilege): PostgreSQL
+        aborts the transaction at once, releasing its row locks while the batch's
+        messages may still be in flight - the window a lost connection opens too
+        (docs/design.md, polling mode). The caller releases the batch uncounted.
         """
         conn = self._require()
         ids = [event.id for event in events]

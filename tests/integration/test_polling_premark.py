@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from cdc_relay.config import OutboxConfig
-from cdc_relay.errors import ServiceUnavailable
+from cdc_relay.errors import DatabaseError, ServiceUnavailable
 from cdc_relay.outbox import emit
 from cdc_relay.polling.claims import PollingSource
 from cdc_relay.polling.settlement import AttemptFailure
@@ -115,3 +115,24 @@ def test_ids_travel_as_one_literal_that_the_server_reads_back_verbatim(db: str) 
     with psycopg.connect(db, autocommit=True) as conn:
         row = conn.execute("SELECT %s::text[]", (array_literal(odd),)).fetchone()
     assert row is not None and row[0] == odd
+
+
+def test_a_premark_the_server_refuses_releases_the_batch_uncounted(
+        db: str, outbox: list[str]) -> None:
+    with psycopg.connect(db) as conn:  # e.g. a user's trigger that refuses the UPDATE
+        conn.execute("CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS"
+                     " $$BEGIN RAISE EXCEPTION 'not today'; END$$")
+        conn.execute("CREATE TRIGGER refuse BEFORE UPDATE ON outbox_events FOR EACH ROW"
+                     " WHEN (NEW.processed_at IS NOT NULL) EXECUTE FUNCTION refuse()")
+        conn.commit()
+    source = PollingSource(db, OutboxConfig())
+    try:
+        batch = source.claim(10, 5)
+        with pytest.raises(DatabaseError, match="not today"):
+            source.premark(batch)
+        source.release()
+        assert state(db) == dict.fromkeys(outbox, UNTOUCHED)
+        assert [e.id for e in source.claim(10, 5)] == outbox  # pending, claimable again
+        source.release()
+    finally:
+        source.close()
