@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from cdc_relay.config import RouterConfig
 from cdc_relay.errors import ServiceUnavailable
 from cdc_relay.model import OutboxEvent
-from cdc_relay.polling.settlement import BackoffPolicy, PollStats
+from cdc_relay.polling.settlement import AttemptFailure, BackoffPolicy, Completion, PollStats
 from cdc_relay.polling.threads import Waker
 from cdc_relay.polling.worker import PollerSettings, PollWorker
 from cdc_relay.routing import Router
@@ -133,3 +133,28 @@ def test_without_pipelining_nothing_is_premarked() -> None:
     with running(worker):
         wait_for(lambda: all(r.processed for r in outbox.rows.values()), message="all processed")
     assert outbox.premarks == 0 and outbox.batches == 2
+
+
+def test_strict_order_releases_a_premarked_acknowledged_event_behind_its_aggregates_failure() -> None:
+    # e0 and e3 are both aggregate o-0: e0's delivery fails (retriably, while e1 and e2
+    # get through), so e3 - produced, acknowledged and premarked - must not be processed.
+    outbox = FakeOutbox(events(4))
+    verdicts: list[tuple[list[str], list[str], list[str]]] = []
+    complete = outbox.complete
+
+    def recording(processed: Sequence[OutboxEvent], failures: Sequence[AttemptFailure],
+                  max_attempts: int) -> Completion:
+        verdicts.append(([e.id for e in processed], [f.event.id for f in failures],
+                         list(outbox.premarked)))
+        return complete(processed, failures, max_attempts)
+
+    outbox.complete = recording  # type: ignore[method-assign]
+
+    def configure(sink: FakeSink) -> None:
+        sink.fail_tokens[0] = ErrorKind.RETRIABLE  # the first message: e0
+
+    worker = make_worker(outbox, FakeSinkFactory(configure=configure), strict_order=True,
+                         max_attempts=5)
+    with running(worker):
+        wait_for(lambda: verdicts, message="the first batch settled")
+    assert verdicts[0] == (["e1", "e2"], ["e0"], ["e0", "e1", "e2", "e3"])
