@@ -4,7 +4,8 @@ Owns ``OutboxQueries`` - the statements polling mode and the admin commands
 (polling/admin.py) run, built once per table from ``psycopg.sql.Identifier`` names, so
 configurable column names (``OutboxColumns``) are respected and never interpolated raw -
 and the pure reading of the rows they return: ``event_from_row`` and, for strict
-per-aggregate order, ``ready_prefix``.
+per-aggregate order, ``ready_prefix``; ``array_literal`` writes a batch's ids as the one
+parameter ``mark_processed`` / ``unmark_processed`` / ``record_failures`` take.
 
 Strict order (``PollingSource.claim`` with ``strict_order=True``):
 
