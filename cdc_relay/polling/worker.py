@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from cdc_relay.backoff import Backoff
-from cdc_relay.errors import BrokerError, ServiceUnavailable
+from cdc_relay.errors import BrokerError, DatabaseError, ServiceUnavailable
 from cdc_relay.logs import event_fields
 from cdc_relay.model import Message, OutboxEvent
 from cdc_relay.polling.settlement import (
@@ -187,8 +187,8 @@ class PollWorker:
 
         try:
             results = self._publish(events, premark)
-            if premarked:
-                premarked.pop().result()  # a lost connection raises here, after the reports
+            for future in premarked:
+                future.result()  # a lost connection or a refusal raises here, after the reports
             settlement = settle(events, results, strict=settings.strict_order)
             failures = [
                 AttemptFailure(event, reason,
@@ -201,7 +201,7 @@ class PollWorker:
             completion = self._source.complete(settlement.processed, failures, settings.max_attempts)
         except BaseException:
             for future in premarked:  # the connection is the premark's until it is done
-                future.exception()
+                self._premark_refused(future.exception())
             self._source.release()
             raise
         self.stats.record(settlement, completion, self._clock() - started)
@@ -220,6 +220,21 @@ class PollWorker:
         elif settlement.processed:
             self._broker_backoff.reset()
         return len(events)
+
+    def _premark_refused(self, error: BaseException | None) -> None:
+        """A premark PostgreSQL refused (not a lost connection): premark no more.
+
+        The refusal ended the batch's transaction while its messages were in flight, so
+        another poller could claim them meanwhile (docs/design.md, polling mode). After
+        the first one this worker marks after the acks, as with ``--no-pipeline``, so
+        that window opens at most once per worker, not once per batch.
+        """
+        if (isinstance(error, DatabaseError) and self._source.connected
+                and self._helper is not None):
+            log.warning("PostgreSQL refused the early marking UPDATE (%s): this worker now "
+                        "marks each batch after its acks, as with --no-pipeline", error)
+            self._helper.shutdown(wait=False)
+            self._helper = None
 
     # -- the broker ---------------------------------------------------------------
     def ensure_broker(self) -> bool:

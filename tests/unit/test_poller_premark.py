@@ -9,8 +9,10 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
+import pytest
+
 from cdc_relay.config import RouterConfig
-from cdc_relay.errors import ServiceUnavailable
+from cdc_relay.errors import DatabaseError, ServiceUnavailable
 from cdc_relay.model import OutboxEvent
 from cdc_relay.polling.settlement import AttemptFailure, BackoffPolicy, Completion, PollStats
 from cdc_relay.polling.threads import Waker
@@ -125,6 +127,20 @@ def test_a_connection_lost_while_premarking_releases_the_batch_to_be_published_a
     assert [r.attempts for r in outbox.rows.values()] == [0, 0]
     # published twice (at least once: the first copies' rows were never marked)
     assert [m.key for m in factory.current.messages] == [b"o-0", b"o-1", b"o-0", b"o-1"]
+
+
+def test_a_premark_the_server_refuses_turns_premarking_off_for_that_worker(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # A refusal (a trigger raising, a missing privilege) ended the batch's transaction
+    # with its messages in flight: the worker must not open that window again per batch.
+    outbox = FakeOutbox(events(8))
+    outbox.fail_next_premark = DatabaseError("marking a batch: permission denied")
+    worker = make_worker(outbox, FakeSinkFactory())
+    with running(worker):
+        wait_for(lambda: all(r.processed for r in outbox.rows.values()), message="all processed")
+    assert outbox.released == 1 and outbox.premarks == 0  # marked after the acks from then on
+    assert [r.attempts for r in outbox.rows.values()] == [0] * 8
+    assert "now marks each batch after its acks" in caplog.text
 
 
 def test_without_pipelining_nothing_is_premarked() -> None:
