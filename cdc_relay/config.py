@@ -260,6 +260,7 @@ class PollConfig:
     workers: int = 1
     notify: bool = True
     strict_order: bool = False
+    pipeline: bool = True  # mark a batch processed while its acks are awaited (committed after)
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:

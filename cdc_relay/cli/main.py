@@ -168,6 +168,9 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
 @option("--strict-order", is_flag=True, default=False,
         help="Never publish an aggregate's event before its earlier ones (slower; "
              "use it on every poller of the table).")
+@option("--no-pipeline", is_flag=True, default=False,
+        help="Run a batch's marking UPDATE only once every ack is in, not while the acks "
+             "are awaited (slower on a backlog; no helper thread).")
 @message_options
 @click.option("--snapshot", "poll_snapshot", default=None, hidden=True, expose_value=True)
 @observability_options
@@ -175,7 +178,7 @@ def poll(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_
          dead_letter_topic: str, message_timeout: float, producer_config: tuple[str, ...],
          table: TableRef, columns: str | None, batch_size: int,
          interval: float, max_attempts: int, backoff_base: float, backoff_max: float, workers: int,
-         no_notify: bool, strict_order: bool, message_format: str, header: tuple[str, ...],
+         no_notify: bool, strict_order: bool, no_pipeline: bool, message_format: str, header: tuple[str, ...],
          partition_column: str | None, poll_snapshot: str | None, metrics_port: int | None,
          metrics_host: str, log_level: str, log_format: str) -> int:
     """Polling mode: claim outbox rows (SKIP LOCKED), publish them, mark them processed."""
@@ -192,7 +195,7 @@ def poll(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_
         poll=PollConfig(dsn=dsn, batch_size=batch_size, interval=interval,
                         max_attempts=max_attempts, backoff_base=backoff_base,
                         backoff_max=backoff_max, workers=workers, notify=not no_notify,
-                        strict_order=strict_order),
+                        strict_order=strict_order, pipeline=not no_pipeline),
         outbox=outbox_config(table, columns),
         router=router_config(topic_pattern, dead_letter_topic, message_format, header,
                              partition_column),

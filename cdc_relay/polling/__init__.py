@@ -8,7 +8,8 @@ Three modules, each importing only the ones before it:
   turns NOTIFY into wake-ups and refreshes the gauges, ``run_threads`` runs the workers
   and the monitor and stops them all on the first error.
 * ``worker``: ``PollWorker``, one worker thread's loop over its own database connection
-  and its own sink.
+  and its own sink (plus a helper thread that premarks a batch while its acks are
+  awaited, unless ``--no-pipeline``).
 
 ``app`` builds and wires them. Beside the loop: ``sql`` (every statement), ``claims`` (one
 batch's transaction on one connection) and ``admin`` (the monitor connection,

@@ -68,6 +68,7 @@ def poller_settings(settings: PollSettings) -> PollerSettings:
         max_attempts=poll.max_attempts,
         backoff=BackoffPolicy(base=poll.backoff_base, maximum=poll.backoff_max),
         strict_order=poll.strict_order,
+        pipeline=poll.pipeline,
         delivery_timeout=message_timeout + _DELIVERY_MARGIN,
     )
 
@@ -110,9 +111,10 @@ def run_poll(settings: PollSettings, stats: PollStats | None = None,
     if stop.is_set():  # stopped during start-up: nothing was claimed
         return ExitCode.OK
     log.info("polling mode: table %s, sink %s, %d worker(s), batch %d, interval %.3gs, max "
-             "attempts %d%s%s", settings.outbox.table, sink, poll.workers, poll.batch_size,
+             "attempts %d%s%s%s", settings.outbox.table, sink, poll.workers, poll.batch_size,
              poll.interval, poll.max_attempts, "" if poll.notify else ", no NOTIFY",
-             ", strict order" if poll.strict_order else "", extra={"sink": sink})
+             ", strict order" if poll.strict_order else "",
+             "" if poll.pipeline else ", no pipeline", extra={"sink": sink})
 
     def watch(stop_: threading.Event) -> None:
         monitor_loop(monitor, waker, stats, stop_, listen=poll.notify)

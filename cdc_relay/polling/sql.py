@@ -4,7 +4,8 @@ Owns ``OutboxQueries`` - the statements polling mode and the admin commands
 (polling/admin.py) run, built once per table from ``psycopg.sql.Identifier`` names, so
 configurable column names (``OutboxColumns``) are respected and never interpolated raw -
 and the pure reading of the rows they return: ``event_from_row`` and, for strict
-per-aggregate order, ``ready_prefix``.
+per-aggregate order, ``ready_prefix``; ``array_literal`` writes a batch's ids as the one
+parameter ``mark_processed`` / ``unmark_processed`` / ``record_failures`` take.
 
 Strict order (``PollingSource.claim`` with ``strict_order=True``):
 
@@ -56,6 +57,8 @@ class OutboxQueries:
         c = {role: sql.Identifier(getattr(cols, role)) for role in cols.__dataclass_fields__}
         self.table_name = str(table)
         t = sql.Identifier(table.schema, table.name)
+        self.table_identifier = t
+        self.id_column = cols.id
         names: dict[str, sql.Composable] = {"t": t, **{f"c_{k}": v for k, v in c.items()}}
 
         def q(text: str, **extra: sql.Composable) -> sql.Composed:
@@ -158,8 +161,19 @@ class OutboxQueries:
             "SELECT {c_id} FROM {t} WHERE {c_id} = ANY(%(ids)s) AND {pending} AND " + self._ready
             + " FOR UPDATE SKIP LOCKED", pending=self.pending_where)
 
+    def id_array_type(self) -> sql.Composed:
+        """The oid of the id column's array type: how ``array_literal`` ids are sent."""
+        return self.q(
+            "SELECT t.typarray FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid"
+            " WHERE a.attrelid = %(table)s::regclass AND a.attname = %(column)s"
+            " AND NOT a.attisdropped")
+
     def mark_processed(self) -> sql.Composed:
         return self.q("UPDATE {t} SET processed_at = now() WHERE {c_id} = ANY(%(ids)s)")
+
+    def unmark_processed(self) -> sql.Composed:
+        """Undo ``mark_processed`` inside the batch's own, uncommitted transaction (premark)."""
+        return self.q("UPDATE {t} SET processed_at = NULL WHERE {c_id} = ANY(%(ids)s)")
 
     def record_failures(self) -> sql.Composed:
         return self.q(
@@ -212,6 +226,17 @@ class OutboxQueries:
     def event(self, row: Sequence[Any]) -> OutboxEvent:
         """The OutboxEvent of a claim row of these queries (carried columns included)."""
         return event_from_row(row, self.extra_count, self.trace_count)
+
+
+def array_literal(values: Iterable[str]) -> str:
+    """A PostgreSQL array literal of ``values`` (text), every element quoted.
+
+    A batch's ids travel as this one string rather than as a list psycopg adapts
+    element by element (polling/claims.py); the server parses it with the id
+    column's own input function.
+    """
+    return "{" + ",".join(
+        '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"' for value in values) + "}"
 
 
 def event_from_row(row: Sequence[Any], extra: int = 0, trace: int = 0) -> OutboxEvent:

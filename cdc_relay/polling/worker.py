@@ -8,8 +8,18 @@ One ``PollWorker`` per worker thread, each with its own database connection (a
 2. route and produce all of them, then wait until every produced message has a
    delivery report (bounded by the producer's message timeout);
 3. ``settle`` (pure, settlement.py) sorts the outcome, then one UPDATE marks successes
-   processed, one records failures (attempts + 1, last_error, retry_after;
-   dead_lettered_at at the maximum), and the transaction commits.
+   processed (premarked, see below), one records failures (attempts + 1, last_error,
+   retry_after; dead_lettered_at at the maximum), and the transaction commits.
+
+Premarking (``pipeline``, on by default; off with ``--no-pipeline``): while step 2
+waits for the delivery reports, a helper thread already runs step 3's marking UPDATE
+for every produced event (``BatchSource.premark``), inside the batch's own uncommitted
+transaction. Nothing is visible before the COMMIT, which still comes only after every
+report is in; ``complete`` first undoes the marking for each event that did not end up
+acknowledged, so what commits is exactly what ``settle`` decided. The UPDATE's time
+(PostgreSQL's largest share of a batch) thus overlaps the broker's, and the critical
+path after the last ack is one COMMIT. docs/design.md, polling mode, has the measurements
+and why every polling guarantee holds.
 
 After broker-wide trouble (see settlement.py) the worker stops claiming and waits, with
 backoff, until a broker answers again (docs/design.md, failure rules); a fatal producer error discards
@@ -33,11 +43,12 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from cdc_relay.backoff import Backoff
-from cdc_relay.errors import BrokerError, ServiceUnavailable
+from cdc_relay.errors import BrokerError, DatabaseError, ServiceUnavailable
 from cdc_relay.logs import event_fields
 from cdc_relay.model import Message, OutboxEvent
 from cdc_relay.polling.settlement import (
@@ -77,6 +88,7 @@ class BatchSource(Protocol):
     def complete(self, processed: Sequence[OutboxEvent], failures: Sequence[AttemptFailure],
                  max_attempts: int) -> Completion: ...
     def release(self) -> None: ...
+    def premark(self, events: Sequence[OutboxEvent]) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +100,7 @@ class PollerSettings:
     max_attempts: int = 5
     backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
     strict_order: bool = False
+    pipeline: bool = True  # premark while the reports are awaited (``run`` only)
     delivery_timeout: float = 40.0  # > message.timeout.ms: librdkafka reports first
     broker_wait_min: float = 0.5
     broker_wait_max: float = 30.0
@@ -118,10 +131,14 @@ class PollWorker:
         self._results: list[Result] = []
         self._tokens: dict[int, int] = {}  # token -> index in the current batch
         self._next_token = 0
+        self._helper: ThreadPoolExecutor | None = None  # runs premark (``run`` with pipeline)
 
     def run(self, stop: threading.Event) -> None:
         """Poll until ``stop`` is set; the batch in hand is always finished first."""
         db_backoff = Backoff(self._settings.broker_wait_min, self._settings.reconnect_max)
+        if self._settings.pipeline:
+            self._helper = ThreadPoolExecutor(
+                1, thread_name_prefix=f"{threading.current_thread().name}-premark")
         try:
             while not stop.is_set():
                 self.stats.last_tick = self._clock()
@@ -147,6 +164,9 @@ class PollWorker:
                     self._waker.wait(since, self._settings.interval)
         finally:
             self._source.close()
+            if self._helper is not None:
+                self._helper.shutdown(wait=True)
+                self._helper = None
             if self._sink is not None:
                 self._sink.close(5.0)
                 self._sink = None
@@ -159,8 +179,16 @@ class PollWorker:
         if not events:
             return 0
         started = self._clock()
+        premarked: list[Future[None]] = []
+
+        def premark(produced: list[OutboxEvent]) -> None:
+            if self._helper is not None and produced:
+                premarked.append(self._helper.submit(self._source.premark, produced))
+
         try:
-            results = self._publish(events)
+            results = self._publish(events, premark)
+            for future in premarked:
+                future.result()  # a lost connection or a refusal raises here, after the reports
             settlement = settle(events, results, strict=settings.strict_order)
             failures = [
                 AttemptFailure(event, reason,
@@ -172,6 +200,8 @@ class PollWorker:
                     [f for f in failures if f.event.attempt >= settings.max_attempts])
             completion = self._source.complete(settlement.processed, failures, settings.max_attempts)
         except BaseException:
+            for future in premarked:  # the connection is the premark's until it is done
+                self._premark_refused(future.exception())
             self._source.release()
             raise
         self.stats.record(settlement, completion, self._clock() - started)
@@ -190,6 +220,21 @@ class PollWorker:
         elif settlement.processed:
             self._broker_backoff.reset()
         return len(events)
+
+    def _premark_refused(self, error: BaseException | None) -> None:
+        """A premark PostgreSQL refused (not a lost connection): premark no more.
+
+        The refusal ended the batch's transaction while its messages were in flight, so
+        another poller could claim them meanwhile (docs/design.md, polling mode). After
+        the first one this worker marks after the acks, as with ``--no-pipeline``, so
+        that window opens at most once per worker, not once per batch.
+        """
+        if (isinstance(error, DatabaseError) and self._source.connected
+                and self._helper is not None):
+            log.warning("PostgreSQL refused the early marking UPDATE (%s): this worker now "
+                        "marks each batch after its acks, as with --no-pipeline", error)
+            self._helper.shutdown(wait=False)
+            self._helper = None
 
     # -- the broker ---------------------------------------------------------------
     def ensure_broker(self) -> bool:
@@ -228,7 +273,10 @@ class PollWorker:
         if index is not None:  # reports of an earlier batch or producer are stale
             self._results[index] = delivery.error
 
-    def _publish(self, events: Sequence[OutboxEvent]) -> list[Result]:
+    def _publish(self, events: Sequence[OutboxEvent],
+                 produced: Callable[[list[OutboxEvent]], None] | None = None) -> list[Result]:
+        """Produce ``events`` and wait for their reports; before waiting, ``produced`` is
+        told which events went out (acknowledged already, or awaiting a report)."""
         assert self._sink is not None
         sink = self._sink
         self._results = [Unsettled.UNREPORTED] * len(events)
@@ -244,6 +292,9 @@ class PollWorker:
                 self._results[index] = error
                 if self._settings.strict_order:
                     held.add(aggregate)
+        if produced is not None:
+            produced([event for event, result in zip(events, self._results, strict=True)
+                      if result is None or result is Unsettled.UNREPORTED])
         self._await_reports(sink)
         self._tokens = {}
         return self._results
