@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepare this checkout for the tests, the demo and the benchmarks (docs/design.md, test services):
-#   * .venv with cdc-relay installed editable, extras test,dev,bench (skipped when
-#     pyproject.toml has not changed since the last install);
+#   * .venv with cdc-relay installed editable, extras test,dev,bench, which also builds
+#     the compiled decoders in place (skipped when neither pyproject.toml, setup.py nor
+#     a decoder's C source has changed since the last install);
 #   * PostgreSQL server binaries and wal2json for its newest installed major version,
 #     from Debian's packages (apt-get, as root only; otherwise it says what to install);
 #   * Prometheus (promtool for the alert-rule tests, the server for the live alert test),
@@ -49,7 +50,17 @@ if [ ! -x "$VENV/bin/python" ]; then
   say "creating $VENV with $PYTHON"
   "$PYTHON" -m venv "$VENV"
 fi
-if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
+# Reinstalled when the project's metadata or a compiled decoder's C source changed
+# (the editable install builds cdc_relay/decoding/_c*.so in place).
+stale_install() {
+  [ ! -f "$STAMP" ] && return 0
+  local f
+  for f in pyproject.toml setup.py cdc_relay/decoding/*.c; do
+    [ "$f" -nt "$STAMP" ] && return 0
+  done
+  return 1
+}
+if stale_install; then
   say "pip install -e '.[test,dev,bench]'"
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test,dev,bench]'
   touch "$STAMP"
