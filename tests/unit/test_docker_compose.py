@@ -108,6 +108,18 @@ def test_the_relay_image_is_slim_and_runs_as_a_non_root_user() -> None:
     assert any(op == "RUN" and "pip install" in arg for op, arg in instructions)
 
 
+def test_the_relay_image_carries_the_compiled_decoders_but_no_compiler() -> None:
+    instructions = dockerfile_instructions(DOCKER / "Dockerfile")
+    stages = [i for i, (op, _) in enumerate(instructions) if op == "FROM"]
+    build, image = instructions[stages[-2]:stages[-1]], instructions[stages[-1]:]
+    assert any(op == "COPY" and "setup.py" in arg for op, arg in build)
+    assert any(op == "RUN" and "gcc" in arg for op, arg in build)
+    assert not any(op == "RUN" and "gcc" in arg for op, arg in image)
+    installs = " ".join(arg for op, arg in image if op == "RUN")
+    assert "pip install /wheels/" in installs
+    assert "import cdc_relay.decoding._cwal2json, cdc_relay.decoding._cpgoutput" in installs
+
+
 def test_postgres_has_logical_wal_and_wal2json() -> None:
     postgres = SERVICES["postgres"]
     command = " ".join(str(part) for part in postgres["command"])
