@@ -56,21 +56,26 @@ def test_compiled_none_falls_back_and_true_refuses_without_the_extension(
 # ---------------------------------------------------------------- the two decoders, compared
 
 
-def outcome(decoder: PgOutputDecoder, message: bytes, view: bool) -> Change | str | None:
+def outcome(decoder: PgOutputDecoder, message: bytes | memoryview) -> Change | str | None:
     """What decoding gives: the Change (or None) or the DecodeError's text."""
-    payload = memoryview(b"\x00" * 25 + message)[25:] if view else message  # as wal/stream.py
     try:
-        return decoder.decode(payload, AT)
+        return decoder.decode(message, AT)
     except DecodeError as exc:
         return f"DecodeError: {exc}"
+
+
+def in_a_larger_buffer(message: bytes) -> memoryview:
+    """A view as wal/stream.py passes (``data[25:]``), with bytes after it that would read as
+    a NULL column and an empty text column if the fast path read past the message."""
+    return memoryview(b"\x00" * 25 + message + b"nt\x00\x00\x00\x00")[25 : 25 + len(message)]
 
 
 def same_outcomes(messages: list[bytes], columns: OutboxColumns = DEFAULT,
                   extra: tuple[str, ...] = ()) -> list[Change | str | None]:
     pure = PgOutputDecoder(OUTBOX, columns, extra, compiled=False)
     compiled = PgOutputDecoder(OUTBOX, columns, extra, compiled=True)
-    expected = [outcome(pure, message, view=False) for message in messages]
-    assert [outcome(compiled, message, view=True) for message in messages] == expected
+    expected = [outcome(pure, message) for message in messages]
+    assert [outcome(compiled, in_a_larger_buffer(message)) for message in messages] == expected
     return expected
 
 
@@ -136,7 +141,7 @@ def a_table(draw: st.DrawFn) -> tuple[list[str], OutboxColumns, tuple[str, ...]]
     return draw(st.permutations(sorted(names))), OutboxColumns(**mapping), extra
 
 
-MUTATIONS = ["none", "none", "none", "null", "kind", "utf8", "timestamp", "length", "truncate",
+MUTATIONS = ["none", "none", "none", "null", "kind", "kind", "utf8", "timestamp", "length", "truncate",
              "trailing", "byte", "count", "marker", "relid"]
 
 
@@ -181,23 +186,32 @@ def test_compiled_and_pure_agree_when_the_relation_changes_under_them(data: st.D
     same_outcomes(messages, columns, extra)
 
 
-@pytest.mark.parametrize("extra", [(), ("tenant",)])
+CREATED_AT = b"2026-11-30 11:11:26.123456+00"
+
+
+@pytest.mark.parametrize(
+    ("extra", "trace"),
+    [((), ()), (("tenant",), (b"00-ab-cd-01", None)), ((), (b"00-ab-cd-01", b"k=v"))],
+)
 def test_every_truncation_and_every_byte_flip_of_an_insert_decodes_alike(
-    extra: tuple[str, ...],
+    extra: tuple[str, ...], trace: tuple[bytes | None, ...],
 ) -> None:
-    names = [*OUTBOX_COLUMNS, *extra, *TRACE_COLUMNS]
-    message = insert(RELID, [*outbox_values(), *[b"x"] * len(extra), b"00-ab-cd-01", None])
+    names = [*OUTBOX_COLUMNS, *extra, *TRACE_COLUMNS[: len(trace)]]
+    message = insert(RELID, [*outbox_values(), *[b"x"] * len(extra), *trace])
     variants = [message[:cut] for cut in range(len(message) + 1)]
     for at in range(len(message)):
         for value in {0x00, 0xFF, message[at] ^ 0x01, message[at] + 1 & 0xFF}:
             variants.append(message[:at] + bytes([value]) + message[at + 1 :])
     outcomes = same_outcomes([relation(RELID, names), *variants], extra=extra)
-    assert outcomes[1 + len(message)] == OutboxEvent(  # the uncut message
-        "7616f707-0000-4000-8000-000000000001", "order", "o-1", "OrderCreated",
-        b'{"amount": 12.5, "orderId": "o-1"}', 1796037086123, AT, extra=("x",) * len(extra),
-        traceparent="00-ab-cd-01")
-    # The trace columns come last, so every column is read and every cut is an error.
-    assert all(isinstance(o, str) for o in outcomes[1 : 1 + len(message)])
+    traceparent, tracestate = [None if t is None else t.decode() for t in trace] + [None] * (
+        2 - len(trace))
+    uncut = OutboxEvent("7616f707-0000-4000-8000-000000000001", "order", "o-1", "OrderCreated",
+                        b'{"amount": 12.5, "orderId": "o-1"}', 1796037086123, AT,
+                        extra=("x",) * len(extra), traceparent=traceparent, tracestate=tracestate)
+    # Columns are read up to the last one used: cut before its end is an error, after is not.
+    read = len(message) if trace else message.index(CREATED_AT) + len(CREATED_AT)
+    assert all(isinstance(o, str) for o in outcomes[1 : 1 + read])
+    assert outcomes[1 + read : 2 + len(message)] == [uncut] * (len(message) + 1 - read)
 
 
 def test_the_fast_path_decodes_common_inserts_without_the_pure_path(
@@ -250,6 +264,8 @@ def test_c_insert_returns_the_fields_as_the_event_needs_them() -> None:
         (insert(RELID, outbox_values(id=None)), "NULL in a required field"),
         (insert(RELID, outbox_values(payload=("u", b""))), "a mapped unchanged TOAST value"),
         (insert(RELID, outbox_values(event_type=("b", b"x"))), "a mapped binary value"),
+        (insert(RELID, outbox_values(created_at=("u", b""))), "unchanged TOAST in created_at"),
+        (insert(RELID, outbox_values(created_at=("b", b"x"))), "a binary created_at"),
         (insert(RELID, outbox_values(aggregate_id=b"\xff")), "invalid UTF-8 in a text field"),
         (insert(RELID, outbox_values(created_at=b"\xed\xa0\x80")), "a UTF-8 surrogate"),
         (VALID.replace(b"t\x00\x00\x00\x0cOrderCreated", b"x\x00\x00\x00\x0cOrderCreated"),
