@@ -53,8 +53,9 @@ static int walk(const unsigned char *buf, Py_ssize_t size, PyObject *slots, Span
             pos += 1; /* spans start NULL */
         } else if (kind == 't' || (kind == 'b' && field < 0)) {
             if (size - pos < 5) return 0;
-            Py_ssize_t len = (Py_ssize_t)be32(buf + pos + 1);
-            if (size - pos - 5 < len) return 0;
+            uint32_t length = be32(buf + pos + 1); /* compared unsigned: no 32-bit overflow */
+            if ((uint64_t)(size - pos - 5) < length) return 0;
+            Py_ssize_t len = (Py_ssize_t)length;
             if (field >= 0) {
                 spans[field].at = buf + pos + 5;
                 spans[field].len = len;

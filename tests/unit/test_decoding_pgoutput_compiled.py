@@ -292,6 +292,7 @@ def test_c_insert_applies_aliases_and_fills_carried_fields() -> None:
 
 def test_c_insert_declines_a_non_contiguous_buffer_and_rejects_bad_arguments() -> None:
     assert c_insert(memoryview(VALID + VALID)[::2]) is None  # the pure path copies it
+    assert c_insert(VALID, {RELID: (PLAN[0], 11, 65, ())}) is None  # > 64 fields: pure
     with pytest.raises(TypeError):
         c_insert("I not bytes")  # type: ignore[arg-type]
     for plan in [(), (PLAN[0], 11, 6), (list(PLAN[0]), 11, 6, ()), (PLAN[0], 11, 5, ()),
