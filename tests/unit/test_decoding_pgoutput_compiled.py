@@ -236,7 +236,7 @@ def test_the_fast_path_decodes_common_inserts_without_the_pure_path(
 # ---------------------------------------------------------------- the C function itself
 
 PLAN = ((0, 1, 2, 3, 4, -1, 5), 11, 6, ())  # OUTBOX_COLUMNS: created_at is the 7th column
-PLANS = {RELID: PLAN}
+PLANS: dict[int, Any] = {RELID: PLAN}
 VALID = insert(RELID, outbox_values())
 
 
