@@ -41,12 +41,19 @@ Values arrive in text format (``binary`` is not requested), produced by the same
 functions wal2json calls, so payload bytes (jsonb's normal form), ids and timestamps are
 identical to wal2json's; the timestamp parsing is shared with the wal2json decoder. The
 payload bytes are passed on as received: the database encoding must be UTF8.
+
+The optional compiled fast path (``_cpgoutput``; docs/design.md, "The compiled decoders")
+reads the common outbox Insert straight from the message buffer, with a plan per outbox
+relation kept beside the relation cache. It declines whatever the code below would not
+accept exactly as it does; that code then runs unchanged and words every error.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from cdc_relay.config import TableRef
 from cdc_relay.decoding.envelope import decode_envelope
@@ -86,6 +93,9 @@ _NULL = ord("n")
 _UNCHANGED = ord("u")
 _BINARY = ord("b")
 
+# What the compiled insert() gets per outbox relation id: (slots, ncols, nfields, aliases).
+_Plan = tuple[tuple[int, ...], int, int, tuple[tuple[int, int], ...]]
+_CompiledInsert = Callable[[bytes | memoryview, dict[int, _Plan]], tuple[Any, ...] | None]
 
 
 def plugin_options(publication: str) -> list[tuple[str, str]]:
@@ -128,12 +138,16 @@ class _Relation:
 class PgOutputDecoder:
     """Decodes pgoutput v1 messages for one outbox table (see the module docstring)."""
 
-    __slots__ = ("_extra_count", "_fields", "_position", "_relations", "_table", "_timestamps",
-                 "_xid")
+    __slots__ = ("_extra_count", "_fast", "_fields", "_plans", "_position", "_relations", "_table",
+                 "_timestamps", "_xid")
 
     def __init__(self, table: TableRef, columns: OutboxColumns,
-                 extra_columns: tuple[str, ...] = ()) -> None:
+                 extra_columns: tuple[str, ...] = (), *, compiled: bool | None = None) -> None:
+        """``compiled``: None uses the compiled fast path when it is built, False never,
+        True requires it (ImportError when it is not built)."""
         self._table = table
+        self._fast = _compiled_insert(compiled)
+        self._plans: dict[int, _Plan] = {}  # the fast path's view of the outbox relations
         # Column names in OutboxEvent field order; created_at sixth (may be "": none), then
         # the carried columns: the named extras (required), then the trace columns (optional).
         self._fields = (
@@ -155,16 +169,28 @@ class PgOutputDecoder:
         self._position = Lsn(0)
         self._timestamps = TimestampParser()
 
+    @property
+    def compiled(self) -> bool:
+        """Whether Inserts take the compiled fast path."""
+        return self._fast is not None
+
     def reset(self) -> None:
         """Forget relations and the open transaction (call on every reconnect)."""
         self._relations.clear()
+        self._plans.clear()
         self._xid = None
 
     def decode(self, payload: bytes | memoryview, wal_start: Lsn) -> Change | None:
         """Decode one message; None for messages that are not outbox Changes."""
-        buf = payload if type(payload) is bytes else bytes(payload)
         if wal_start:
             self._position = wal_start
+        if self._fast is not None:
+            values = self._fast(payload, self._plans)
+            if values is not None:
+                event = self._compiled_event(values, wal_start)
+                if event is not None:
+                    return event
+        buf = payload if type(payload) is bytes else bytes(payload)
         if not buf:
             raise self._error(wal_start, "empty message")
         kind = buf[0]
@@ -181,6 +207,7 @@ class PgOutputDecoder:
                 return Commit(Lsn(end_lsn), xid)
             if kind == 0x52:  # 'R'
                 self._relation(buf, wal_start)
+                self._plan(_UINT32.unpack_from(buf, 1)[0])
                 return None
             if kind == 0x4D:  # 'M'
                 return self._message(buf, wal_start)
@@ -203,6 +230,32 @@ class PgOutputDecoder:
 
     def _error(self, wal_start: Lsn, what: str) -> DecodeError:
         return _error(wal_start, what, self._position)
+
+    def _compiled_event(self, values: tuple[Any, ...], wal_start: Lsn) -> OutboxEvent | None:
+        """The event of the fast path's values; None if created_at does not parse (the
+        pure path then words the error)."""
+        raw_ts = values[5]
+        try:
+            created_at_ms = None if raw_ts is None else self._timestamps.parse(raw_ts)
+        except ValueError:
+            return None
+        event = OutboxEvent(values[0], values[1], values[2], values[3], values[4],
+                            created_at_ms, wal_start)
+        if len(values) > _FIELDS:
+            count = _FIELDS + self._extra_count
+            event.extra = values[_FIELDS:count]
+            event.traceparent, event.tracestate = values[count], values[count + 1]
+        return event
+
+    def _plan(self, relid: int) -> None:
+        """Give the fast path the plan of an outbox relation it can decode (not the others:
+        their Inserts are the pure path's, to ignore or to report)."""
+        relation = self._relations[relid]
+        if self._fast is None or not relation.outbox or relation.problem is not None:
+            self._plans.pop(relid, None)
+            return
+        nfields = len(self._fields) if relation.carried else _FIELDS
+        self._plans[relid] = (relation.slots, relation.ncols, nfields, relation.aliases)
 
     def _relation(self, buf: bytes, wal_start: Lsn) -> None:
         relid = _UINT32.unpack_from(buf, 1)[0]
@@ -352,6 +405,21 @@ class PgOutputDecoder:
             return event
         except ValueError as exc:  # includes UnicodeDecodeError
             raise self._error(wal_start, f"bad value in {relation.name}: {exc}") from exc
+
+
+def _compiled_insert(compiled: bool | None) -> _CompiledInsert | None:
+    if compiled is False:
+        return None
+    try:
+        from cdc_relay.decoding._cpgoutput import insert
+    except ImportError as exc:
+        if compiled:
+            raise ImportError(
+                "the compiled pgoutput decoder (cdc_relay.decoding._cpgoutput) is not built: "
+                "run `python setup.py build_ext --inplace` (needs a C compiler)"
+            ) from exc
+        return None
+    return insert
 
 
 def _cstring(buf: bytes, pos: int) -> tuple[str, int]:

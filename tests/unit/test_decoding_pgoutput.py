@@ -2,6 +2,9 @@
 
 Also the cross-check the relay's two modes of WAL reading rely on: wal2json and pgoutput
 turn the same rows into identical OutboxEvents.
+
+Every test runs twice, once with the pure decoder and once with the compiled fast path
+(``decoder_path``); test_decoding_pgoutput_compiled.py compares the two directly.
 """
 
 from __future__ import annotations
@@ -9,10 +12,11 @@ from __future__ import annotations
 import re
 import struct
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdc_relay.config import TableRef
@@ -36,6 +40,21 @@ OUTBOX_COLUMNS = [
     "id", "aggregate_type", "aggregate_id", "event_type", "payload", "attempts",
     "created_at", "processed_at", "retry_after", "last_error", "dead_lettered_at",
 ]  # fmt: skip
+
+
+@pytest.fixture(autouse=True, params=["pure", "compiled"])
+def decoder_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Build every PgOutputDecoder of the test (decoding_fixtures' too) with
+    ``compiled=False`` or ``compiled=True`` (which fails if the extension is not built)."""
+    compiled = request.param == "compiled"
+    init = PgOutputDecoder.__init__
+
+    def forced(self: PgOutputDecoder, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs, compiled=compiled)
+
+    monkeypatch.setattr(PgOutputDecoder, "__init__", forced)
+    assert PgOutputDecoder(OUTBOX, OutboxColumns()).compiled is compiled
+    return str(request.param)
 
 
 # ---------------------------------------------------------------- message builders
@@ -403,7 +422,8 @@ pg_text = st.text(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # decoder_path: per test
 @given(payload=pg_text, aggregate_id=pg_text, event_type=pg_text,
        ms=st.integers(min_value=-(10**12), max_value=10**13))
 def test_pgoutput_and_wal2json_agree_on_any_row(
