@@ -46,10 +46,19 @@ JSON string, except numbers (bare), booleans and NULL. ``jsonb`` therefore arriv
 string in jsonb's normal form (the same text pgoutput sends); the payload is that string
 re-encoded as UTF-8. Integer ids (``bigint``) arrive as JSON numbers and are turned back
 into their decimal text. The database encoding must be UTF8.
+
+The compiled fast path (docs/design.md, "The compiled decoders"): when
+``cdc_relay.decoding._cwal2json`` is built, ``decode`` first hands the message to its
+``row``, which reads the common outbox insert in one scan and declines everything else;
+a declined message takes the pure path below, unchanged. It is used only where it gives
+exactly what the pure path gives: never while carried columns are read, never for another
+table's row, never when the row's column count differs from the carried plan's.
+``compiled=False`` forces the pure path.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
@@ -85,6 +94,9 @@ _MALFORMED = "insert without a well-formed 'columns' list of names and values"
 _ONE_MS = timedelta(milliseconds=1)
 # wal2json's v2 actions. I (on the outbox table), M (relay prefix), B and C become Changes.
 _IGNORED_ACTIONS = frozenset(("U", "D", "T"))
+# _cwal2json.row: (id, aggregate type, aggregate id, event type, payload, created_at text,
+# column count) of a common outbox insert, or None for the pure path to decode.
+_Row = Callable[..., tuple[str, str, str, str, bytes, str | None, int] | None]
 # Characters wal2json's add-tables parser treats specially (list and schema separators,
 # the escape itself, the "*" wildcard, and whitespace, which ends a name).
 _ADD_TABLES_SPECIAL = frozenset(",.\\* \t\n\r\f\v")
@@ -205,6 +217,15 @@ class TimestampParser:
         return ms
 
 
+def _compiled_row() -> _Row | None:
+    """The compiled fast path's ``row``, or None when the extension is not built."""
+    try:
+        from cdc_relay.decoding._cwal2json import row
+    except ImportError:
+        return None
+    return row
+
+
 def _lsn(text: object) -> Lsn:
     if type(text) is not str:
         raise ValueError(f"not an LSN: {text!r}")
@@ -215,11 +236,14 @@ class Wal2JsonDecoder:
     """Decodes wal2json v2 messages for one outbox table (see the module docstring)."""
 
     __slots__ = ("_carried", "_created_at", "_extra_count", "_members", "_names", "_others",
-                 "_partitions", "_plan", "_required", "_schema", "_table", "_timestamps")
+                 "_partitions", "_plan", "_required", "_row", "_schema", "_table",
+                 "_timestamps")
 
     def __init__(self, table: TableRef, columns: OutboxColumns,
                  partitions: PartitionCatalog | None = None, *,
-                 extra_columns: tuple[str, ...] = ()) -> None:
+                 extra_columns: tuple[str, ...] = (), compiled: bool | None = None) -> None:
+        """``compiled``: None takes the compiled fast path when it is built, False never,
+        True requires it (ImportError when it is not built)."""
         self._schema = table.schema
         self._table = table.name
         # A partitioned outbox: tables known to hold outbox rows, and outbox-shaped
@@ -247,6 +271,17 @@ class Wal2JsonDecoder:
         self._timestamps = TimestampParser()
         self._extra_count = len(extra_columns)
         self._carried = CarriedPlan(extra_columns, text_value)
+        self._row = None if compiled is False else _compiled_row()
+        if compiled and self._row is None:
+            raise ImportError(
+                "the compiled wal2json decoder (cdc_relay.decoding._cwal2json) is not built: "
+                "reinstall cdc-relay where a C compiler and the Python headers are available"
+            )
+
+    @property
+    def compiled(self) -> bool:
+        """Whether ``decode`` tries the compiled fast path first (see the module docstring)."""
+        return self._row is not None
 
     def reset(self) -> None:
         """On reconnect: forget which outbox-shaped tables are not partitions (ask again).
@@ -258,6 +293,18 @@ class Wal2JsonDecoder:
 
     def decode(self, payload: bytes | memoryview, wal_start: Lsn) -> Change | None:
         """Decode one message; None for messages that are not outbox Changes."""
+        row = self._row
+        carried = self._carried
+        # Where the pure path would fill carried columns or replan them, it alone decides.
+        if row is not None and not carried.active:
+            hit = row(payload, self._schema, self._table, self._names, self._plan,
+                      self._created_at is not None)
+            if hit is not None and hit[6] == carried.ncols:
+                return self._compiled_event(hit, wal_start)
+        return self._decode(payload, wal_start)
+
+    def _decode(self, payload: bytes | memoryview, wal_start: Lsn) -> Change | None:
+        """The pure path: every message, in full."""
         try:
             msg = orjson.loads(payload)
         except orjson.JSONDecodeError as exc:
@@ -336,12 +383,7 @@ class Wal2JsonDecoder:
             id_, aggregate_type, aggregate_id, event_type, payload = self._texts(values, wal_start)
         created_at_ms = None
         if created_at is not None and self._created_at is not None:
-            if type(created_at) is not str:
-                raise _error(wal_start, self._problem(self._created_at, created_at))
-            try:
-                created_at_ms = self._timestamps.parse(created_at)
-            except ValueError as exc:
-                raise _error(wal_start, f"column {self._created_at!r}: {exc}") from exc
+            created_at_ms = self._created_at_ms(self._created_at, created_at, wal_start)
         event = OutboxEvent(
             id_, aggregate_type, aggregate_id, event_type, payload.encode(), created_at_ms,
             wal_start,
@@ -353,6 +395,24 @@ class Wal2JsonDecoder:
                 name, raw = problem
                 raise _error(wal_start, _MALFORMED if name is None else self._problem(name, raw))
         return event
+
+    def _compiled_event(self, hit: tuple[str, str, str, str, bytes, str | None, int],
+                        wal_start: Lsn) -> OutboxEvent:
+        """The event of a row the compiled path read: what ``_insert`` makes of it."""
+        id_, aggregate_type, aggregate_id, event_type, payload, created_at, _ = hit
+        created_at_ms = None
+        if created_at is not None and self._created_at is not None:
+            created_at_ms = self._created_at_ms(self._created_at, created_at, wal_start)
+        return OutboxEvent(id_, aggregate_type, aggregate_id, event_type, payload,
+                           created_at_ms, wal_start)
+
+    def _created_at_ms(self, column: str, created_at: object, wal_start: Lsn) -> int | None:
+        if type(created_at) is not str:
+            raise _error(wal_start, self._problem(column, created_at))
+        try:
+            return self._timestamps.parse(created_at)
+        except ValueError as exc:
+            raise _error(wal_start, f"column {column!r}: {exc}") from exc
 
     def _message(self, msg: dict[str, Any], wal_start: Lsn) -> Change | None:
         """A logical decoding message: an outbox event if transactional with our prefix."""
@@ -434,8 +494,6 @@ class Wal2JsonDecoder:
                 "and payload"
             )
         return f"{where} has a value of JSON type {type(raw).__name__}; expected text"
-
-
 
 
 def _xid(msg: dict[str, Any], wal_start: Lsn) -> int | None:
