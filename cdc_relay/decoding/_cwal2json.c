@@ -14,6 +14,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 #include <string.h>
 
 /* orjson's own limit is 1024; wal2json documents are 3 levels deep. */
@@ -126,12 +127,27 @@ static int utf8_len(const unsigned char *p, const unsigned char *end)
     return n;
 }
 
+/* Whether any of the 8 bytes at p needs a look: a control character, a byte of a
+ * multi-byte sequence, a quote or a backslash (exact for "none": no false negatives). */
+static inline int special8(const unsigned char *p)
+{
+    const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
+    uint64_t v, quote, slash;
+    memcpy(&v, p, sizeof v);
+    quote = v ^ (ones * '"');
+    slash = v ^ (ones * '\\');
+    return (((v - ones * 0x20) & ~v) | ((quote - ones) & ~quote) | ((slash - ones) & ~slash)
+            | v) & high ? 1 : 0;
+}
+
 /* A string at sc->p (on its opening quote): validate it, record its raw content. */
 static int scan_string(Scan *sc, Value *v)
 {
     const unsigned char *p = sc->p + 1, *end = sc->end, *start = p;
     int escaped = 0;
     for (;;) {
+        while (end - p >= 8 && !special8(p))
+            p += 8;
         while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\')
             p++;
         if (p >= end)
@@ -581,78 +597,150 @@ fail:
     return status < 0 ? NULL : Py_NewRef(Py_None);
 }
 
-static int utf8_arg(PyObject *obj, const char *what, const char **text, Py_ssize_t *n)
+/* A Reader: the texts one decoder looks for, as UTF-8, kept alive by ``texts``. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *texts; /* (schema, table, *names) */
+    PyObject *plan;  /* the plan tuple want.plan was read from (a cache) */
+    int timestamped;
+    Want want;
+} Reader;
+
+static int utf8_of(PyObject *obj, const char **text, Py_ssize_t *n)
 {
     if (!PyUnicode_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "row(): %s must be str", what);
+        PyErr_SetString(PyExc_TypeError, "Reader(): schema, table and names must be str");
         return -1;
     }
     *text = PyUnicode_AsUTF8AndSize(obj, n);
     return *text == NULL ? -1 : 0;
 }
 
-/* Fill ``w`` from row()'s schema, table, names and plan arguments. */
-static int want_args(Want *w, PyObject *const *args)
+static int reader_init(Reader *self, PyObject *args, PyObject *kwargs)
 {
-    if (utf8_arg(args[1], "schema", &w->schema, &w->schema_n) < 0
-        || utf8_arg(args[2], "table", &w->table, &w->table_n) < 0)
+    PyObject *schema, *table, *names;
+    int timestamped;
+    static char *keywords[] = {"schema", "table", "names", "timestamped", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UUO!p:Reader", keywords, &schema, &table,
+                                     &PyTuple_Type, &names, &timestamped))
         return -1;
-    if (!PyTuple_Check(args[3]) || PyTuple_GET_SIZE(args[3]) != NFIELDS
-        || !PyTuple_Check(args[4]) || PyTuple_GET_SIZE(args[4]) != NFIELDS) {
-        PyErr_SetString(PyExc_TypeError, "row(): names and plan must be tuples of 6");
+    if (PyTuple_GET_SIZE(names) != NFIELDS) {
+        PyErr_SetString(PyExc_TypeError, "Reader(): names must be a tuple of 6 str");
         return -1;
     }
-    for (int k = 0; k < NFIELDS; k++) {
-        if (utf8_arg(PyTuple_GET_ITEM(args[3], k), "a name", &w->names[k], &w->names_n[k]) < 0)
+    PyObject *texts = PyTuple_Pack(2, schema, table), *all = PySequence_Concat(texts, names);
+    Py_XDECREF(texts);
+    if (all == NULL)
+        return -1;
+    Py_XSETREF(self->texts, all);
+    Py_CLEAR(self->plan);
+    self->timestamped = timestamped;
+    Want *w = &self->want;
+    if (utf8_of(schema, &w->schema, &w->schema_n) < 0
+        || utf8_of(table, &w->table, &w->table_n) < 0)
+        return -1;
+    for (int k = 0; k < NFIELDS; k++)
+        if (utf8_of(PyTuple_GET_ITEM(names, k), &w->names[k], &w->names_n[k]) < 0)
             return -1;
-        w->plan[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(args[4], k));
-        if (w->plan[k] == -1 && PyErr_Occurred())
-            return -1;
-        w->found[k] = 0;
-    }
     return 0;
 }
 
-static PyObject *row(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+/* Read the plan tuple into want.plan, unless it is the one read last time. */
+static int reader_plan(Reader *self, PyObject *plan)
 {
-    Want w;
+    if (plan == self->plan)
+        return 0;
+    if (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) != NFIELDS) {
+        PyErr_SetString(PyExc_TypeError, "Reader.row(): plan must be a tuple of 6 int");
+        return -1;
+    }
+    Py_CLEAR(self->plan);
+    for (int k = 0; k < NFIELDS; k++) {
+        Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(plan, k));
+        if (i == -1 && PyErr_Occurred())
+            return -1;
+        self->want.plan[k] = i;
+    }
+    self->plan = Py_NewRef(plan);
+    return 0;
+}
+
+static PyObject *reader_row(Reader *self, PyObject *const *args, Py_ssize_t nargs)
+{
     Py_buffer view;
     Py_ssize_t ncols = 0;
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError,
-                        "row() takes payload, schema, table, names, plan, timestamped");
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "Reader.row() takes payload and plan");
         return NULL;
     }
-    int timestamped = PyObject_IsTrue(args[5]);
-    if (timestamped < 0 || want_args(&w, args) < 0)
+    if (self->texts == NULL) {
+        PyErr_SetString(PyExc_TypeError, "Reader.row(): the Reader is not initialised");
+        return NULL;
+    }
+    if (reader_plan(self, args[1]) < 0)
         return NULL;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
         PyErr_Clear(); /* not a contiguous buffer: the pure path decides */
         Py_RETURN_NONE;
     }
+    Want w = self->want;
+    memset(w.found, 0, sizeof w.found);
     Scan sc = {view.buf, (const unsigned char *)view.buf + view.len, 0};
     PyObject *result;
     if (scan_document(&sc, &w, &ncols) < 0)
         result = PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
     else
-        result = build(&w, ncols, timestamped);
+        result = build(&w, ncols, self->timestamped);
     PyBuffer_Release(&view);
     return result;
 }
 
-static PyMethodDef methods[] = {
-    {"row", (PyCFunction)(void (*)(void))row, METH_FASTCALL,
-     "row(payload, schema, table, names, plan, timestamped)\n--\n\n"
+static void reader_dealloc(Reader *self)
+{
+    Py_CLEAR(self->texts);
+    Py_CLEAR(self->plan);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef reader_methods[] = {
+    {"row", (PyCFunction)(void (*)(void))reader_row, METH_FASTCALL,
+     "row(payload, plan)\n--\n\n"
      "The common outbox insert of one wal2json v2 message: (id, aggregate_type,\n"
      "aggregate_id, event_type, payload bytes, created_at text or None, column count),\n"
-     "or None to leave the message to the pure-Python decoder."},
+     "or None to leave the message to the pure-Python decoder. ``plan``: the positions\n"
+     "of the six names in \"columns\"."},
     {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ReaderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "cdc_relay.decoding._cwal2json.Reader",
+    .tp_doc = PyDoc_STR("Reader(schema, table, names, timestamped): reads one outbox "
+                        "table's common inserts (docs/design.md, \"The compiled decoders\")."),
+    .tp_basicsize = sizeof(Reader),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)reader_init,
+    .tp_dealloc = (destructor)reader_dealloc,
+    .tp_methods = reader_methods,
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_cwal2json",
-    "The compiled fast path of the wal2json decoder (docs/design.md).", -1, methods,
+    "The compiled fast path of the wal2json decoder (docs/design.md).", -1, NULL,
     NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__cwal2json(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__cwal2json(void)
+{
+    if (PyType_Ready(&ReaderType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "Reader", (PyObject *)&ReaderType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,12 +1,20 @@
 """Types of the compiled fast path of the wal2json decoder (_cwal2json.c)."""
 
-def row(
-    payload: bytes | bytearray | memoryview,
-    schema: str,
-    table: str,
-    names: tuple[str, str, str, str, str, str],
-    plan: tuple[int, int, int, int, int, int],
-    timestamped: bool,
-    /,
-) -> tuple[str, str, str, str, bytes, str | None, int] | None:
-    """The common outbox insert of one wal2json v2 message, or None (see _cwal2json.c)."""
+class Reader:
+    """Reads one outbox table's common wal2json v2 inserts (see _cwal2json.c)."""
+
+    def __init__(
+        self,
+        schema: str,
+        table: str,
+        names: tuple[str, str, str, str, str, str],
+        timestamped: bool,
+    ) -> None: ...
+    def row(
+        self,
+        payload: bytes | bytearray | memoryview,
+        plan: tuple[int, int, int, int, int, int],
+        /,
+    ) -> tuple[str, str, str, str, bytes, str | None, int] | None:
+        """(id, aggregate_type, aggregate_id, event_type, payload, created_at text or None,
+        column count) of a common insert of the table, or None for anything else."""

@@ -49,7 +49,7 @@ into their decimal text. The database encoding must be UTF8.
 
 The compiled fast path (docs/design.md, "The compiled decoders"): when
 ``cdc_relay.decoding._cwal2json`` is built, ``decode`` first hands the message to its
-``row``, which reads the common outbox insert in one scan and declines everything else;
+``Reader.row``, which reads the common outbox insert in one scan and declines everything else;
 a declined message takes the pure path below, unchanged. It is used only where it gives
 exactly what the pure path gives: never while carried columns are read, never for another
 table's row, never when the row's column count differs from the carried plan's.
@@ -94,9 +94,10 @@ _MALFORMED = "insert without a well-formed 'columns' list of names and values"
 _ONE_MS = timedelta(milliseconds=1)
 # wal2json's v2 actions. I (on the outbox table), M (relay prefix), B and C become Changes.
 _IGNORED_ACTIONS = frozenset(("U", "D", "T"))
-# _cwal2json.row: (id, aggregate type, aggregate id, event type, payload, created_at text,
-# column count) of a common outbox insert, or None for the pure path to decode.
-_Row = Callable[..., tuple[str, str, str, str, bytes, str | None, int] | None]
+# _cwal2json.Reader.row: (id, aggregate type, aggregate id, event type, payload,
+# created_at text, column count) of a common outbox insert, or None (the pure path decodes).
+_Hit = tuple[str, str, str, str, bytes, str | None, int]
+_Row = Callable[[bytes | memoryview, tuple[int, int, int, int, int, int]], _Hit | None]
 # Characters wal2json's add-tables parser treats specially (list and schema separators,
 # the escape itself, the "*" wildcard, and whitespace, which ends a name).
 _ADD_TABLES_SPECIAL = frozenset(",.\\* \t\n\r\f\v")
@@ -217,13 +218,14 @@ class TimestampParser:
         return ms
 
 
-def _compiled_row() -> _Row | None:
-    """The compiled fast path's ``row``, or None when the extension is not built."""
+def _compiled_row(schema: str, table: str, names: tuple[str, str, str, str, str, str],
+                  timestamped: bool) -> _Row | None:
+    """The compiled fast path for one table, or None when the extension is not built."""
     try:
-        from cdc_relay.decoding._cwal2json import row
+        from cdc_relay.decoding._cwal2json import Reader
     except ImportError:
         return None
-    return row
+    return Reader(schema, table, names, timestamped).row
 
 
 def _lsn(text: object) -> Lsn:
@@ -271,7 +273,8 @@ class Wal2JsonDecoder:
         self._timestamps = TimestampParser()
         self._extra_count = len(extra_columns)
         self._carried = CarriedPlan(extra_columns, text_value)
-        self._row = None if compiled is False else _compiled_row()
+        self._row = None if compiled is False else _compiled_row(
+            self._schema, self._table, self._names, self._created_at is not None)
         if compiled and self._row is None:
             raise ImportError(
                 "the compiled wal2json decoder (cdc_relay.decoding._cwal2json) is not built: "
@@ -297,8 +300,7 @@ class Wal2JsonDecoder:
         carried = self._carried
         # Where the pure path would fill carried columns or replan them, it alone decides.
         if row is not None and not carried.active:
-            hit = row(payload, self._schema, self._table, self._names, self._plan,
-                      self._created_at is not None)
+            hit = row(payload, self._plan)
             if hit is not None and hit[6] == carried.ncols:
                 return self._compiled_event(hit, wal_start)
         return self._decode(payload, wal_start)
@@ -396,8 +398,7 @@ class Wal2JsonDecoder:
                 raise _error(wal_start, _MALFORMED if name is None else self._problem(name, raw))
         return event
 
-    def _compiled_event(self, hit: tuple[str, str, str, str, bytes, str | None, int],
-                        wal_start: Lsn) -> OutboxEvent:
+    def _compiled_event(self, hit: _Hit, wal_start: Lsn) -> OutboxEvent:
         """The event of a row the compiled path read: what ``_insert`` makes of it."""
         id_, aggregate_type, aggregate_id, event_type, payload, created_at, _ = hit
         created_at_ms = None

@@ -3,6 +3,10 @@
 The fixtures were captured by tests/fixtures/capture_decoding.py from PostgreSQL 15 with
 wal2json 2.5 and pgoutput v1; expected_outbox.json is the database's own account of
 each committed row.
+
+``WAL2JSON_PATHS`` runs a wal2json test on both decoding paths: the pure-Python one and
+the compiled fast path (decoding/_cwal2json.c). The compiled case is skipped when the
+extension is not built; test_decoding_compiled.py then fails, so a broken build shows.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import hashlib
 import json
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from cdc_relay.config import TableRef
 from cdc_relay.decoding.pgoutput import PgOutputDecoder
@@ -24,6 +30,19 @@ OUTBOX = TableRef("public", "outbox_events")
 DEBEZIUM = TableRef("public", "outbox_debezium")
 WIDE = TableRef("public", "outbox_wide")
 AT = Lsn.parse("16/B374D848")
+
+
+def compiled_wal2json_built() -> bool:
+    """Whether the compiled wal2json fast path imports."""
+    return Wal2JsonDecoder(OUTBOX, OutboxColumns()).compiled
+
+
+WAL2JSON_PATHS = pytest.mark.parametrize(
+    "compiled",
+    [False, pytest.param(True, marks=pytest.mark.skipif(
+        not compiled_wal2json_built(), reason="cdc_relay.decoding._cwal2json is not built"))],
+    ids=["pure", "compiled"],
+)
 
 
 def load(name: str) -> list[tuple[Lsn, bytes]]:
@@ -62,13 +81,14 @@ def as_row(event: OutboxEvent, table: TableRef) -> dict[str, Any]:
     return row
 
 
-def decode_all(name: str, table: TableRef, columns: OutboxColumns) -> list[Any]:
-    """Decode a whole fixture with the decoder its name says."""
+def decode_all(name: str, table: TableRef, columns: OutboxColumns, *,
+               compiled: bool | None = None) -> list[Any]:
+    """Decode a whole fixture with the decoder its name says (``compiled``: wal2json's path)."""
     decoder: PgOutputDecoder | Wal2JsonDecoder
     if name.startswith("pgoutput"):
         decoder = PgOutputDecoder(table, columns)
     else:
-        decoder = Wal2JsonDecoder(table, columns)
+        decoder = Wal2JsonDecoder(table, columns, compiled=compiled)
     return [decoder.decode(payload, wal_start) for wal_start, payload in load(name)]
 
 

@@ -9,6 +9,7 @@ from cdc_relay.config import TableRef
 from cdc_relay.decoding.wal2json import Wal2JsonDecoder, plugin_options
 from cdc_relay.errors import SourceLost
 from cdc_relay.model import Lsn, OutboxColumns, OutboxEvent
+from tests.unit.decoding_fixtures import WAL2JSON_PATHS
 
 OUTBOX = TableRef("public", "outbox_events")
 
@@ -42,9 +43,10 @@ def row(table: str, *, schema: str = "public", outbox_shaped: bool = True) -> by
     return orjson.dumps({"action": "I", "schema": schema, "table": table, "columns": columns})
 
 
-def test_rows_of_partitions_are_events_and_each_table_is_looked_up_once() -> None:
+@WAL2JSON_PATHS
+def test_rows_of_partitions_are_events_and_each_table_is_looked_up_once(compiled: bool) -> None:
     tree = FakeTree({("public", "outbox_events_01"), ("public", "outbox_events_02")})
-    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), tree)
+    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), tree, compiled=compiled)
     for _ in range(3):
         assert isinstance(decoder.decode(row("outbox_events_01"), Lsn(10)), OutboxEvent)
     # The first lookup loaded the whole tree: the second partition needs no question.
@@ -52,48 +54,54 @@ def test_rows_of_partitions_are_events_and_each_table_is_looked_up_once() -> Non
     assert tree.asked == [("public", "outbox_events_01")]
 
 
-def test_a_partition_created_later_is_found_when_its_first_row_arrives() -> None:
+@WAL2JSON_PATHS
+def test_a_partition_created_later_is_found_when_its_first_row_arrives(compiled: bool) -> None:
     tree = FakeTree({("public", "outbox_events_01")})
-    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), tree)
+    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), tree, compiled=compiled)
     assert decoder.decode(row("outbox_events_01"), Lsn(10)) is not None
     tree.partitions.add(("archive", "outbox_events_02"))  # CREATE TABLE ... PARTITION OF
     assert decoder.decode(row("outbox_events_02", schema="archive"), Lsn(11)) is not None
 
 
-def test_a_known_partition_stays_known_after_it_is_dropped() -> None:
+@WAL2JSON_PATHS
+def test_a_known_partition_stays_known_after_it_is_dropped(compiled: bool) -> None:
     tree = FakeTree({("public", "outbox_events_01")})
-    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), tree)
+    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), tree, compiled=compiled)
     assert decoder.decode(row("outbox_events_01"), Lsn(10)) is not None
     tree.partitions.clear()  # DROP TABLE outbox_events_01; its rows are still in the stream
     decoder.reset()  # even across a reconnect
     assert decoder.decode(row("outbox_events_01"), Lsn(11)) is not None
 
 
-def test_rows_of_a_dropped_table_with_the_outbox_s_columns_are_events() -> None:
+@WAL2JSON_PATHS
+def test_rows_of_a_dropped_table_with_the_outbox_s_columns_are_events(compiled: bool) -> None:
     tree = FakeTree(set(), gone={("public", "outbox_events_00")})
-    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), tree)
+    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), tree, compiled=compiled)
     assert decoder.decode(row("outbox_events_00"), Lsn(10)) is not None
 
 
-def test_other_tables_are_ignored_and_only_outbox_shaped_ones_are_looked_up() -> None:
+@WAL2JSON_PATHS
+def test_other_tables_are_ignored_and_only_outbox_shaped_ones_are_looked_up(compiled: bool) -> None:
     tree = FakeTree(set())
-    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), tree)
+    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), tree, compiled=compiled)
     assert decoder.decode(row("orders", outbox_shaped=False), Lsn(10)) is None
     assert decoder.decode(row("lookalike"), Lsn(11)) is None
     assert decoder.decode(row("lookalike"), Lsn(12)) is None
     assert tree.asked == [("public", "lookalike")]
 
 
-def test_a_failed_lookup_raises_instead_of_skipping_the_row() -> None:
+@WAL2JSON_PATHS
+def test_a_failed_lookup_raises_instead_of_skipping_the_row(compiled: bool) -> None:
     tree = FakeTree(set())
     tree.fail = True
-    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), tree)
+    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), tree, compiled=compiled)
     with pytest.raises(SourceLost):
         decoder.decode(row("outbox_events_01"), Lsn(10))
 
 
-def test_without_a_catalog_only_the_outbox_s_own_name_counts() -> None:
-    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns())
+@WAL2JSON_PATHS
+def test_without_a_catalog_only_the_outbox_s_own_name_counts(compiled: bool) -> None:
+    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=compiled)
     assert decoder.decode(row("outbox_events_01"), Lsn(10)) is None
     assert decoder.decode(row("outbox_events"), Lsn(11)) is not None
 

@@ -24,6 +24,7 @@ from tests.unit.decoding_fixtures import (
     DEBEZIUM,
     FIXTURES,
     OUTBOX,
+    WAL2JSON_PATHS,
     WIDE,
     as_row,
     decode_all,
@@ -64,14 +65,16 @@ def outbox_row(**overrides: Any) -> dict[str, Any]:
 # ---------------------------------------------------------------- the captured stream
 
 
-def test_fixture_yields_every_committed_outbox_row_in_commit_order() -> None:
-    decoded = events(decode_all("wal2json_v2.jsonl", OUTBOX, OutboxColumns()))
+@WAL2JSON_PATHS
+def test_fixture_yields_every_committed_outbox_row_in_commit_order(compiled: bool) -> None:
+    decoded = events(decode_all("wal2json_v2.jsonl", OUTBOX, OutboxColumns(), compiled=compiled))
     assert [as_row(event, OUTBOX) for event in decoded] == expected_rows(OUTBOX)
     assert len(decoded) == 113
 
 
-def test_fixture_first_event_is_decoded_exactly() -> None:
-    first = events(decode_all("wal2json_v2.jsonl", OUTBOX, OutboxColumns()))[0]
+@WAL2JSON_PATHS
+def test_fixture_first_event_is_decoded_exactly(compiled: bool) -> None:
+    first = events(decode_all("wal2json_v2.jsonl", OUTBOX, OutboxColumns(), compiled=compiled))[0]
     assert first == OutboxEvent(
         id="00000000-0000-4000-8000-000000000001",
         aggregate_type="order",
@@ -83,8 +86,10 @@ def test_fixture_first_event_is_decoded_exactly() -> None:
     )
 
 
-def test_fixture_unicode_and_escapes_survive_byte_for_byte() -> None:
-    by_id = {e.id: e for e in events(decode_all("wal2json_v2.jsonl", OUTBOX, OutboxColumns()))}
+@WAL2JSON_PATHS
+def test_fixture_unicode_and_escapes_survive_byte_for_byte(compiled: bool) -> None:
+    decoded = events(decode_all("wal2json_v2.jsonl", OUTBOX, OutboxColumns(), compiled=compiled))
+    by_id = {e.id: e for e in decoded}
     unicode_row = by_id["00000000-0000-4000-8000-000000000003"]
     assert unicode_row.aggregate_type == "注文"
     assert unicode_row.aggregate_id == "注文-42 😀"
@@ -101,24 +106,28 @@ def test_fixture_unicode_and_escapes_survive_byte_for_byte() -> None:
     assert orjson.loads(escapes)["emoji_escaped"] == "😀"
 
 
-def test_fixture_jsonb_payload_is_jsonb_normal_form_not_the_inserted_text() -> None:
-    by_id = {e.id: e for e in events(decode_all("wal2json_v2.jsonl", OUTBOX, OutboxColumns()))}
+@WAL2JSON_PATHS
+def test_fixture_jsonb_payload_is_jsonb_normal_form_not_the_inserted_text(compiled: bool) -> None:
+    decoded = events(decode_all("wal2json_v2.jsonl", OUTBOX, OutboxColumns(), compiled=compiled))
+    by_id = {e.id: e for e in decoded}
     numbers = by_id["00000000-0000-4000-8000-000000000005"].payload
     assert numbers.startswith(b'{"a": 2, "n": [0, 0, 1.0, 1.50, 1' + b"0" * 100 + b", ")
     assert b'"dup": 2' in numbers and b'"dup": 1' not in numbers
     assert by_id["00000000-0000-4000-8000-000000000006"].payload == b'"just a string"'
 
 
-def test_fixture_large_payload_arrives_whole() -> None:
-    big = events(decode_all("wal2json_v2.jsonl", OUTBOX, OutboxColumns()))[-1]
+@WAL2JSON_PATHS
+def test_fixture_large_payload_arrives_whole(compiled: bool) -> None:
+    big = events(decode_all("wal2json_v2.jsonl", OUTBOX, OutboxColumns(), compiled=compiled))[-1]
     assert big.event_type == "BigPayload"
     assert len(big.payload) == 200_046
     assert orjson.loads(big.payload)["tail"] == [1, 2, 3]
 
 
-def test_fixture_event_lsn_is_the_wal_start_and_the_lsn_field_of_its_row() -> None:
+@WAL2JSON_PATHS
+def test_fixture_event_lsn_is_the_wal_start_and_the_lsn_field_of_its_row(compiled: bool) -> None:
     messages = load("wal2json_v2.jsonl")
-    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns())
+    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=compiled)
     checked = 0
     for wal_start, payload in messages:
         change = decoder.decode(payload, wal_start)
@@ -128,8 +137,9 @@ def test_fixture_event_lsn_is_the_wal_start_and_the_lsn_field_of_its_row() -> No
     assert checked == 113
 
 
-def test_fixture_commit_end_lsn_is_nextlsn_which_is_the_c_message_position() -> None:
-    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns())
+@WAL2JSON_PATHS
+def test_fixture_commit_end_lsn_is_nextlsn_which_is_the_c_message_position(compiled: bool) -> None:
+    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=compiled)
     commits = 0
     for wal_start, payload in load("wal2json_v2.jsonl"):
         change = decoder.decode(payload, wal_start)
@@ -142,8 +152,9 @@ def test_fixture_commit_end_lsn_is_nextlsn_which_is_the_c_message_position() -> 
     assert commits > 0
 
 
-def test_fixture_transactions_are_balanced_and_empty_ones_still_arrive() -> None:
-    changes = decode_all("wal2json_v2.jsonl", OUTBOX, OutboxColumns())
+@WAL2JSON_PATHS
+def test_fixture_transactions_are_balanced_and_empty_ones_still_arrive(compiled: bool) -> None:
+    changes = decode_all("wal2json_v2.jsonl", OUTBOX, OutboxColumns(), compiled=compiled)
     open_xid: int | None = None
     sizes: list[int] = []
     for change in changes:
@@ -172,10 +183,11 @@ def test_fixture_rolled_back_rows_never_reach_the_stream() -> None:
     assert "RolledBack" not in raw
 
 
-def test_all_tables_fixture_ignores_updates_deletes_truncates_messages_and_other_tables() -> (
+@WAL2JSON_PATHS
+def test_all_tables_fixture_ignores_updates_deletes_truncates_messages_and_other_tables(compiled: bool) -> (
     None
 ):
-    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns())
+    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=compiled)
     seen: dict[str, int] = {}
     for wal_start, payload in load("wal2json_v2_all.jsonl"):
         message = orjson.loads(payload)
@@ -198,16 +210,18 @@ def test_all_tables_fixture_ignores_updates_deletes_truncates_messages_and_other
         (WIDE, OutboxColumns()),
     ],
 )
+@WAL2JSON_PATHS
 def test_all_tables_fixture_with_types_and_kolkata_offsets_matches_the_database(
-    table: TableRef, columns: OutboxColumns
+    table: TableRef, columns: OutboxColumns, compiled: bool
 ) -> None:
-    decoded = events(decode_all("wal2json_v2_all.jsonl", table, columns))
+    decoded = events(decode_all("wal2json_v2_all.jsonl", table, columns, compiled=compiled))
     assert [as_row(event, table) for event in decoded] == expected_rows(table, partial=True)
     assert decoded
 
 
-def test_wide_table_rows_keep_json_text_integer_ids_and_odd_timestamps() -> None:
-    decoded = events(decode_all("wal2json_v2_all.jsonl", WIDE, OutboxColumns()))
+@WAL2JSON_PATHS
+def test_wide_table_rows_keep_json_text_integer_ids_and_odd_timestamps(compiled: bool) -> None:
+    decoded = events(decode_all("wal2json_v2_all.jsonl", WIDE, OutboxColumns(), compiled=compiled))
     assert [e.id for e in decoded] == ["1", "2", "3", "4"]  # bigint identity, as text
     assert decoded[0].payload == b'{ "kept":  "as written",\n  "order": [3,1,2] }'
     assert decoded[1].created_at_ms is None  # NULL
@@ -218,35 +232,40 @@ def test_wide_table_rows_keep_json_text_integer_ids_and_odd_timestamps() -> None
 # ---------------------------------------------------------------- hand-built messages
 
 
-def test_memoryview_payloads_decode_like_bytes() -> None:
-    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns())
+@WAL2JSON_PATHS
+def test_memoryview_payloads_decode_like_bytes(compiled: bool) -> None:
+    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=compiled)
     message = insert_message(outbox_row())
     assert decoder.decode(memoryview(b"xxxx" + message)[4:], AT) == decoder.decode(message, AT)
 
 
-def test_begin_and_commit_without_optional_fields_fall_back() -> None:
-    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns())
+@WAL2JSON_PATHS
+def test_begin_and_commit_without_optional_fields_fall_back(compiled: bool) -> None:
+    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=compiled)
     assert decoder.decode(b'{"action":"B"}', AT) == Begin(None)
     assert decoder.decode(b'{"action":"C"}', AT) == Commit(AT, None)
     assert decoder.decode(b'{"action":"C","xid":9,"nextlsn":"0/10"}', AT) == Commit(Lsn(16), 9)
 
 
-def test_begin_carries_the_commit_record_lsn() -> None:
-    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns())
+@WAL2JSON_PATHS
+def test_begin_carries_the_commit_record_lsn(compiled: bool) -> None:
+    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=compiled)
     begin = b'{"action":"B","xid":9,"lsn":"0/192D598","nextlsn":"0/192D5C8"}'
     assert decoder.decode(begin, AT) == Begin(9, Lsn.parse("0/192D598"))
 
 
-def test_insert_without_lsn_field_uses_wal_start() -> None:
-    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns())
+@WAL2JSON_PATHS
+def test_insert_without_lsn_field_uses_wal_start(compiled: bool) -> None:
+    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=compiled)
     message = orjson.loads(insert_message(outbox_row()))
     del message["lsn"]
     event = decoder.decode(orjson.dumps(message), AT)
     assert isinstance(event, OutboxEvent) and event.lsn == AT
 
 
-def test_columns_are_found_again_when_the_table_changes_shape() -> None:
-    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns())
+@WAL2JSON_PATHS
+def test_columns_are_found_again_when_the_table_changes_shape(compiled: bool) -> None:
+    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=compiled)
     first = decoder.decode(insert_message(outbox_row()), AT)
     reordered = dict(reversed(list(outbox_row(aggregate_id="o-2").items())))
     second = decoder.decode(insert_message({"new_col": 1, **reordered}), AT)
@@ -257,8 +276,9 @@ def test_columns_are_found_again_when_the_table_changes_shape() -> None:
     assert second.payload == first.payload and second.created_at_ms == first.created_at_ms
 
 
-def test_debezium_column_names_work_by_configuration() -> None:
-    decoder = Wal2JsonDecoder(DEBEZIUM, OutboxColumns.debezium())
+@WAL2JSON_PATHS
+def test_debezium_column_names_work_by_configuration(compiled: bool) -> None:
+    decoder = Wal2JsonDecoder(DEBEZIUM, OutboxColumns.debezium(), compiled=compiled)
     row = {
         "id": "a1",
         "aggregatetype": "customer",
@@ -274,23 +294,26 @@ def test_debezium_column_names_work_by_configuration() -> None:
     assert decoder.decode(insert_message(row), AT) is None
 
 
-def test_a_table_without_created_at_can_be_mapped_with_an_empty_name() -> None:
-    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(created_at=""))
+@WAL2JSON_PATHS
+def test_a_table_without_created_at_can_be_mapped_with_an_empty_name(compiled: bool) -> None:
+    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(created_at=""), compiled=compiled)
     row = outbox_row()
     del row["created_at"]
     event = decoder.decode(insert_message(row), AT)
     assert isinstance(event, OutboxEvent) and event.created_at_ms is None
 
 
-def test_integer_ids_become_their_decimal_text() -> None:
-    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns())
+@WAL2JSON_PATHS
+def test_integer_ids_become_their_decimal_text(compiled: bool) -> None:
+    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=compiled)
     event = decoder.decode(insert_message(outbox_row(id=12345678901234, aggregate_id=7)), AT)
     assert isinstance(event, OutboxEvent)
     assert (event.id, event.aggregate_id) == ("12345678901234", "7")
 
 
-def test_rows_of_other_tables_and_schemas_decode_to_none() -> None:
-    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns())
+@WAL2JSON_PATHS
+def test_rows_of_other_tables_and_schemas_decode_to_none(compiled: bool) -> None:
+    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=compiled)
     assert decoder.decode(insert_message(outbox_row(), table="orders"), AT) is None
     assert decoder.decode(insert_message(outbox_row(), schema="audit"), AT) is None
     for action in ("U", "D", "T", "M"):
@@ -316,10 +339,11 @@ def test_rows_of_other_tables_and_schemas_decode_to_none() -> None:
         (b'{"action": "B", "xid": "728"}', "bad 'xid'"),
     ],
 )
+@WAL2JSON_PATHS
 def test_malformed_messages_raise_decode_error_naming_the_lsn(
-    payload: bytes, problem: str
+    payload: bytes, problem: str, compiled: bool
 ) -> None:
-    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns())
+    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=compiled)
     with pytest.raises(DecodeError) as info:
         decoder.decode(payload, AT)
     assert "16/B374D848" in str(info.value)
@@ -342,20 +366,22 @@ def test_malformed_messages_raise_decode_error_naming_the_lsn(
         ({"created_at": "__drop__"}, "'created_at' of public.outbox_events is missing"),
     ],
 )
+@WAL2JSON_PATHS
 def test_bad_column_values_raise_decode_error_naming_lsn_and_column(
-    row: dict[str, Any], problem: str
+    row: dict[str, Any], problem: str, compiled: bool
 ) -> None:
     columns = outbox_row(**row)
     columns = {name: value for name, value in columns.items() if value != "__drop__"}
-    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns())
+    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=compiled)
     with pytest.raises(DecodeError) as info:
         decoder.decode(insert_message(columns), AT)
     assert "16/B374D848" in str(info.value)
     assert problem in str(info.value)
 
 
-def test_a_mapped_column_missing_after_a_good_row_is_still_reported() -> None:
-    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns())
+@WAL2JSON_PATHS
+def test_a_mapped_column_missing_after_a_good_row_is_still_reported(compiled: bool) -> None:
+    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=compiled)
     assert isinstance(decoder.decode(insert_message(outbox_row()), AT), OutboxEvent)
     row = outbox_row()
     del row["event_type"]
@@ -434,12 +460,13 @@ pg_text = st.text(
 
 @settings(max_examples=300, deadline=None)
 @given(document=json_values, aggregate_id=pg_text, event_type=pg_text)
+@WAL2JSON_PATHS
 def test_any_json_payload_and_text_round_trip_exactly(
-    document: object, aggregate_id: str, event_type: str
+    document: object, aggregate_id: str, event_type: str, compiled: bool
 ) -> None:
     payload_text = json.dumps(document, ensure_ascii=False)  # stands in for jsonb's text
     row = outbox_row(payload=payload_text, aggregate_id=aggregate_id, event_type=event_type)
-    event = Wal2JsonDecoder(OUTBOX, OutboxColumns()).decode(insert_message(row), AT)
+    event = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=compiled).decode(insert_message(row), AT)
     assert isinstance(event, OutboxEvent)
     assert event.payload == payload_text.encode()
     assert (event.aggregate_id, event.event_type) == (aggregate_id, event_type)
