@@ -184,9 +184,9 @@ def test_fixture_rolled_back_rows_never_reach_the_stream() -> None:
 
 
 @WAL2JSON_PATHS
-def test_all_tables_fixture_ignores_updates_deletes_truncates_messages_and_other_tables(compiled: bool) -> (
-    None
-):
+def test_all_tables_fixture_ignores_updates_deletes_truncates_messages_and_other_tables(
+    compiled: bool,
+) -> None:
     decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=compiled)
     seen: dict[str, int] = {}
     for wal_start, payload in load("wal2json_v2_all.jsonl"):

@@ -1,0 +1,278 @@
+"""The compiled wal2json fast path against the pure-Python decoder (docs/design.md,
+"The compiled decoders").
+
+Differential properties: for every document, valid or damaged, a decoder on the compiled
+path gives the same Change, or the same DecodeError message, as one on the pure path.
+Direct tests of ``_cwal2json.Reader.row``: what it takes, and that it declines (None)
+everything it must leave to the pure path. These tests fail, not skip, when the
+extension is not built: CI has a compiler, so a broken build must show.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from cdc_relay.decoding.wal2json import Wal2JsonDecoder
+from cdc_relay.errors import DecodeError
+from cdc_relay.model import OutboxColumns, OutboxEvent
+from tests.unit.decoding_fixtures import AT, OUTBOX, load
+from tests.unit.wal2json_documents import (
+    MAPPED,
+    clean_copy,
+    columns_of,
+    damaged,
+    insert_document,
+    plan_of,
+    serialize,
+    spelled,
+)
+
+PLAN = (0, 1, 2, 3, 4, 5)
+SETTINGS = settings(max_examples=300, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def test_the_compiled_wal2json_decoder_is_built() -> None:
+    try:
+        decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=True)
+    except ImportError as exc:
+        pytest.fail(f"{exc}: the build of cdc_relay/decoding/_cwal2json.c is broken")
+    assert decoder.compiled
+
+
+def reader(names: tuple[str, str, str, str, str, str] = MAPPED, timestamped: bool = True) -> Any:
+    from cdc_relay.decoding._cwal2json import Reader
+
+    return Reader("public", "outbox_events", names, timestamped)
+
+
+def outcome(decoder: Wal2JsonDecoder, payload: bytes) -> tuple[str, Any]:
+    try:
+        return ("change", decoder.decode(payload, AT))
+    except DecodeError as exc:
+        return ("DecodeError", str(exc))
+    except Exception as exc:  # the pure path's own behaviour, whatever it is, must match
+        return (type(exc).__name__, str(exc))
+
+
+def assert_same(columns: OutboxColumns, messages: list[bytes]) -> None:
+    """Both paths, fed the same messages in order, give the same outcome for each."""
+    pure = Wal2JsonDecoder(OUTBOX, columns, compiled=False)
+    fast = Wal2JsonDecoder(OUTBOX, columns, compiled=True)
+    assert fast.compiled and not pure.compiled
+    for message in messages:
+        assert outcome(fast, message) == outcome(pure, message), message
+
+
+# ---------------------------------------------------------------- differential properties
+
+
+@SETTINGS
+@given(data=st.data(), created_at=st.sampled_from(["created_at", ""]))
+def test_any_document_decodes_alike_on_both_paths(data: st.DataObject, created_at: str) -> None:
+    mapped = MAPPED if created_at else MAPPED[:5]
+    document = data.draw(insert_document(mapped=mapped))
+    # The first row of a shape always takes the pure path: it sets the plans. The next
+    # ones, of the same shape, are the compiled path's.
+    warm_up = serialize(clean_copy(document)).encode()
+    text = data.draw(spelled(document))
+    if data.draw(st.integers(0, 3)) == 0:
+        text = data.draw(damaged(text))
+    names = (*MAPPED[:5], created_at or "id")
+    accepted = reader(names, bool(created_at)).row(text, plan_of(document, names)) is not None
+    event(f"compiled path takes it: {accepted}")
+    assert_same(OutboxColumns(created_at=created_at), [warm_up, text, warm_up])
+
+
+@SETTINGS
+@given(data=st.data())
+def test_well_formed_inserts_are_taken_by_the_compiled_path_with_the_pure_result(
+    data: st.DataObject,
+) -> None:
+    document = data.draw(insert_document(odd_values=False, extra_keys=False))
+    columns = columns_of(document)
+    text = data.draw(spelled(document, escaped_keys=False))
+    members = dict(document.members)
+    ours = (members["action"], members["schema"], members["table"]) == (
+        "I", "public", "outbox_events")
+    single = all(len({key for key, _ in col.members}) == len(col.members) for col in columns)
+    hit = reader().row(text, plan_of(document))
+    pure = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=False)
+    try:
+        expected = pure.decode(text, AT)
+    except DecodeError:
+        expected = None
+    if ours and single and isinstance(expected, OutboxEvent):
+        assert hit is not None
+        assert hit[:5] == (expected.id, expected.aggregate_type, expected.aggregate_id,
+                           expected.event_type, expected.payload)
+        assert hit[6] == len(columns)
+    elif not ours:
+        assert hit is None
+
+
+@SETTINGS
+@given(data=st.data())
+def test_a_row_of_another_shape_after_a_good_one_decodes_alike(data: st.DataObject) -> None:
+    first = data.draw(spelled(data.draw(insert_document(odd_values=False))))
+    second = data.draw(spelled(data.draw(insert_document())))
+    assert_same(OutboxColumns(), [first, second, first, second])
+
+
+def test_the_fixture_streams_decode_alike_and_every_insert_is_the_compiled_path_s() -> None:
+    for name in ("wal2json_v2.jsonl", "wal2json_v2_all.jsonl"):
+        messages = [payload for _, payload in load(name)]
+        assert_same(OutboxColumns(), messages)
+        assert_same(OutboxColumns.debezium(), messages)
+    inserts = [payload for _, payload in load("wal2json_v2.jsonl")
+               if orjson.loads(payload)["action"] == "I"]
+    plan = (0, 1, 2, 3, 4, 6)
+    assert len(inserts) == 113
+    assert all(reader().row(payload, plan) is not None for payload in inserts)
+
+
+# ---------------------------------------------------------------- Reader.row, directly
+
+COLUMNS = (
+    '{"name":"id","value":"7616f707"},{"name":"aggregate_type","value":"order"},'
+    '{"name":"aggregate_id","value":"o-1"},{"name":"event_type","value":"Placed"},'
+    '{"name":"payload","value":"{\\"n\\": 1}"},'
+    '{"name":"created_at","value":"2026-01-10 00:00:00+00"}'
+)
+GOOD = '{"action":"I","xid":7,"schema":"public","table":"outbox_events","columns":[%s]}'
+
+
+def good(columns: str = COLUMNS, template: str = GOOD) -> bytes:
+    return (template % columns).encode()
+
+
+def test_row_reads_the_six_values_and_the_column_count() -> None:
+    assert reader().row(good(), PLAN) == (
+        "7616f707", "order", "o-1", "Placed", b'{"n": 1}', "2026-01-10 00:00:00+00", 6)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        good(template='{"columns":[%s],"table":"outbox_events","schema":"public","action":"I"}'),
+        good(template=' {\n "action" : "I" , "schema":"public","table":"outbox_events",'
+                      '"new_key":[1,{"a":null}],"columns":[%s]}\r\n'),
+        good(COLUMNS.replace('"o-1"', '"\\u006f-\\ud83d\\ude00\\/\\u00e9"')),
+        good(COLUMNS.replace('{"name":"id","value":"7616f707"}',
+                             '{"value":"7616f707","type":"uuid","name":"\\u0069d"}')),
+        good(template=GOOD.replace('"I"', '"\\u0049"')),
+        good(COLUMNS + ',{"name":"extra","value":[1.5e3,true,{"k":"\\ud83d\\ude00"}]}'),
+    ],
+    ids=["reordered-keys", "whitespace-unknown-key", "escapes", "column-keys-reordered",
+         "escaped-action", "nested-skipped"],
+)
+def test_row_takes_any_spelling_of_the_common_insert(payload: bytes) -> None:
+    hit = reader().row(payload, PLAN)
+    assert hit is not None
+    pure = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=False).decode(payload, AT)
+    assert isinstance(pure, OutboxEvent)
+    assert hit[:5] == (pure.id, pure.aggregate_type, pure.aggregate_id, pure.event_type,
+                       pure.payload)
+
+
+def test_row_takes_integer_ids_as_their_decimal_text_and_reads_any_buffer() -> None:
+    payload = good(COLUMNS.replace('"7616f707"', "-1234567").replace('"o-1"', "0"))
+    hit = reader().row(payload, PLAN)
+    assert hit is not None and hit[:3] == ("-1234567", "order", "0")
+    assert reader().row(memoryview(b"xx" + payload)[2:], PLAN) == hit
+    assert reader().row(bytearray(payload), PLAN) == hit
+
+
+def test_row_without_a_created_at_column_neither_reads_nor_checks_the_sixth_value() -> None:
+    payload = good(COLUMNS.replace('"2026-01-10 00:00:00+00"', "1.5"))
+    assert reader(timestamped=False).row(payload, PLAN)[5] is None  # type: ignore[index]
+    assert reader().row(payload, PLAN) is None
+    null = good(COLUMNS.replace('"2026-01-10 00:00:00+00"', "null"))
+    assert reader().row(null, PLAN)[5] is None  # type: ignore[index]
+
+
+DECLINED = {
+    "begin": b'{"action":"B","xid":7}',
+    "update": good(template=GOOD.replace('"I"', '"U"')),
+    "other-table": good(template=GOOD.replace("outbox_events", "orders")),
+    "other-schema": good(template=GOOD.replace("public", "audit")),
+    "table-not-text": good(template=GOOD.replace('"outbox_events"', "7")),
+    "no-action": good(template=GOOD.replace('"action":"I",', "")),
+    "no-columns": b'{"action":"I","schema":"public","table":"outbox_events"}',
+    "columns-object": good(template=GOOD.replace("[%s]", "{%s}")),
+    "float-value": good(COLUMNS.replace('"o-1"', "1.5")),
+    "bool-value": good(COLUMNS.replace('"o-1"', "true")),
+    "null-value": good(COLUMNS.replace('"o-1"', "null")),
+    "nested-value": good(COLUMNS.replace('"o-1"', '["o-1"]')),
+    "minus-zero": good(COLUMNS.replace('"o-1"', "-0")),
+    "19-digit-int": good(COLUMNS.replace('"o-1"', "1234567890123456789")),
+    "created-at-int": good(COLUMNS.replace('"2026-01-10 00:00:00+00"', "1")),
+    "name-elsewhere": good(COLUMNS.replace('"aggregate_id"', '"aggregate_ref"')),
+    "no-value": good(COLUMNS.replace(',"value":"o-1"', "")),
+    "column-not-object": good(COLUMNS.replace('{"name":"aggregate_id","value":"o-1"}', '"x"')),
+    "too-few-columns": good(COLUMNS.rsplit(",{", 1)[0]),
+    "duplicate-action": good(template=GOOD.replace('"xid":7', '"action":"I"')),
+    "duplicate-table": good(template=GOOD.replace('"xid":7', '"table":"outbox_events"')),
+    "duplicate-value": good(COLUMNS.replace('"value":"o-1"', '"value":"o-1","value":"o-2"')),
+    "duplicate-name": good(COLUMNS.replace('"value":"o-1"', '"value":"o-1","name":"x"')),
+    "escaped-key": good(template=GOOD.replace('"table"', '"t\\u0061ble"')),
+    "lone-surrogate": good(COLUMNS.replace('"o-1"', '"\\ud800"')),
+    "lone-low-surrogate": good(template=GOOD.replace('"xid":7', '"xid":"\\udc00"')),
+    "bad-escape": good(template=GOOD.replace('"xid":7', '"xid":"\\x41"')),
+    "raw-control": good(COLUMNS.replace('"o-1"', '"o\x01"')),
+    "invalid-utf8-skipped": good().replace(b'"xid":7', b'"xid":"\xff"'),
+    "utf8-surrogate": good().replace(b'"o-1"', b'"\xed\xbf\xbf"'),
+    "overlong-utf8": good().replace(b'"o-1"', b'"\xc0\xaf"'),
+    "infinite-number": good(template=GOOD.replace('"xid":7', '"xid":1e400')),
+    "huge-integer": good(template=GOOD.replace('"xid":7', '"xid":1' + "0" * 309)),
+    "leading-zero": good(template=GOOD.replace('"xid":7', '"xid":07')),
+    "trailing-comma": good(template=GOOD.replace("]}", ",]}")),
+    "trailing-garbage": good() + b" x",
+    "two-documents": good() + good(),
+    "bom": b"\xef\xbb\xbf" + good(),
+    "truncated": good()[:-1],
+    "too-deep": good(template=GOOD.replace('"xid":7', '"xid":' + "[" * 80 + "]" * 80)),
+    "not-an-object": b'["action","I"]',
+    "empty": b"",
+}
+
+
+@pytest.mark.parametrize("payload", list(DECLINED.values()), ids=list(DECLINED))
+def test_row_declines_what_it_must_leave_to_the_pure_path(payload: bytes) -> None:
+    assert reader().row(payload, PLAN) is None
+    assert_same(OutboxColumns(), [good(), payload])
+
+
+def test_row_declines_a_plan_past_the_row() -> None:
+    assert reader().row(good(), (0, 1, 2, 3, 4, 6)) is None
+    assert reader().row(good(), (0, 1, 2, 3, 4, -1)) is None
+
+
+def test_compiled_false_forces_the_pure_path() -> None:
+    assert not Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=False).compiled
+    assert Wal2JsonDecoder(OUTBOX, OutboxColumns()).compiled  # the default takes it
+
+
+def test_compiled_true_without_the_extension_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "cdc_relay.decoding._cwal2json", None)  # not built
+    assert not Wal2JsonDecoder(OUTBOX, OutboxColumns()).compiled
+    with pytest.raises(ImportError, match="_cwal2json\\) is not built"):
+        Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=True)
+
+
+def test_carried_columns_leave_every_row_to_the_pure_path() -> None:
+    row = good(COLUMNS + ',{"name":"tenant","value":"t-1"}')
+    pure = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=False, extra_columns=("tenant",))
+    fast = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=True, extra_columns=("tenant",))
+    for _ in range(2):
+        event_ = fast.decode(row, AT)
+        assert event_ == pure.decode(row, AT)
+        assert isinstance(event_, OutboxEvent) and event_.extra == ("t-1",)
