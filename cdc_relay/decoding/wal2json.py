@@ -237,8 +237,8 @@ def _lsn(text: object) -> Lsn:
 class Wal2JsonDecoder:
     """Decodes wal2json v2 messages for one outbox table (see the module docstring)."""
 
-    __slots__ = ("_carried", "_created_at", "_extra_count", "_members", "_names", "_others",
-                 "_partitions", "_plan", "_required", "_row", "_schema", "_table",
+    __slots__ = ("_carried", "_created_at", "_extra_count", "_fast", "_members", "_names",
+                 "_others", "_partitions", "_plan", "_required", "_row", "_schema", "_table",
                  "_timestamps")
 
     def __init__(self, table: TableRef, columns: OutboxColumns,
@@ -280,6 +280,9 @@ class Wal2JsonDecoder:
                 "the compiled wal2json decoder (cdc_relay.decoding._cwal2json) is not built: "
                 "reinstall cdc-relay where a C compiler and the Python headers are available"
             )
+        # The compiled row reader while the carried plan has nothing to read; set by
+        # _insert once a row has set that plan (until then every row is the pure path's).
+        self._fast: _Row | None = None
 
     @property
     def compiled(self) -> bool:
@@ -296,17 +299,11 @@ class Wal2JsonDecoder:
 
     def decode(self, payload: bytes | memoryview, wal_start: Lsn) -> Change | None:
         """Decode one message; None for messages that are not outbox Changes."""
-        row = self._row
-        carried = self._carried
-        # Where the pure path would fill carried columns or replan them, it alone decides.
-        if row is not None and not carried.active:
-            hit = row(payload, self._plan)
-            if hit is not None and hit[6] == carried.ncols:
+        fast = self._fast
+        if fast is not None:  # the compiled path, where it gives what the code below would
+            hit = fast(payload, self._plan)
+            if hit is not None and hit[6] == self._carried.ncols:
                 return self._compiled_event(hit, wal_start)
-        return self._decode(payload, wal_start)
-
-    def _decode(self, payload: bytes | memoryview, wal_start: Lsn) -> Change | None:
-        """The pure path: every message, in full."""
         try:
             msg = orjson.loads(payload)
         except orjson.JSONDecodeError as exc:
@@ -393,6 +390,8 @@ class Wal2JsonDecoder:
         carried = self._carried
         if carried.active or len(columns) != carried.ncols:
             problem = carried.fill(event, columns)
+            # The compiled path reads no carried column: only rows with none to read are its.
+            self._fast = None if carried.active else self._row
             if problem is not None:
                 name, raw = problem
                 raise _error(wal_start, _MALFORMED if name is None else self._problem(name, raw))

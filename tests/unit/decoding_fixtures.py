@@ -6,7 +6,8 @@ each committed row.
 
 ``WAL2JSON_PATHS`` runs a wal2json test on both decoding paths: the pure-Python one and
 the compiled fast path (decoding/_cwal2json.c). The compiled case is skipped when the
-extension is not built; test_decoding_compiled.py then fails, so a broken build shows.
+extension is not built; test_decoding_wal2json_compiled.py then fails, so a broken build
+shows.
 """
 
 from __future__ import annotations
