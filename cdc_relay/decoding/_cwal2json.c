@@ -1,14 +1,14 @@
 /* _cwal2json: the compiled fast path of the wal2json decoder (docs/design.md, "The
  * compiled decoders").
  *
- * Owns ``row``: one scan of a wal2json format-version-2 message that returns the six
+ * Owns ``Reader.row``: one scan of a wal2json format-version-2 message that returns the six
  * mapped values of the common outbox insert, or None for anything else. It validates
  * the whole document (JSON grammar, UTF-8, escapes, the number ranges orjson accepts)
  * and accepts only a subset of what orjson accepts, so that an accepted message gives
  * exactly what decoding/wal2json.py's pure path would give.
  *
  * Must not: raise for bad input (bad input is declined, and the pure path then reports
- * it), keep state between calls, or guess: whenever equivalence is not certain (an
+ * it), keep state between calls beyond a Reader's texts and its last plan, or guess: whenever equivalence is not certain (an
  * escaped key, a duplicate key that matters, a lone surrogate, a number orjson might
  * read as infinity, an integer outside the range orjson reads as int) it declines.
  */

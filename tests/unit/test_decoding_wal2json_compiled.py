@@ -191,10 +191,10 @@ def test_row_takes_integer_ids_as_their_decimal_text_and_reads_any_buffer() -> N
 
 def test_row_without_a_created_at_column_neither_reads_nor_checks_the_sixth_value() -> None:
     payload = good(COLUMNS.replace('"2026-01-10 00:00:00+00"', "1.5"))
-    assert reader(timestamped=False).row(payload, PLAN)[5] is None  # type: ignore[index]
+    assert reader(timestamped=False).row(payload, PLAN)[5] is None
     assert reader().row(payload, PLAN) is None
     null = good(COLUMNS.replace('"2026-01-10 00:00:00+00"', "null"))
-    assert reader().row(null, PLAN)[5] is None  # type: ignore[index]
+    assert reader().row(null, PLAN)[5] is None
 
 
 DECLINED = {
