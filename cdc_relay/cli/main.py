@@ -107,6 +107,9 @@ def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mod
         help="How often the confirmed LSN is reported to PostgreSQL.")
 @option("--max-inflight", type=click.IntRange(1), default=50_000, show_default=True,
         help="Stop reading WAL while this many events await broker acks.")
+@option("--pure-python-decoder", is_flag=True, default=False,
+        help="Decode in pure Python even where the compiled decoders are built (same "
+             "events, more CPU per event; for telling a decoder problem apart).")
 @message_options
 @option("--snapshot", type=click.Choice(["initial", "never"]), default="never", show_default=True,
         help="initial: when the relay creates the slot, first publish the rows pending in its "
@@ -117,6 +120,7 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
         dead_letter_topic: str, message_timeout: float, producer_config: tuple[str, ...],
         table: TableRef, columns: str | None, slot: str,
         plugin: str, publication: str, status_interval: float, max_inflight: int,
+        pure_python_decoder: bool,
         message_format: str, header: tuple[str, ...], partition_column: str | None, snapshot: str,
         metrics_port: int | None, metrics_host: str, log_level: str, log_format: str,
         exactly_once: ExactlyOnceSettings | None) -> int:
@@ -128,7 +132,8 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
                           dead_letter_topic=dead_letter_topic, message_timeout=message_timeout)
     settings = WalSettings(
         replication=ReplicationConfig(dsn=dsn, slot=slot, plugin=plugin, publication=publication,
-                                      status_interval=status_interval),
+                                      status_interval=status_interval,
+                                      compiled_decoder=not pure_python_decoder),
         outbox=outbox_config(table, columns),
         router=router_config(topic_pattern, dead_letter_topic, message_format, header,
                              partition_column),

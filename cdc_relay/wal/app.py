@@ -63,11 +63,14 @@ def make_decoder(repl: ReplicationConfig, outbox: OutboxConfig, *,
     up (wal/partitions.py).
     """
     decoder: Decoder
+    compiled = None if repl.compiled_decoder else False
     if repl.plugin == "pgoutput":
-        return (PgOutputDecoder(outbox.table, outbox.columns, outbox.extra_columns),
+        return (PgOutputDecoder(outbox.table, outbox.columns, outbox.extra_columns,
+                                compiled=compiled),
                 pgoutput_options(repl.publication))
     tree = PartitionTree(repl.dsn, outbox.table) if partitioned else None
-    decoder = Wal2JsonDecoder(outbox.table, outbox.columns, tree, extra_columns=outbox.extra_columns)
+    decoder = Wal2JsonDecoder(outbox.table, outbox.columns, tree, extra_columns=outbox.extra_columns,
+                              compiled=compiled)
     return decoder, wal2json_options(outbox.table, partitioned=partitioned)
 
 
@@ -115,6 +118,7 @@ def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
     repl = settings.replication
     outbox = replace(settings.outbox, extra_columns=settings.router.extra_columns())
     decoder, options = make_decoder(repl, outbox, partitioned=partitioned)
+    _log_decoder(repl, decoder)
 
     def source_factory() -> ReplicationSource:
         return ReplicationStream(repl, options)
@@ -220,6 +224,18 @@ def _log_start(settings: WalSettings) -> None:
              settings.outbox.table, sink, ", exactly once" if settings.exactly_once else "",
              extra={"slot": repl.slot, "plugin": repl.plugin, "table": str(settings.outbox.table),
                     "snapshot": settings.snapshot, "sink": sink})
+
+
+def _log_decoder(repl: ReplicationConfig, decoder: Decoder) -> None:
+    """Say which decoding path runs: a missing compiled decoder costs CPU, never events."""
+    if getattr(decoder, "compiled", False):
+        log.debug("decoding %s with the compiled decoder", repl.plugin)
+    elif repl.compiled_decoder:
+        log.warning("decoding %s in pure Python: the compiled decoders are not built (install "
+                    "cdc-relay where a C compiler and the Python headers are available); the "
+                    "events are the same, at more CPU per event", repl.plugin)
+    else:
+        log.info("decoding %s in pure Python (--pure-python-decoder)", repl.plugin)
 
 
 def _stopped(stats: RelayStats, slot: str, sink: str) -> int:
