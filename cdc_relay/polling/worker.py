@@ -288,6 +288,8 @@ class PollWorker:
                 self._results[index] = Unsettled.HELD
                 continue
             error = self._produce(sink, index, event)
+            if error is Unsettled.UNREPORTED:
+                break  # the producer's queue stayed full: the rest stays unreported too
             if error is not None:
                 self._results[index] = error
                 if self._settings.strict_order:
@@ -299,22 +301,33 @@ class PollWorker:
         self._tokens = {}
         return self._results
 
-    def _produce(self, sink: Sink, index: int, event: OutboxEvent) -> DeliveryError | None:
+    def _produce(self, sink: Sink, index: int, event: OutboxEvent) -> Result:
         try:
             message = self._router.route(event)
         except RoutingError as exc:
             return DeliveryError(ErrorKind.PERMANENT, f"cannot route: {exc.reason}")
         return self._send(sink, index, message)
 
-    def _send(self, sink: Sink, index: int, message: Message) -> DeliveryError | None:
+    def _send(self, sink: Sink, index: int, message: Message) -> Result:
+        """Produce one message: None when queued, its refusal, or UNREPORTED when the
+        producer's queue stayed full for the delivery timeout (a broker that takes
+        nothing: the batch is then settled like one whose reports are missing, and the
+        producer discarded)."""
         token = self._next_token
         self._next_token += 1
         self._tokens[token] = index
+        deadline: float | None = None
         while True:
             try:
                 sink.produce(message, token)
                 return None
             except QueueFull:
+                now = self._clock()
+                if deadline is None:
+                    deadline = now + self._settings.delivery_timeout
+                elif now >= deadline:
+                    self._tokens.pop(token, None)
+                    return Unsettled.UNREPORTED
                 sink.poll(0.05)
             except ProduceRejected as exc:
                 self._tokens.pop(token, None)
@@ -334,6 +347,8 @@ class PollWorker:
         self._tokens = {}
         for index, failure in enumerate(failures):
             error = self._send(sink, index, self._router.dead_letter(failure.event, failure.reason))
+            if error is Unsettled.UNREPORTED:
+                break
             if error is not None:
                 self._results[index] = error
         self._await_reports(sink)

@@ -144,6 +144,18 @@ def test_missing_delivery_reports_release_the_batch_and_discard_the_producer() -
     assert factory.sinks[0].closed and worker._sink is None
 
 
+def test_a_producer_queue_that_stays_full_releases_the_batch_instead_of_waiting_for_ever() -> None:
+    outbox = FakeOutbox(events(("order", "o-1", "Placed"), ("order", "o-2", "Placed"),
+                               ("order", "o-3", "Placed")))
+    factory = FakeSinkFactory(hold=True, queue_limit=1)  # one message fits; the broker takes none
+    worker = make_worker(outbox, factory, delivery_timeout=5.0)
+    prime(worker)
+    assert worker.poll_once() == 3
+    assert [(r.processed, r.attempts) for r in outbox.rows.values()] == [(False, 0)] * 3
+    assert len(factory.sinks[0].produced) == 1  # the third event was not even tried
+    assert factory.sinks[0].closed and worker._sink is None
+
+
 def test_strict_order_holds_back_an_aggregate_behind_its_failed_event() -> None:
     outbox = FakeOutbox(events(("order", "o-1", "bad type"), ("order", "o-2", "Placed"),
                                ("order", "o-1", "Placed"), ("order", "o-1", "Shipped")))
