@@ -1,6 +1,7 @@
-"""Hypothesis strategies for wal2json-like v2 documents, valid and mutated.
+"""Hypothesis strategies for wal2json-like v2 documents, valid and mutated, and the
+comparison of the two decoding paths on them (``assert_same``).
 
-Used by test_decoding_wal2json_compiled.py to compare the compiled fast path with the
+Used by test_decoding_wal2json_compiled*.py to compare the compiled fast path with the
 pure-Python decoder. Documents are serialized here, not by a JSON library, so that they
 can carry what a library never writes: any escape spelling (``\\u`` escapes, surrogate
 pairs, ``\\/``), odd whitespace, duplicate keys, escaped keys, number tokens such as
@@ -15,9 +16,16 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from cdc_relay.decoding.wal2json import Wal2JsonDecoder
+from cdc_relay.errors import DecodeError
+from cdc_relay.model import TRACE_COLUMNS, OutboxColumns
+from tests.unit.decoding_fixtures import AT, OUTBOX
+
 # The default mapping's six columns and the other columns of the outbox table.
 MAPPED = ("id", "aggregate_type", "aggregate_id", "event_type", "payload", "created_at")
 OTHERS = ("attempts", "processed_at", "retry_after", "last_error", "dead_lettered_at")
+# --header / --partition-column columns the carried tests name (not outbox columns).
+EXTRAS = ("tenant", "region")
 _SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n",
                   "\r": "\\r", "\t": "\\t"}
 
@@ -226,3 +234,31 @@ def plan_of(document: Obj, names: tuple[str, ...] = MAPPED) -> tuple[int, ...]:
     """Where ``names`` sit in ``document``'s columns (0 for a missing one)."""
     found = column_names(document)
     return tuple(found.index(name) if name in found else 0 for name in names)
+
+
+def reader(names: tuple[str, str, str, str, str, str] = MAPPED, timestamped: bool = True,
+           extras: tuple[str, ...] = ()) -> Any:
+    """A ``_cwal2json.Reader`` of public.outbox_events (ImportError when not built)."""
+    from cdc_relay.decoding._cwal2json import Reader
+
+    return Reader("public", "outbox_events", names, timestamped, extras, TRACE_COLUMNS)
+
+
+def outcome(decoder: Wal2JsonDecoder, payload: bytes) -> tuple[str, Any]:
+    """The Change of one decode, or the error's type and text."""
+    try:
+        return ("change", decoder.decode(payload, AT))
+    except DecodeError as exc:
+        return ("DecodeError", str(exc))
+    except Exception as exc:  # the pure path's own behaviour, whatever it is, must match
+        return (type(exc).__name__, str(exc))
+
+
+def assert_same(columns: OutboxColumns, messages: list[bytes],
+                extras: tuple[str, ...] = ()) -> None:
+    """Both paths, fed the same messages in order, give the same outcome for each."""
+    pure = Wal2JsonDecoder(OUTBOX, columns, compiled=False, extra_columns=extras)
+    fast = Wal2JsonDecoder(OUTBOX, columns, compiled=True, extra_columns=extras)
+    assert fast.compiled and not pure.compiled
+    for message in messages:
+        assert outcome(fast, message) == outcome(pure, message), message
