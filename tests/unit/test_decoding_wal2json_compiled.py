@@ -4,7 +4,8 @@
 Differential properties: for every document, valid or damaged, a decoder on the compiled
 path gives the same Change, or the same DecodeError message, as one on the pure path.
 Direct tests of ``_cwal2json.Reader.row``: what it takes, and that it declines (None)
-everything it must leave to the pure path. These tests fail, not skip, when the
+everything it must leave to the pure path. Rows with carried columns:
+test_decoding_wal2json_compiled_carried.py. These tests fail, not skip, when the
 extension is not built: CI has a compiler, so a broken build must show.
 """
 
@@ -245,12 +246,3 @@ def test_compiled_true_without_the_extension_is_a_clear_error(
     with pytest.raises(ImportError, match="_cwal2json\\) is not built"):
         Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=True)
 
-
-def test_carried_columns_leave_every_row_to_the_pure_path() -> None:
-    row = good(COLUMNS + ',{"name":"tenant","value":"t-1"}')
-    pure = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=False, extra_columns=("tenant",))
-    fast = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=True, extra_columns=("tenant",))
-    for _ in range(2):
-        event_ = fast.decode(row, AT)
-        assert event_ == pure.decode(row, AT)
-        assert isinstance(event_, OutboxEvent) and event_.extra == ("t-1",)

@@ -140,6 +140,11 @@ good_values = {
     "created_at": st.one_of(timestamps, st.none()),
 }
 
+# What a carried column holds (text_value takes them all); odd ones come from ``scalars``.
+carried_values = st.one_of(pg_text, st.integers(-(10**18), 10**18), st.none(),
+                           st.sampled_from(["00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+                                            "congo=t61rcWkgMzE"]))
+
 
 @st.composite
 def column(draw: st.DrawFn, name: str, value: Any, rnd: Random) -> Obj:
@@ -156,18 +161,27 @@ def column(draw: st.DrawFn, name: str, value: Any, rnd: Random) -> Obj:
 
 @st.composite
 def insert_document(draw: st.DrawFn, *, mapped: tuple[str, ...] = MAPPED,
-                    odd_values: bool = True, extra_keys: bool = True) -> Obj:
+                    odd_values: bool = True, extra_keys: bool = True,
+                    carried: tuple[str, ...] = ()) -> Obj:
     """An I message of public.outbox_events (mostly), its columns in a drawn order.
 
-    The rare variations (another action or table, an odd value, a repeated key) are
-    picked by a drawn Random, so that they stay rare: hypothesis favours small integers.
+    ``carried`` names columns that each are there or not, mostly with a carried value
+    (text, int, null), and may repeat a column's name. The rare variations (another action
+    or table, an odd value, a repeated key) are picked by a drawn Random, so that they
+    stay rare: hypothesis favours small integers.
     """
     rnd = draw(st.randoms(use_true_random=True))
     names = list(mapped) + draw(st.lists(st.sampled_from(OTHERS), unique=True))
+    names += [name for name in carried if rnd.random() < 0.8]
+    if carried and rnd.random() < 0.1:  # a repeated name (the last one is the column)
+        names.append(rnd.choice(names))
     names = draw(st.permutations(names))
     columns = []
     for name in names:
         strategy = good_values.get(name, scalars if odd_values else plain_scalars)
+        if name in carried:
+            odd = odd_values and rnd.random() < 0.15
+            strategy = scalars if odd else carried_values
         if odd_values and rnd.random() < 0.03:
             strategy = nested
         columns.append(draw(column(name, draw(strategy), rnd)))
