@@ -849,7 +849,8 @@ static PyTypeObject ReaderType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "cdc_relay.decoding._cwal2json.Reader",
     .tp_doc = PyDoc_STR("Reader(schema, table, names, timestamped, extras, trace): reads "
-                        "one outbox table's common inserts (docs/design.md, \"The compiled decoders\")."),
+                        "one outbox table's common inserts (docs/design.md, \"The compiled "
+                        "decoders\")."),
     .tp_basicsize = sizeof(Reader),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,

@@ -141,9 +141,10 @@ good_values = {
 }
 
 # What a carried column holds (text_value takes them all); odd ones come from ``scalars``.
-carried_values = st.one_of(pg_text, st.integers(-(10**18), 10**18), st.none(),
-                           st.sampled_from(["00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
-                                            "congo=t61rcWkgMzE"]))
+carried_values = st.one_of(
+    pg_text, st.integers(-(10**18), 10**18), st.none(),
+    st.sampled_from(["00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "congo=t61rcWkgMzE"]),
+)
 
 
 @st.composite
