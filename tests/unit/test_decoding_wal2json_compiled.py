@@ -15,7 +15,7 @@ import sys
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from cdc_relay.decoding.wal2json import Wal2JsonDecoder
@@ -24,6 +24,8 @@ from cdc_relay.model import OutboxColumns, OutboxEvent
 from tests.unit.decoding_fixtures import AT, OUTBOX, load
 from tests.unit.wal2json_documents import (
     MAPPED,
+    PLAN,
+    SETTINGS,
     assert_same,
     clean_copy,
     columns_of,
@@ -34,10 +36,6 @@ from tests.unit.wal2json_documents import (
     serialize,
     spelled,
 )
-
-PLAN = (0, 1, 2, 3, 4, 5)
-SETTINGS = settings(max_examples=300, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
 def test_the_compiled_wal2json_decoder_is_built() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from cdc_relay.decoding.wal2json import Wal2JsonDecoder
@@ -24,6 +24,8 @@ from tests.unit.decoding_fixtures import AT, OUTBOX, load
 from tests.unit.wal2json_documents import (
     EXTRAS,
     MAPPED,
+    PLAN,
+    SETTINGS,
     assert_same,
     clean_copy,
     damaged,
@@ -33,9 +35,6 @@ from tests.unit.wal2json_documents import (
     spelled,
 )
 
-PLAN = (0, 1, 2, 3, 4, 5)
-SETTINGS = settings(max_examples=300, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 # Extras as a decoder is given them: none (trace columns only), one, two, one that is
 # also a mapped column (two slots read one column).
 EXTRA_CHOICES = st.sampled_from([(), EXTRAS[:1], EXTRAS, ("aggregate_id",)])

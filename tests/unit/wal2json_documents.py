@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from random import Random
 from typing import Any
 
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from cdc_relay.decoding.wal2json import Wal2JsonDecoder
@@ -24,6 +25,10 @@ from tests.unit.decoding_fixtures import AT, OUTBOX
 # The default mapping's six columns and the other columns of the outbox table.
 MAPPED = ("id", "aggregate_type", "aggregate_id", "event_type", "payload", "created_at")
 OTHERS = ("attempts", "processed_at", "retry_after", "last_error", "dead_lettered_at")
+# The mapped columns' plan of a row that lists them first, in MAPPED order.
+PLAN = (0, 1, 2, 3, 4, 5)
+SETTINGS = settings(max_examples=300, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 # --header / --partition-column columns the carried tests name (not outbox columns).
 EXTRAS = ("tenant", "region")
 _SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n",
