@@ -2,15 +2,20 @@
  * compiled decoders").
  *
  * Owns ``Reader.row``: one scan of a wal2json format-version-2 message that returns the six
- * mapped values of the common outbox insert, or None for anything else. It validates
+ * mapped values of the common outbox insert and its carried columns' texts (the
+ * ``--header`` / ``--partition-column`` extras and the trace context, read at the
+ * positions of decoding/carried.py's plan), or None for anything else. It validates
  * the whole document (JSON grammar, UTF-8, escapes, the number ranges orjson accepts)
  * and accepts only a subset of what orjson accepts, so that an accepted message gives
  * exactly what decoding/wal2json.py's pure path would give.
  *
  * Must not: raise for bad input (bad input is declined, and the pure path then reports
- * it), keep state between calls beyond a Reader's texts and its last plan, or guess: whenever equivalence is not certain (an
- * escaped key, a duplicate key that matters, a lone surrogate, a number orjson might
- * read as infinity, an integer outside the range orjson reads as int) it declines.
+ * it), keep state between calls beyond a Reader's texts and its last plans, or plan: the
+ * positions come from the pure decoder, which rebuilds them on a new row shape. Nor may
+ * it guess: whenever equivalence is not certain (an escaped key, a duplicate key that
+ * matters, a lone surrogate, a number orjson might read as infinity, an integer outside
+ * the range orjson reads as int, a carried value that is neither text, int nor null) it
+ * declines.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -20,6 +25,10 @@
 /* orjson's own limit is 1024; wal2json documents are 3 levels deep. */
 #define MAX_DEPTH 64
 #define NFIELDS 6
+/* The carried columns end with the two trace context columns (model.TRACE_COLUMNS). */
+#define NTRACE 2
+/* Positions below this are looked up in a bit mask, the others by a walk of the slots. */
+#define MASK_BITS 64
 /* |value| < 10^(integer digits + exponent): at most 10^300 can never overflow a double. */
 #define MAX_MAGNITUDE 300
 /* Integers of up to 18 digits are always ints for orjson (it reads i64/u64). */
@@ -41,15 +50,23 @@ typedef struct {
     Py_ssize_t n;
 } Value;
 
-/* What ``row`` looks for: the wanted texts as UTF-8 and the plan. */
+/* One column ``row`` reads: its name as UTF-8, where the plan puts it, what was found. */
+typedef struct {
+    const char *name;
+    Py_ssize_t name_n;
+    Py_ssize_t at; /* the position in "columns"; -1: not read (an absent carried column) */
+    Value value;
+    int found;
+} Slot;
+
+/* What ``row`` looks for: the table's names as UTF-8 and the slots: the six mapped
+ * columns, the named extras, then the trace columns. */
 typedef struct {
     const char *schema, *table;
     Py_ssize_t schema_n, table_n;
-    const char *names[NFIELDS];
-    Py_ssize_t names_n[NFIELDS];
-    Py_ssize_t plan[NFIELDS];
-    Value values[NFIELDS];
-    int found[NFIELDS];
+    Py_ssize_t nslots, nextras;
+    Slot *slots;
+    uint64_t planned; /* bit i: a slot is at position i (i < MASK_BITS) */
 } Want;
 
 static int parse_value(Scan *sc, Value *v);
@@ -205,10 +222,15 @@ static Py_ssize_t unescape(const Value *v, unsigned char *out)
     const unsigned char *p = v->s, *end = v->s + v->n;
     unsigned char *o = out;
     while (p < end) {
-        if (*p != '\\') {
-            *o++ = *p++;
-            continue;
-        }
+        /* copy the run up to the next escape at once: a byte loop here is the scan's
+         * hot spot for payloads (jsonb text escapes every quote) */
+        const unsigned char *slash = memchr(p, '\\', (size_t)(end - p));
+        size_t run = (size_t)((slash == NULL ? end : slash) - p);
+        memcpy(o, p, run);
+        o += run;
+        p += run;
+        if (p >= end)
+            break;
         unsigned char c = p[1];
         if (c != 'u') {
             switch (c) {
@@ -444,15 +466,28 @@ static int parse_column(Scan *sc, Want *w, Py_ssize_t index)
     sc->depth--;
     if (more < 0 || !has_name || !has_value)
         return -1;
-    for (int k = 0; k < NFIELDS; k++) {
-        if (w->plan[k] != index)
+    /* several slots may share a column (a --header naming a mapped column) */
+    for (Py_ssize_t k = 0; k < w->nslots; k++) {
+        Slot *slot = &w->slots[k];
+        if (slot->at != index)
             continue;
-        int equal = string_equals(&name, w->names[k], w->names_n[k]);
+        int equal = string_equals(&name, slot->name, slot->name_n);
         if (equal <= 0)
             return -1;
-        w->values[k] = value;
-        w->found[k] = 1;
+        slot->value = value;
+        slot->found = 1;
     }
+    return 0;
+}
+
+/* Whether a slot is at ``index``. */
+static inline int planned_at(const Want *w, Py_ssize_t index)
+{
+    if (index < MASK_BITS)
+        return (int)((w->planned >> index) & 1);
+    for (Py_ssize_t k = 0; k < w->nslots; k++)
+        if (w->slots[k].at == index)
+            return 1;
     return 0;
 }
 
@@ -471,11 +506,8 @@ static Py_ssize_t parse_columns(Scan *sc, Want *w)
         return 0;
     }
     do {
-        int planned = 0;
-        for (int k = 0; k < NFIELDS; k++)
-            planned |= w->plan[k] == count;
         skip_ws(sc);
-        if ((planned ? parse_column(sc, w, count) : parse_value(sc, &ignored)) < 0)
+        if ((planned_at(w, count) ? parse_column(sc, w, count) : parse_value(sc, &ignored)) < 0)
             return -1;
         count++;
     } while ((more = next_member(sc, ']')) == 1);
@@ -524,8 +556,9 @@ static int scan_document(Scan *sc, Want *w, Py_ssize_t *ncols)
     skip_ws(sc);
     if (more < 0 || sc->p != sc->end || !action || !schema || !table || !columns)
         return -1;
-    for (int k = 0; k < NFIELDS; k++)
-        if (!w->found[k])
+    /* every mapped column, and every carried one the plan places, must have been read */
+    for (Py_ssize_t k = 0; k < w->nslots; k++)
+        if (!w->slots[k].found && (k < NFIELDS || w->slots[k].at >= 0))
             return -1;
     return 0;
 }
@@ -565,43 +598,85 @@ static int text_of(const Value *v, int as_bytes, PyObject **out)
     return *out == NULL ? -1 : 0;
 }
 
-/* The result tuple; Py_None when a value is not of the kind the fast path takes. */
-static PyObject *build(const Want *w, Py_ssize_t ncols, int timestamped)
+/* A carried value in *out: None where the plan has no column or the value is null, else
+ * as ``text_of`` (declining what is neither text nor an int it can spell). */
+static int carried_text(const Slot *slot, PyObject **out)
 {
-    PyObject *result = PyTuple_New(NFIELDS + 1), *item;
-    const Value *created = &w->values[NFIELDS - 1];
-    int status = 0;
-    if (result == NULL)
-        return NULL;
+    if (slot->at < 0 || slot->value.kind == K_NULL) {
+        *out = Py_NewRef(Py_None);
+        return 0;
+    }
+    return text_of(&slot->value, 0, out);
+}
+
+/* The mapped values and the column count into result[0..NFIELDS]: 0, 1 to decline, -1. */
+static int build_mapped(const Want *w, Py_ssize_t ncols, int timestamped, PyObject *result)
+{
+    const Value *created = &w->slots[NFIELDS - 1].value;
+    PyObject *item;
+    int status;
     for (int k = 0; k < NFIELDS - 1; k++) {
-        if ((status = text_of(&w->values[k], k == NFIELDS - 2, &item)) != 0)
-            goto fail;
+        if ((status = text_of(&w->slots[k].value, k == NFIELDS - 2, &item)) != 0)
+            return status;
         PyTuple_SET_ITEM(result, k, item);
     }
     /* without a created_at column the sixth slot only repeats the id column's check */
     if (!timestamped || created->kind == K_NULL)
         item = Py_NewRef(Py_None);
-    else if (created->kind != K_STRING || (status = text_of(created, 0, &item)) != 0) {
-        status = status ? status : 1;
-        goto fail;
-    }
+    else if (created->kind != K_STRING)
+        return 1;
+    else if ((status = text_of(created, 0, &item)) != 0)
+        return status;
     PyTuple_SET_ITEM(result, NFIELDS - 1, item);
-    if ((item = PyLong_FromSsize_t(ncols)) == NULL) {
-        status = -1;
-        goto fail;
-    }
+    if ((item = PyLong_FromSsize_t(ncols)) == NULL)
+        return -1;
     PyTuple_SET_ITEM(result, NFIELDS, item);
+    return 0;
+}
+
+/* The carried texts into result[NFIELDS + 1..]: (extras), traceparent, tracestate. */
+static int build_carried(const Want *w, PyObject *result)
+{
+    const Slot *carried = &w->slots[NFIELDS];
+    PyObject *extras = PyTuple_New(w->nextras), *item;
+    int status;
+    if (extras == NULL)
+        return -1;
+    PyTuple_SET_ITEM(result, NFIELDS + 1, extras);
+    for (Py_ssize_t j = 0; j < w->nextras; j++) {
+        if ((status = carried_text(&carried[j], &item)) != 0)
+            return status;
+        PyTuple_SET_ITEM(extras, j, item);
+    }
+    for (int j = 0; j < NTRACE; j++) {
+        if ((status = carried_text(&carried[w->nextras + j], &item)) != 0)
+            return status;
+        PyTuple_SET_ITEM(result, NFIELDS + 2 + j, item);
+    }
+    return 0;
+}
+
+/* The result tuple; Py_None when a value is not of the kind the fast path takes. */
+static PyObject *build(const Want *w, Py_ssize_t ncols, int timestamped)
+{
+    PyObject *result = PyTuple_New(NFIELDS + 2 + NTRACE);
+    int status;
+    if (result == NULL)
+        return NULL;
+    if ((status = build_mapped(w, ncols, timestamped, result)) != 0
+        || (status = build_carried(w, result)) != 0) {
+        Py_DECREF(result); /* a partly filled tuple: its NULL items are skipped */
+        return status < 0 ? NULL : Py_NewRef(Py_None);
+    }
     return result;
-fail:
-    Py_DECREF(result);
-    return status < 0 ? NULL : Py_NewRef(Py_None);
 }
 
 /* A Reader: the texts one decoder looks for, as UTF-8, kept alive by ``texts``. */
 typedef struct {
     PyObject_HEAD
-    PyObject *texts; /* (schema, table, *names) */
-    PyObject *plan;  /* the plan tuple want.plan was read from (a cache) */
+    PyObject *texts;   /* (schema, table, *names, *extras, *trace) */
+    PyObject *plan;    /* the plan tuples the slots' positions were read from (a cache) */
+    PyObject *carried;
     int timestamped;
     Want want;
 } Reader;
@@ -609,59 +684,113 @@ typedef struct {
 static int utf8_of(PyObject *obj, const char **text, Py_ssize_t *n)
 {
     if (!PyUnicode_Check(obj)) {
-        PyErr_SetString(PyExc_TypeError, "Reader(): schema, table and names must be str");
+        PyErr_SetString(PyExc_TypeError,
+                        "Reader(): schema, table, names, extras and trace must be str");
         return -1;
     }
     *text = PyUnicode_AsUTF8AndSize(obj, n);
     return *text == NULL ? -1 : 0;
 }
 
+/* (schema, table, *names, *extras, *trace), or NULL. */
+static PyObject *reader_texts(PyObject *schema, PyObject *table, PyObject *names,
+                              PyObject *extras, PyObject *trace)
+{
+    if (PyTuple_GET_SIZE(names) != NFIELDS || PyTuple_GET_SIZE(trace) != NTRACE) {
+        PyErr_SetString(PyExc_TypeError,
+                        "Reader(): names must be a tuple of 6 str, trace a tuple of 2 str");
+        return NULL;
+    }
+    PyObject *parts[] = {PyTuple_Pack(2, schema, table), names, extras, trace};
+    PyObject *all = parts[0];
+    for (int i = 1; i < 4 && all != NULL; i++) {
+        PyObject *longer = PySequence_Concat(all, parts[i]);
+        Py_SETREF(all, longer);
+    }
+    return all;
+}
+
 static int reader_init(Reader *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *schema, *table, *names;
+    PyObject *schema, *table, *names, *extras, *trace;
     int timestamped;
-    static char *keywords[] = {"schema", "table", "names", "timestamped", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UUO!p:Reader", keywords, &schema, &table,
-                                     &PyTuple_Type, &names, &timestamped))
+    static char *keywords[] = {"schema", "table", "names", "timestamped", "extras", "trace",
+                               NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UUO!pO!O!:Reader", keywords, &schema,
+                                     &table, &PyTuple_Type, &names, &timestamped,
+                                     &PyTuple_Type, &extras, &PyTuple_Type, &trace))
         return -1;
-    if (PyTuple_GET_SIZE(names) != NFIELDS) {
-        PyErr_SetString(PyExc_TypeError, "Reader(): names must be a tuple of 6 str");
-        return -1;
-    }
-    PyObject *texts = PyTuple_Pack(2, schema, table), *all = PySequence_Concat(texts, names);
-    Py_XDECREF(texts);
+    PyObject *all = reader_texts(schema, table, names, extras, trace);
     if (all == NULL)
         return -1;
     Py_XSETREF(self->texts, all);
     Py_CLEAR(self->plan);
+    Py_CLEAR(self->carried);
     self->timestamped = timestamped;
     Want *w = &self->want;
+    Py_ssize_t nslots = PyTuple_GET_SIZE(all) - 2;
+    PyMem_Free(w->slots);
+    w->slots = PyMem_Calloc((size_t)nslots, sizeof(Slot));
+    w->nslots = 0; /* until every name is read */
+    if (w->slots == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
     if (utf8_of(schema, &w->schema, &w->schema_n) < 0
         || utf8_of(table, &w->table, &w->table_n) < 0)
         return -1;
-    for (int k = 0; k < NFIELDS; k++)
-        if (utf8_of(PyTuple_GET_ITEM(names, k), &w->names[k], &w->names_n[k]) < 0)
+    for (Py_ssize_t k = 0; k < nslots; k++) {
+        Slot *slot = &w->slots[k];
+        if (utf8_of(PyTuple_GET_ITEM(all, k + 2), &slot->name, &slot->name_n) < 0)
             return -1;
+        slot->at = -1;
+    }
+    w->nextras = PyTuple_GET_SIZE(extras);
+    w->nslots = nslots;
+    w->planned = 0;
     return 0;
 }
 
-/* Read the plan tuple into want.plan, unless it is the one read last time. */
-static int reader_plan(Reader *self, PyObject *plan)
+/* ``n`` positions from ``plan`` into the slots from ``first`` on (all -1 for an empty
+ * tuple when ``empty_ok``). */
+static int read_positions(Want *w, PyObject *plan, Py_ssize_t first, Py_ssize_t n,
+                          int empty_ok)
 {
-    if (plan == self->plan)
-        return 0;
-    if (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) != NFIELDS) {
-        PyErr_SetString(PyExc_TypeError, "Reader.row(): plan must be a tuple of 6 int");
+    if (!PyTuple_Check(plan) || (PyTuple_GET_SIZE(plan) != n
+                                 && !(empty_ok && PyTuple_GET_SIZE(plan) == 0))) {
+        PyErr_SetString(PyExc_TypeError, "Reader.row(): plan must be a tuple of 6 int, "
+                                         "carried () or a tuple of one int per carried name");
         return -1;
     }
-    Py_CLEAR(self->plan);
-    for (int k = 0; k < NFIELDS; k++) {
-        Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(plan, k));
-        if (i == -1 && PyErr_Occurred())
-            return -1;
-        self->want.plan[k] = i;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Py_ssize_t i = -1;
+        if (PyTuple_GET_SIZE(plan) != 0) {
+            i = PyLong_AsSsize_t(PyTuple_GET_ITEM(plan, k));
+            if (i == -1 && PyErr_Occurred())
+                return -1;
+        }
+        w->slots[first + k].at = i < 0 ? -1 : i;
     }
+    return 0;
+}
+
+/* Read the plan tuples into the slots, unless they are the ones read last time. */
+static int reader_plan(Reader *self, PyObject *plan, PyObject *carried)
+{
+    Want *w = &self->want;
+    if (plan == self->plan && carried == self->carried)
+        return 0;
+    Py_CLEAR(self->plan);
+    Py_CLEAR(self->carried);
+    if (read_positions(w, plan, 0, NFIELDS, 0) < 0
+        || read_positions(w, carried, NFIELDS, w->nslots - NFIELDS, 1) < 0)
+        return -1;
+    w->planned = 0;
+    for (Py_ssize_t k = 0; k < w->nslots; k++)
+        if (w->slots[k].at >= 0 && w->slots[k].at < MASK_BITS)
+            w->planned |= (uint64_t)1 << w->slots[k].at;
     self->plan = Py_NewRef(plan);
+    self->carried = Py_NewRef(carried);
     return 0;
 }
 
@@ -669,28 +798,29 @@ static PyObject *reader_row(Reader *self, PyObject *const *args, Py_ssize_t narg
 {
     Py_buffer view;
     Py_ssize_t ncols = 0;
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "Reader.row() takes payload and plan");
+    Want *w = &self->want;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "Reader.row() takes payload, plan and carried");
         return NULL;
     }
-    if (self->texts == NULL) {
+    if (self->texts == NULL || w->nslots == 0) {
         PyErr_SetString(PyExc_TypeError, "Reader.row(): the Reader is not initialised");
         return NULL;
     }
-    if (reader_plan(self, args[1]) < 0)
+    if (reader_plan(self, args[1], args[2]) < 0)
         return NULL;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
         PyErr_Clear(); /* not a contiguous buffer: the pure path decides */
         Py_RETURN_NONE;
     }
-    Want w = self->want;
-    memset(w.found, 0, sizeof w.found);
+    for (Py_ssize_t k = 0; k < w->nslots; k++)
+        w->slots[k].found = 0;
     Scan sc = {view.buf, (const unsigned char *)view.buf + view.len, 0};
     PyObject *result;
-    if (scan_document(&sc, &w, &ncols) < 0)
+    if (scan_document(&sc, w, &ncols) < 0)
         result = PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
     else
-        result = build(&w, ncols, self->timestamped);
+        result = build(w, ncols, self->timestamped);
     PyBuffer_Release(&view);
     return result;
 }
@@ -699,24 +829,28 @@ static void reader_dealloc(Reader *self)
 {
     Py_CLEAR(self->texts);
     Py_CLEAR(self->plan);
+    Py_CLEAR(self->carried);
+    PyMem_Free(self->want.slots);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static PyMethodDef reader_methods[] = {
     {"row", (PyCFunction)(void (*)(void))reader_row, METH_FASTCALL,
-     "row(payload, plan)\n--\n\n"
+     "row(payload, plan, carried)\n--\n\n"
      "The common outbox insert of one wal2json v2 message: (id, aggregate_type,\n"
-     "aggregate_id, event_type, payload bytes, created_at text or None, column count),\n"
-     "or None to leave the message to the pure-Python decoder. ``plan``: the positions\n"
-     "of the six names in \"columns\"."},
+     "aggregate_id, event_type, payload bytes, created_at text or None, column count,\n"
+     "extras' texts, traceparent, tracestate), or None to leave the message to the\n"
+     "pure-Python decoder. ``plan``: the positions of the six names in \"columns\";\n"
+     "``carried``: those of the extras and trace names (-1: absent), or () for none."},
     {NULL, NULL, 0, NULL},
 };
 
 static PyTypeObject ReaderType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "cdc_relay.decoding._cwal2json.Reader",
-    .tp_doc = PyDoc_STR("Reader(schema, table, names, timestamped): reads one outbox "
-                        "table's common inserts (docs/design.md, \"The compiled decoders\")."),
+    .tp_doc = PyDoc_STR("Reader(schema, table, names, timestamped, extras, trace): reads "
+                        "one outbox table's common inserts (docs/design.md, \"The compiled "
+                        "decoders\")."),
     .tp_basicsize = sizeof(Reader),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,

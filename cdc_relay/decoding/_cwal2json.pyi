@@ -9,12 +9,21 @@ class Reader:
         table: str,
         names: tuple[str, str, str, str, str, str],
         timestamped: bool,
+        extras: tuple[str, ...],
+        trace: tuple[str, str],
     ) -> None: ...
     def row(
         self,
         payload: bytes | bytearray | memoryview,
         plan: tuple[int, int, int, int, int, int],
+        carried: tuple[int, ...],
         /,
-    ) -> tuple[str, str, str, str, bytes, str | None, int] | None:
+    ) -> (
+        tuple[str, str, str, str, bytes, str | None, int, tuple[str | None, ...], str | None,
+              str | None]
+        | None
+    ):
         """(id, aggregate_type, aggregate_id, event_type, payload, created_at text or None,
-        column count) of a common insert of the table, or None for anything else."""
+        column count, extras' texts, traceparent, tracestate) of a common insert of the
+        table, or None for anything else. ``carried``: the positions of the extras and the
+        trace columns (-1: absent), or () for none (decoding/carried.py's plan)."""

@@ -6,6 +6,10 @@ mapped columns so the common case (nothing carried, no trace columns) costs one 
 comparison per row. The plan is rebuilt when the row's column count or a name at a
 remembered position changes (DDL), so a trace column added while streaming is found.
 
+The compiled fast path (decoding/_cwal2json.c) reads the same plan: ``plan`` and ``ncols``
+are public for it, and a row it takes has the column count and, at every planned
+position, the name this plan expects, so ``fill`` would not have rebuilt it.
+
 Pure; must not do I/O. ``fill`` reports a problem instead of raising, so the decoder
 words the DecodeError like its other ones.
 """
@@ -29,20 +33,22 @@ MISSING: Any = _Missing()  # a column absent from the row (the decoders' shared 
 class CarriedPlan:
     """Where the carried columns sit in the last row seen (see the module docstring)."""
 
-    __slots__ = ("_count", "_names", "_plan", "_text", "ncols")
+    __slots__ = ("_count", "_names", "_text", "ncols", "plan")
 
     def __init__(self, extra_columns: tuple[str, ...],
                  text_value: Callable[[object], str | None]) -> None:
         self._text = text_value  # a JSON value -> PostgreSQL's text of it (wal2json.text_value)
         self._count = len(extra_columns)  # named extras: required
         self._names = (*extra_columns, *TRACE_COLUMNS)  # trace columns: optional
-        self._plan: tuple[int, ...] = ()  # positions (-1: absent); () = nothing to read
-        self.ncols = -1
+        # Positions of the names (-1: absent), () when there is nothing to read; replaced,
+        # never changed in place (the compiled path caches it by identity).
+        self.plan: tuple[int, ...] = ()
+        self.ncols = -1  # the column count the plan is for (-1: none yet)
 
     @property
     def active(self) -> bool:
         """Whether rows of the current shape have anything to read."""
-        return bool(self._plan)
+        return bool(self.plan)
 
     def fill(self, event: OutboxEvent, columns: Any) -> tuple[str | None, object] | None:
         """Set ``event.extra`` and its trace context.
@@ -56,7 +62,7 @@ class CarriedPlan:
             return (None, None)
 
     def _fill(self, event: OutboxEvent, columns: Any) -> tuple[str | None, object] | None:
-        names, plan = self._names, self._plan
+        names, plan = self._names, self.plan
         if len(columns) != self.ncols or not all(
             i < 0 or columns[i]["name"] == name for i, name in zip(plan, names, strict=True)
         ):
@@ -65,9 +71,9 @@ class CarriedPlan:
             for name, i in zip(names[: self._count], plan, strict=False):
                 if i < 0:
                     return (name, MISSING)
-            self._plan = plan if any(i >= 0 for i in plan) else ()
+            self.plan = plan if any(i >= 0 for i in plan) else ()
             self.ncols = len(columns)
-            if not self._plan:
+            if not self.plan:
                 return None
         values = []
         for name, i in zip(names, plan, strict=True):

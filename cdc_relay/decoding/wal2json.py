@@ -49,11 +49,13 @@ into their decimal text. The database encoding must be UTF8.
 
 The compiled fast path (docs/design.md, "The compiled decoders"): when
 ``cdc_relay.decoding._cwal2json`` is built, ``decode`` first hands the message to its
-``Reader.row``, which reads the common outbox insert in one scan and declines everything else;
-a declined message takes the pure path below, unchanged. It is used only where it gives
-exactly what the pure path gives: never while carried columns are read, never for another
-table's row, never when the row's column count differs from the carried plan's.
-``compiled=False`` forces the pure path.
+``Reader.row``, which reads the common outbox insert in one scan, its carried columns
+included, and declines everything else; a declined message takes the pure path below,
+unchanged. It reads at the positions of both plans (the six mapped columns' and the
+carried one's) and checks the names there, but never plans: a row's result is used only
+when its column count is the carried plan's, so the first row of a shape, and a row
+whose names moved, is the pure path's, which replans. ``compiled=False`` forces the
+pure path.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ from cdc_relay.decoding.envelope import decode_envelope
 from cdc_relay.errors import DecodeError
 from cdc_relay.model import (
     MESSAGE_PREFIX,
+    TRACE_COLUMNS,
     Begin,
     Change,
     Commit,
@@ -95,9 +98,12 @@ _ONE_MS = timedelta(milliseconds=1)
 # wal2json's v2 actions. I (on the outbox table), M (relay prefix), B and C become Changes.
 _IGNORED_ACTIONS = frozenset(("U", "D", "T"))
 # _cwal2json.Reader.row: (id, aggregate type, aggregate id, event type, payload,
-# created_at text, column count) of a common outbox insert, or None (the pure path decodes).
-_Hit = tuple[str, str, str, str, bytes, str | None, int]
-_Row = Callable[[bytes | memoryview, tuple[int, int, int, int, int, int]], _Hit | None]
+# created_at text, column count, extras, traceparent, tracestate) of a common outbox
+# insert, or None (the pure path decodes).
+_Hit = tuple[str, str, str, str, bytes, str | None, int, tuple[str | None, ...], str | None,
+             str | None]
+_Row = Callable[[bytes | memoryview, tuple[int, int, int, int, int, int], tuple[int, ...]],
+                _Hit | None]
 # Characters wal2json's add-tables parser treats specially (list and schema separators,
 # the escape itself, the "*" wildcard, and whitespace, which ends a name).
 _ADD_TABLES_SPECIAL = frozenset(",.\\* \t\n\r\f\v")
@@ -219,13 +225,13 @@ class TimestampParser:
 
 
 def _compiled_row(schema: str, table: str, names: tuple[str, str, str, str, str, str],
-                  timestamped: bool) -> _Row | None:
+                  timestamped: bool, extras: tuple[str, ...]) -> _Row | None:
     """The compiled fast path for one table, or None when the extension is not built."""
     try:
         from cdc_relay.decoding._cwal2json import Reader
     except ImportError:
         return None
-    return Reader(schema, table, names, timestamped).row
+    return Reader(schema, table, names, timestamped, extras, TRACE_COLUMNS).row
 
 
 def _lsn(text: object) -> Lsn:
@@ -237,7 +243,7 @@ def _lsn(text: object) -> Lsn:
 class Wal2JsonDecoder:
     """Decodes wal2json v2 messages for one outbox table (see the module docstring)."""
 
-    __slots__ = ("_carried", "_created_at", "_extra_count", "_fast", "_members", "_names",
+    __slots__ = ("_carried", "_created_at", "_extra_count", "_members", "_names",
                  "_others", "_partitions", "_plan", "_required", "_row", "_schema", "_table",
                  "_timestamps")
 
@@ -274,15 +280,12 @@ class Wal2JsonDecoder:
         self._extra_count = len(extra_columns)
         self._carried = CarriedPlan(extra_columns, text_value)
         self._row = None if compiled is False else _compiled_row(
-            self._schema, self._table, self._names, self._created_at is not None)
+            self._schema, self._table, self._names, self._created_at is not None, extra_columns)
         if compiled and self._row is None:
             raise ImportError(
                 "the compiled wal2json decoder (cdc_relay.decoding._cwal2json) is not built: "
                 "reinstall cdc-relay where a C compiler and the Python headers are available"
             )
-        # The compiled row reader while the carried plan has nothing to read; set by
-        # _insert once a row has set that plan (until then every row is the pure path's).
-        self._fast: _Row | None = None
 
     @property
     def compiled(self) -> bool:
@@ -299,10 +302,12 @@ class Wal2JsonDecoder:
 
     def decode(self, payload: bytes | memoryview, wal_start: Lsn) -> Change | None:
         """Decode one message; None for messages that are not outbox Changes."""
-        fast = self._fast
+        fast = self._row
         if fast is not None:  # the compiled path, where it gives what the code below would
-            hit = fast(payload, self._plan)
-            if hit is not None and hit[6] == self._carried.ncols:
+            carried = self._carried
+            hit = fast(payload, self._plan, carried.plan)
+            # ncols: the count of the shape the plans are for (-1 before the first row)
+            if hit is not None and hit[6] == carried.ncols:
                 return self._compiled_event(hit, wal_start)
         try:
             msg = orjson.loads(payload)
@@ -390,8 +395,6 @@ class Wal2JsonDecoder:
         carried = self._carried
         if carried.active or len(columns) != carried.ncols:
             problem = carried.fill(event, columns)
-            # The compiled path reads no carried column: only rows with none to read are its.
-            self._fast = None if carried.active else self._row
             if problem is not None:
                 name, raw = problem
                 raise _error(wal_start, _MALFORMED if name is None else self._problem(name, raw))
@@ -399,12 +402,15 @@ class Wal2JsonDecoder:
 
     def _compiled_event(self, hit: _Hit, wal_start: Lsn) -> OutboxEvent:
         """The event of a row the compiled path read: what ``_insert`` makes of it."""
-        id_, aggregate_type, aggregate_id, event_type, payload, created_at, _ = hit
+        (id_, aggregate_type, aggregate_id, event_type, payload, created_at, _, extra,
+         traceparent, tracestate) = hit
         created_at_ms = None
         if created_at is not None and self._created_at is not None:
             created_at_ms = self._created_at_ms(self._created_at, created_at, wal_start)
+        # attempt 1 (WAL mode); extra and the trace context as CarriedPlan.fill sets them
+        # (or the defaults). Positional: cheaper than setting three attributes afterwards.
         return OutboxEvent(id_, aggregate_type, aggregate_id, event_type, payload,
-                           created_at_ms, wal_start)
+                           created_at_ms, wal_start, 1, extra, traceparent, tracestate)
 
     def _created_at_ms(self, column: str, created_at: object, wal_start: Lsn) -> int | None:
         if type(created_at) is not str:

@@ -4,18 +4,18 @@
 Differential properties: for every document, valid or damaged, a decoder on the compiled
 path gives the same Change, or the same DecodeError message, as one on the pure path.
 Direct tests of ``_cwal2json.Reader.row``: what it takes, and that it declines (None)
-everything it must leave to the pure path. These tests fail, not skip, when the
+everything it must leave to the pure path. Rows with carried columns:
+test_decoding_wal2json_compiled_carried.py. These tests fail, not skip, when the
 extension is not built: CI has a compiler, so a broken build must show.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from cdc_relay.decoding.wal2json import Wal2JsonDecoder
@@ -24,18 +24,18 @@ from cdc_relay.model import OutboxColumns, OutboxEvent
 from tests.unit.decoding_fixtures import AT, OUTBOX, load
 from tests.unit.wal2json_documents import (
     MAPPED,
+    PLAN,
+    SETTINGS,
+    assert_same,
     clean_copy,
     columns_of,
     damaged,
     insert_document,
     plan_of,
+    reader,
     serialize,
     spelled,
 )
-
-PLAN = (0, 1, 2, 3, 4, 5)
-SETTINGS = settings(max_examples=300, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
 def test_the_compiled_wal2json_decoder_is_built() -> None:
@@ -44,30 +44,6 @@ def test_the_compiled_wal2json_decoder_is_built() -> None:
     except ImportError as exc:
         pytest.fail(f"{exc}: the build of cdc_relay/decoding/_cwal2json.c is broken")
     assert decoder.compiled
-
-
-def reader(names: tuple[str, str, str, str, str, str] = MAPPED, timestamped: bool = True) -> Any:
-    from cdc_relay.decoding._cwal2json import Reader
-
-    return Reader("public", "outbox_events", names, timestamped)
-
-
-def outcome(decoder: Wal2JsonDecoder, payload: bytes) -> tuple[str, Any]:
-    try:
-        return ("change", decoder.decode(payload, AT))
-    except DecodeError as exc:
-        return ("DecodeError", str(exc))
-    except Exception as exc:  # the pure path's own behaviour, whatever it is, must match
-        return (type(exc).__name__, str(exc))
-
-
-def assert_same(columns: OutboxColumns, messages: list[bytes]) -> None:
-    """Both paths, fed the same messages in order, give the same outcome for each."""
-    pure = Wal2JsonDecoder(OUTBOX, columns, compiled=False)
-    fast = Wal2JsonDecoder(OUTBOX, columns, compiled=True)
-    assert fast.compiled and not pure.compiled
-    for message in messages:
-        assert outcome(fast, message) == outcome(pure, message), message
 
 
 # ---------------------------------------------------------------- differential properties
@@ -85,7 +61,7 @@ def test_any_document_decodes_alike_on_both_paths(data: st.DataObject, created_a
     if data.draw(st.integers(0, 3)) == 0:
         text = data.draw(damaged(text))
     names = (*MAPPED[:5], created_at or "id")
-    accepted = reader(names, bool(created_at)).row(text, plan_of(document, names)) is not None
+    accepted = reader(names, bool(created_at)).row(text, plan_of(document, names), ()) is not None
     event(f"compiled path takes it: {accepted}")
     assert_same(OutboxColumns(created_at=created_at), [warm_up, text, warm_up])
 
@@ -102,7 +78,7 @@ def test_well_formed_inserts_are_taken_by_the_compiled_path_with_the_pure_result
     ours = (members["action"], members["schema"], members["table"]) == (
         "I", "public", "outbox_events")
     single = all(len({key for key, _ in col.members}) == len(col.members) for col in columns)
-    hit = reader().row(text, plan_of(document))
+    hit = reader().row(text, plan_of(document), ())
     pure = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=False)
     try:
         expected = pure.decode(text, AT)
@@ -134,7 +110,7 @@ def test_the_fixture_streams_decode_alike_and_every_insert_is_the_compiled_path_
                if orjson.loads(payload)["action"] == "I"]
     plan = (0, 1, 2, 3, 4, 6)
     assert len(inserts) == 113
-    assert all(reader().row(payload, plan) is not None for payload in inserts)
+    assert all(reader().row(payload, plan, ()) is not None for payload in inserts)
 
 
 # ---------------------------------------------------------------- Reader.row, directly
@@ -153,8 +129,9 @@ def good(columns: str = COLUMNS, template: str = GOOD) -> bytes:
 
 
 def test_row_reads_the_six_values_and_the_column_count() -> None:
-    assert reader().row(good(), PLAN) == (
-        "7616f707", "order", "o-1", "Placed", b'{"n": 1}', "2026-01-10 00:00:00+00", 6)
+    assert reader().row(good(), PLAN, ()) == (
+        "7616f707", "order", "o-1", "Placed", b'{"n": 1}', "2026-01-10 00:00:00+00", 6, (), None,
+        None)
 
 
 @pytest.mark.parametrize(
@@ -173,7 +150,7 @@ def test_row_reads_the_six_values_and_the_column_count() -> None:
          "escaped-action", "nested-skipped"],
 )
 def test_row_takes_any_spelling_of_the_common_insert(payload: bytes) -> None:
-    hit = reader().row(payload, PLAN)
+    hit = reader().row(payload, PLAN, ())
     assert hit is not None
     pure = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=False).decode(payload, AT)
     assert isinstance(pure, OutboxEvent)
@@ -183,18 +160,18 @@ def test_row_takes_any_spelling_of_the_common_insert(payload: bytes) -> None:
 
 def test_row_takes_integer_ids_as_their_decimal_text_and_reads_any_buffer() -> None:
     payload = good(COLUMNS.replace('"7616f707"', "-1234567").replace('"o-1"', "0"))
-    hit = reader().row(payload, PLAN)
+    hit = reader().row(payload, PLAN, ())
     assert hit is not None and hit[:3] == ("-1234567", "order", "0")
-    assert reader().row(memoryview(b"xx" + payload)[2:], PLAN) == hit
-    assert reader().row(bytearray(payload), PLAN) == hit
+    assert reader().row(memoryview(b"xx" + payload)[2:], PLAN, ()) == hit
+    assert reader().row(bytearray(payload), PLAN, ()) == hit
 
 
 def test_row_without_a_created_at_column_neither_reads_nor_checks_the_sixth_value() -> None:
     payload = good(COLUMNS.replace('"2026-01-10 00:00:00+00"', "1.5"))
-    assert reader(timestamped=False).row(payload, PLAN)[5] is None
-    assert reader().row(payload, PLAN) is None
+    assert reader(timestamped=False).row(payload, PLAN, ())[5] is None
+    assert reader().row(payload, PLAN, ()) is None
     null = good(COLUMNS.replace('"2026-01-10 00:00:00+00"', "null"))
-    assert reader().row(null, PLAN)[5] is None
+    assert reader().row(null, PLAN, ())[5] is None
 
 
 DECLINED = {
@@ -245,13 +222,13 @@ DECLINED = {
 
 @pytest.mark.parametrize("payload", list(DECLINED.values()), ids=list(DECLINED))
 def test_row_declines_what_it_must_leave_to_the_pure_path(payload: bytes) -> None:
-    assert reader().row(payload, PLAN) is None
+    assert reader().row(payload, PLAN, ()) is None
     assert_same(OutboxColumns(), [good(), payload])
 
 
 def test_row_declines_a_plan_past_the_row() -> None:
-    assert reader().row(good(), (0, 1, 2, 3, 4, 6)) is None
-    assert reader().row(good(), (0, 1, 2, 3, 4, -1)) is None
+    assert reader().row(good(), (0, 1, 2, 3, 4, 6), ()) is None
+    assert reader().row(good(), (0, 1, 2, 3, 4, -1), ()) is None
 
 
 def test_compiled_false_forces_the_pure_path() -> None:
@@ -267,12 +244,3 @@ def test_compiled_true_without_the_extension_is_a_clear_error(
     with pytest.raises(ImportError, match="_cwal2json\\) is not built"):
         Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=True)
 
-
-def test_carried_columns_leave_every_row_to_the_pure_path() -> None:
-    row = good(COLUMNS + ',{"name":"tenant","value":"t-1"}')
-    pure = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=False, extra_columns=("tenant",))
-    fast = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=True, extra_columns=("tenant",))
-    for _ in range(2):
-        event_ = fast.decode(row, AT)
-        assert event_ == pure.decode(row, AT)
-        assert isinstance(event_, OutboxEvent) and event_.extra == ("t-1",)

@@ -1,6 +1,7 @@
-"""Hypothesis strategies for wal2json-like v2 documents, valid and mutated.
+"""Hypothesis strategies for wal2json-like v2 documents, valid and mutated, and the
+comparison of the two decoding paths on them (``assert_same``).
 
-Used by test_decoding_wal2json_compiled.py to compare the compiled fast path with the
+Used by test_decoding_wal2json_compiled*.py to compare the compiled fast path with the
 pure-Python decoder. Documents are serialized here, not by a JSON library, so that they
 can carry what a library never writes: any escape spelling (``\\u`` escapes, surrogate
 pairs, ``\\/``), odd whitespace, duplicate keys, escaped keys, number tokens such as
@@ -13,11 +14,23 @@ from dataclasses import dataclass
 from random import Random
 from typing import Any
 
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
+
+from cdc_relay.decoding.wal2json import Wal2JsonDecoder
+from cdc_relay.errors import DecodeError
+from cdc_relay.model import TRACE_COLUMNS, OutboxColumns
+from tests.unit.decoding_fixtures import AT, OUTBOX
 
 # The default mapping's six columns and the other columns of the outbox table.
 MAPPED = ("id", "aggregate_type", "aggregate_id", "event_type", "payload", "created_at")
 OTHERS = ("attempts", "processed_at", "retry_after", "last_error", "dead_lettered_at")
+# The mapped columns' plan of a row that lists them first, in MAPPED order.
+PLAN = (0, 1, 2, 3, 4, 5)
+SETTINGS = settings(max_examples=300, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+# --header / --partition-column columns the carried tests name (not outbox columns).
+EXTRAS = ("tenant", "region")
 _SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n",
                   "\r": "\\r", "\t": "\\t"}
 
@@ -132,6 +145,12 @@ good_values = {
     "created_at": st.one_of(timestamps, st.none()),
 }
 
+# What a carried column holds (text_value takes them all); odd ones come from ``scalars``.
+carried_values = st.one_of(
+    pg_text, st.integers(-(10**18), 10**18), st.none(),
+    st.sampled_from(["00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "congo=t61rcWkgMzE"]),
+)
+
 
 @st.composite
 def column(draw: st.DrawFn, name: str, value: Any, rnd: Random) -> Obj:
@@ -148,18 +167,27 @@ def column(draw: st.DrawFn, name: str, value: Any, rnd: Random) -> Obj:
 
 @st.composite
 def insert_document(draw: st.DrawFn, *, mapped: tuple[str, ...] = MAPPED,
-                    odd_values: bool = True, extra_keys: bool = True) -> Obj:
+                    odd_values: bool = True, extra_keys: bool = True,
+                    carried: tuple[str, ...] = ()) -> Obj:
     """An I message of public.outbox_events (mostly), its columns in a drawn order.
 
-    The rare variations (another action or table, an odd value, a repeated key) are
-    picked by a drawn Random, so that they stay rare: hypothesis favours small integers.
+    ``carried`` names columns that each are there or not, mostly with a carried value
+    (text, int, null), and may repeat a column's name. The rare variations (another action
+    or table, an odd value, a repeated key) are picked by a drawn Random, so that they
+    stay rare: hypothesis favours small integers.
     """
     rnd = draw(st.randoms(use_true_random=True))
     names = list(mapped) + draw(st.lists(st.sampled_from(OTHERS), unique=True))
+    names += [name for name in carried if rnd.random() < 0.8]
+    if carried and rnd.random() < 0.1:  # a repeated name (the last one is the column)
+        names.append(rnd.choice(names))
     names = draw(st.permutations(names))
     columns = []
     for name in names:
         strategy = good_values.get(name, scalars if odd_values else plain_scalars)
+        if name in carried:
+            odd = odd_values and rnd.random() < 0.15
+            strategy = scalars if odd else carried_values
         if odd_values and rnd.random() < 0.03:
             strategy = nested
         columns.append(draw(column(name, draw(strategy), rnd)))
@@ -226,3 +254,31 @@ def plan_of(document: Obj, names: tuple[str, ...] = MAPPED) -> tuple[int, ...]:
     """Where ``names`` sit in ``document``'s columns (0 for a missing one)."""
     found = column_names(document)
     return tuple(found.index(name) if name in found else 0 for name in names)
+
+
+def reader(names: tuple[str, str, str, str, str, str] = MAPPED, timestamped: bool = True,
+           extras: tuple[str, ...] = ()) -> Any:
+    """A ``_cwal2json.Reader`` of public.outbox_events (ImportError when not built)."""
+    from cdc_relay.decoding._cwal2json import Reader
+
+    return Reader("public", "outbox_events", names, timestamped, extras, TRACE_COLUMNS)
+
+
+def outcome(decoder: Wal2JsonDecoder, payload: bytes) -> tuple[str, Any]:
+    """The Change of one decode, or the error's type and text."""
+    try:
+        return ("change", decoder.decode(payload, AT))
+    except DecodeError as exc:
+        return ("DecodeError", str(exc))
+    except Exception as exc:  # the pure path's own behaviour, whatever it is, must match
+        return (type(exc).__name__, str(exc))
+
+
+def assert_same(columns: OutboxColumns, messages: list[bytes],
+                extras: tuple[str, ...] = ()) -> None:
+    """Both paths, fed the same messages in order, give the same outcome for each."""
+    pure = Wal2JsonDecoder(OUTBOX, columns, compiled=False, extra_columns=extras)
+    fast = Wal2JsonDecoder(OUTBOX, columns, compiled=True, extra_columns=extras)
+    assert fast.compiled and not pure.compiled
+    for message in messages:
+        assert outcome(fast, message) == outcome(pure, message), message
