@@ -39,8 +39,9 @@ against the Relation; the bytes after the last mapped column are not read).
 
 Values arrive in text format (``binary`` is not requested), produced by the same output
 functions wal2json calls, so payload bytes (jsonb's normal form), ids and timestamps are
-identical to wal2json's; the timestamp parsing is shared with the wal2json decoder. The
-payload bytes are passed on as received: the database encoding must be UTF8.
+identical to wal2json's; the timestamp parsing is shared with the wal2json decoder
+(decoding/values.py). The payload bytes are passed on as received: the database encoding
+must be UTF8.
 
 The optional compiled fast path (``_cpgoutput``; docs/design.md, "The compiled decoders")
 reads the common outbox Insert straight from the message buffer, with a plan per outbox
@@ -57,7 +58,7 @@ from typing import Any
 
 from cdc_relay.config import TableRef
 from cdc_relay.decoding.envelope import decode_envelope
-from cdc_relay.decoding.wal2json import TimestampParser
+from cdc_relay.decoding.values import TimestampParser
 from cdc_relay.errors import DecodeError
 from cdc_relay.model import (
     MESSAGE_PREFIX,
@@ -167,7 +168,7 @@ class PgOutputDecoder:
         # last of a write (Relation, Type, a Begin followed by Origin); errors about those
         # name this position instead.
         self._position = Lsn(0)
-        self._timestamps = TimestampParser()
+        self._timestamps = TimestampParser(compiled=compiled)
 
     @property
     def compiled(self) -> bool:

@@ -2,9 +2,8 @@
 
 Owns: the wal2json option list the replication source passes (``plugin_options``),
 turning one v2 message (one JSON object per B / I / C / ...) into a ``Begin``, an
-``OutboxEvent`` or a ``Commit``, and the text-to-value conversions both decoders share
-(``text_value``, ``TimestampParser``), so that wal2json and pgoutput yield identical
-events for the same row.
+``OutboxEvent`` or a ``Commit``. The text-to-value conversions both decoders share
+(``text_value``, ``TimestampParser``) live in decoding/values.py and are re-exported here.
 
 Must not: do I/O, import a driver, or skip anything it cannot read. Every malformed
 message raises ``DecodeError`` naming the LSN: the relay then stops without confirming
@@ -55,13 +54,12 @@ unchanged. It reads at the positions of both plans (the six mapped columns' and 
 carried one's) and checks the names there, but never plans: a row's result is used only
 when its column count is the carried plan's, so the first row of a shape, and a row
 whose names moved, is the pure path's, which replans. ``compiled=False`` forces the
-pure path.
+pure path, for the timestamp parse too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 import orjson
@@ -70,6 +68,7 @@ from cdc_relay.config import TableRef
 from cdc_relay.decoding.carried import MISSING as _MISSING
 from cdc_relay.decoding.carried import CarriedPlan
 from cdc_relay.decoding.envelope import decode_envelope
+from cdc_relay.decoding.values import TimestampParser, text_value
 from cdc_relay.errors import DecodeError
 from cdc_relay.model import (
     MESSAGE_PREFIX,
@@ -92,9 +91,7 @@ __all__ = [
     "text_value",
 ]
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MALFORMED = "insert without a well-formed 'columns' list of names and values"
-_ONE_MS = timedelta(milliseconds=1)
 # wal2json's v2 actions. I (on the outbox table), M (relay prefix), B and C become Changes.
 _IGNORED_ACTIONS = frozenset(("U", "D", "T"))
 # _cwal2json.Reader.row: (id, aggregate type, aggregate id, event type, payload,
@@ -172,58 +169,6 @@ def plugin_options(table: TableRef, *, partitioned: bool = False) -> list[tuple[
     ]
 
 
-def text_value(value: object) -> str | None:
-    """A column value as PostgreSQL's text output, or None when it is not text-like.
-
-    ``str`` is returned as is; an ``int`` (a bigint id arriving as a JSON number) becomes
-    its decimal text, which is what PostgreSQL prints. Anything else (bool, float, NULL,
-    an object) returns None, for the caller to report.
-    """
-    if type(value) is str:
-        return value
-    if type(value) is int:
-        return str(value)
-    return None
-
-
-class TimestampParser:
-    """``timestamptz`` text (ISO DateStyle) -> epoch milliseconds, floor-rounded.
-
-    Accepts any ISO offset PostgreSQL prints (``+00``, ``+05:30``, ``+05:53:28``), 0-6
-    fractional digits, and a value without offset (a ``timestamp`` column), which is
-    taken as UTC. ``infinity`` / ``-infinity`` give None (the message then gets the
-    broker's time). Remembers the last text: all rows of one transaction usually share
-    ``now()``, so most calls are one string comparison.
-    """
-
-    __slots__ = ("_last_ms", "_last_text")
-
-    def __init__(self) -> None:
-        self._last_text: str | None = None
-        self._last_ms: int | None = None
-
-    def parse(self, text: str) -> int | None:
-        """Return epoch ms; raise ValueError (with a hint) for anything unparseable."""
-        if text == self._last_text:
-            return self._last_ms
-        if text in ("infinity", "-infinity"):
-            ms = None
-        else:
-            try:
-                moment = datetime.fromisoformat(text)
-            except ValueError:
-                raise ValueError(
-                    f"unparseable timestamp {text!r} (the replication session must use "
-                    "DateStyle=ISO; BC dates and years past 9999 are not supported)"
-                ) from None
-            if moment.tzinfo is None:
-                moment = moment.replace(tzinfo=UTC)
-            ms = (moment - _EPOCH) // _ONE_MS
-        self._last_text = text
-        self._last_ms = ms
-        return ms
-
-
 def _compiled_row(schema: str, table: str, names: tuple[str, str, str, str, str, str],
                   timestamped: bool, extras: tuple[str, ...]) -> _Row | None:
     """The compiled fast path for one table, or None when the extension is not built."""
@@ -276,7 +221,7 @@ class Wal2JsonDecoder:
         # is cheaper than indexing every column of every row by name.
         self._plan = (0, 1, 2, 3, 4, 5)
         self._required = frozenset(self._names)
-        self._timestamps = TimestampParser()
+        self._timestamps = TimestampParser(compiled=compiled)
         self._extra_count = len(extra_columns)
         self._carried = CarriedPlan(extra_columns, text_value)
         self._row = None if compiled is False else _compiled_row(

@@ -1,0 +1,102 @@
+"""The text-to-value conversions both WAL decoders share.
+
+Owns: ``text_value`` (a wal2json column value as PostgreSQL's text of it) and
+``TimestampParser`` (``created_at`` text -> epoch milliseconds), so that wal2json
+(decoding/wal2json.py) and pgoutput (decoding/pgoutput.py) yield identical events for
+the same row, and the choice of the parse's optional compiled fast path
+(``cdc_relay.decoding._ctimestamp``; docs/design.md, "The compiled decoders",
+"Timestamps").
+
+Must not: do I/O, or let the fast path decide anything but the common case. It returns
+the value only for the exact shapes PostgreSQL's ISO DateStyle prints and
+``datetime.fromisoformat`` reads to the same moment; for every other text it declines
+(None) and the pure code below decides, unchanged: None for ``infinity``, a ValueError
+with its hint for the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+__all__ = ["TimestampParser", "text_value"]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_MS = timedelta(milliseconds=1)
+_INFINITIES = ("infinity", "-infinity")
+
+
+def text_value(value: object) -> str | None:
+    """A column value as PostgreSQL's text output, or None when it is not text-like.
+
+    ``str`` is returned as is; an ``int`` (a bigint id arriving as a JSON number) becomes
+    its decimal text, which is what PostgreSQL prints. Anything else (bool, float, NULL,
+    an object) returns None, for the caller to report.
+    """
+    if type(value) is str:
+        return value
+    if type(value) is int:
+        return str(value)
+    return None
+
+
+class TimestampParser:
+    """``timestamptz`` text (ISO DateStyle) -> epoch milliseconds, floor-rounded.
+
+    Accepts any ISO offset PostgreSQL prints (``+00``, ``+05:30``, ``+05:53:28``), 0-6
+    fractional digits, and a value without offset (a ``timestamp`` column), which is
+    taken as UTC. ``infinity`` / ``-infinity`` give None (the message then gets the
+    broker's time). Remembers the last text: all rows of one transaction usually share
+    ``now()``, so most calls are one string comparison. A ``clock_timestamp()`` default
+    differs per row; those texts take the compiled fast path when it is built.
+    """
+
+    __slots__ = ("_fast", "_last_ms", "_last_text")
+
+    def __init__(self, *, compiled: bool | None = None) -> None:
+        """``compiled``: None uses the compiled fast path when it is built, False never,
+        True requires it (ImportError when it is not built)."""
+        self._fast = _compiled_epoch_ms(compiled)
+        self._last_text: str | None = None
+        self._last_ms: int | None = None
+
+    @property
+    def compiled(self) -> bool:
+        """Whether ``parse`` tries the compiled fast path first."""
+        return self._fast is not None
+
+    def parse(self, text: str) -> int | None:
+        """Return epoch ms; raise ValueError (with a hint) for anything unparseable."""
+        if text == self._last_text:
+            return self._last_ms
+        fast = self._fast
+        ms = None if fast is None else fast(text)
+        if ms is None and text not in _INFINITIES:  # declined (or no fast path): decide here
+            try:
+                moment = datetime.fromisoformat(text)
+            except ValueError:
+                raise ValueError(
+                    f"unparseable timestamp {text!r} (the replication session must use "
+                    "DateStyle=ISO; BC dates and years past 9999 are not supported)"
+                ) from None
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=UTC)
+            ms = (moment - _EPOCH) // _ONE_MS
+        self._last_text = text
+        self._last_ms = ms
+        return ms
+
+
+def _compiled_epoch_ms(compiled: bool | None) -> Callable[[str], int | None] | None:
+    if compiled is False:
+        return None
+    try:
+        from cdc_relay.decoding._ctimestamp import epoch_ms
+    except ImportError as exc:
+        if compiled:
+            raise ImportError(
+                "the compiled timestamp parse (cdc_relay.decoding._ctimestamp) is not built: "
+                "run `python setup.py build_ext --inplace` (needs a C compiler)"
+            ) from exc
+        return None
+    return epoch_ms
