@@ -117,7 +117,8 @@ def test_the_relay_image_carries_the_compiled_decoders_but_no_compiler() -> None
     assert not any(op == "RUN" and "gcc" in arg for op, arg in image)
     installs = " ".join(arg for op, arg in image if op == "RUN")
     assert "pip install /wheels/" in installs
-    assert "import cdc_relay.decoding._cwal2json, cdc_relay.decoding._cpgoutput" in installs
+    assert ("import cdc_relay.decoding._cwal2json, cdc_relay.decoding._cpgoutput, "
+            "cdc_relay.decoding._ctimestamp") in installs
 
 
 def test_postgres_has_logical_wal_and_wal2json() -> None:
