@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdc_relay.config import TableRef
+from cdc_relay.decoding.compiled import compiled_extension
 from cdc_relay.decoding.envelope import decode_envelope
 from cdc_relay.decoding.values import TimestampParser
 from cdc_relay.errors import DecodeError
@@ -409,17 +410,10 @@ class PgOutputDecoder:
 
 
 def _compiled_insert(compiled: bool | None) -> _CompiledInsert | None:
-    if compiled is False:
+    module = compiled_extension("_cpgoutput", "pgoutput decoder", compiled)
+    if module is None:
         return None
-    try:
-        from cdc_relay.decoding._cpgoutput import insert
-    except ImportError as exc:
-        if compiled:
-            raise ImportError(
-                "the compiled pgoutput decoder (cdc_relay.decoding._cpgoutput) is not built: "
-                "run `python setup.py build_ext --inplace` (needs a C compiler)"
-            ) from exc
-        return None
+    insert: _CompiledInsert = module.insert
     return insert
 
 

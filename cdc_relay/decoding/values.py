@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
+from cdc_relay.decoding.compiled import compiled_extension
+
 __all__ = ["TimestampParser", "text_value"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -88,15 +90,8 @@ class TimestampParser:
 
 
 def _compiled_epoch_ms(compiled: bool | None) -> Callable[[str], int | None] | None:
-    if compiled is False:
+    module = compiled_extension("_ctimestamp", "timestamp parse", compiled)
+    if module is None:
         return None
-    try:
-        from cdc_relay.decoding._ctimestamp import epoch_ms
-    except ImportError as exc:
-        if compiled:
-            raise ImportError(
-                "the compiled timestamp parse (cdc_relay.decoding._ctimestamp) is not built: "
-                "run `python setup.py build_ext --inplace` (needs a C compiler)"
-            ) from exc
-        return None
+    epoch_ms: Callable[[str], int | None] = module.epoch_ms
     return epoch_ms

@@ -1,0 +1,27 @@
+"""The import of an optional compiled fast path (docs/design.md, "The compiled decoders").
+
+Owns: what a ``compiled`` setting means for one extension module of this package: None
+imports it when it is built, False never, True requires it (ImportError naming it).
+
+Must not: build anything, or hide an ImportError that ``compiled=True`` asked to see.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+
+def compiled_extension(name: str, what: str, compiled: bool | None) -> ModuleType | None:
+    """``cdc_relay.decoding.<name>`` per the ``compiled`` setting, or None (pure path)."""
+    if compiled is False:
+        return None
+    try:
+        return importlib.import_module(f"cdc_relay.decoding.{name}")
+    except ImportError as exc:
+        if compiled:
+            raise ImportError(
+                f"the compiled {what} (cdc_relay.decoding.{name}) is not built: "
+                "run `python setup.py build_ext --inplace` (needs a C compiler)"
+            ) from exc
+        return None
