@@ -21,7 +21,7 @@ def compiled_extension(name: str, what: str, compiled: bool | None) -> ModuleTyp
     except ImportError as exc:
         if compiled:
             raise ImportError(
-                f"the compiled {what} (cdc_relay.decoding.{name}) is not built: "
-                "run `python setup.py build_ext --inplace` (needs a C compiler)"
+                f"the compiled {what} (cdc_relay.decoding.{name}) is not built: reinstall "
+                "cdc-relay where a C compiler and the Python headers are available"
             ) from exc
         return None

@@ -67,6 +67,7 @@ import orjson
 from cdc_relay.config import TableRef
 from cdc_relay.decoding.carried import MISSING as _MISSING
 from cdc_relay.decoding.carried import CarriedPlan
+from cdc_relay.decoding.compiled import compiled_extension
 from cdc_relay.decoding.envelope import decode_envelope
 from cdc_relay.decoding.values import TimestampParser, text_value
 from cdc_relay.errors import DecodeError
@@ -170,13 +171,14 @@ def plugin_options(table: TableRef, *, partitioned: bool = False) -> list[tuple[
 
 
 def _compiled_row(schema: str, table: str, names: tuple[str, str, str, str, str, str],
-                  timestamped: bool, extras: tuple[str, ...]) -> _Row | None:
-    """The compiled fast path for one table, or None when the extension is not built."""
-    try:
-        from cdc_relay.decoding._cwal2json import Reader
-    except ImportError:
+                  timestamped: bool, extras: tuple[str, ...], compiled: bool | None) -> _Row | None:
+    """The compiled fast path for one table per the ``compiled`` setting, or None."""
+    module = compiled_extension("_cwal2json", "wal2json decoder", compiled)
+    if module is None:
         return None
-    return Reader(schema, table, names, timestamped, extras, TRACE_COLUMNS).row
+    reader: Callable[..., Any] = module.Reader
+    row: _Row = reader(schema, table, names, timestamped, extras, TRACE_COLUMNS).row
+    return row
 
 
 def _lsn(text: object) -> Lsn:
@@ -224,13 +226,8 @@ class Wal2JsonDecoder:
         self._timestamps = TimestampParser(compiled=compiled)
         self._extra_count = len(extra_columns)
         self._carried = CarriedPlan(extra_columns, text_value)
-        self._row = None if compiled is False else _compiled_row(
-            self._schema, self._table, self._names, self._created_at is not None, extra_columns)
-        if compiled and self._row is None:
-            raise ImportError(
-                "the compiled wal2json decoder (cdc_relay.decoding._cwal2json) is not built: "
-                "reinstall cdc-relay where a C compiler and the Python headers are available"
-            )
+        self._row = _compiled_row(self._schema, self._table, self._names,
+                                  self._created_at is not None, extra_columns, compiled)
 
     @property
     def compiled(self) -> bool:

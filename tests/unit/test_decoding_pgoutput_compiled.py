@@ -37,7 +37,8 @@ Column = tuple[str, bytes, int]  # kind ('t', 'n', 'u', 'b', other), data, lengt
 
 def test_the_compiled_decoder_is_built() -> None:
     assert _cpgoutput is not None, (
-        "cdc_relay.decoding._cpgoutput is not built: run `python setup.py build_ext --inplace` "
+        "cdc_relay.decoding._cpgoutput is not built: run `make bootstrap` (it reinstalls, "
+        "building the extensions) "
         "(CI builds it; a missing compiler must not silently drop the fast path's tests)"
     )
     assert PgOutputDecoder(OUTBOX, OutboxColumns(), compiled=True).compiled
@@ -49,7 +50,7 @@ def test_compiled_none_falls_back_and_true_refuses_without_the_extension(
     monkeypatch.setitem(sys.modules, "cdc_relay.decoding._cpgoutput", None)  # import fails
     assert not PgOutputDecoder(OUTBOX, OutboxColumns()).compiled
     assert not PgOutputDecoder(OUTBOX, OutboxColumns(), compiled=False).compiled
-    with pytest.raises(ImportError, match=re.escape("_cpgoutput) is not built: run `python setup.py")):
+    with pytest.raises(ImportError, match=re.escape("_cpgoutput) is not built: reinstall")):
         PgOutputDecoder(OUTBOX, OutboxColumns(), compiled=True)
 
 

@@ -45,7 +45,7 @@ def compiled_epoch_ms() -> Any:
 
 def test_the_compiled_timestamp_parse_is_built() -> None:
     assert epoch_ms is not None, (
-        f"{MODULE} is not built: run `python setup.py build_ext --inplace` "
+        f"{MODULE} is not built: run `make bootstrap` (it reinstalls, building the extensions) "
         "(CI builds it; a missing compiler must not silently drop the fast path's tests)"
     )
     assert TimestampParser(compiled=True).compiled
@@ -59,7 +59,7 @@ def test_compiled_none_falls_back_and_true_refuses_without_the_extension(
     assert not TimestampParser().compiled
     assert not TimestampParser(compiled=False).compiled
     assert TimestampParser().parse("1970-01-01 00:00:01+00") == 1000
-    with pytest.raises(ImportError, match=re.escape("_ctimestamp) is not built: run `python setup.py")):
+    with pytest.raises(ImportError, match=re.escape("_ctimestamp) is not built: reinstall")):
         TimestampParser(compiled=True)
 
 
