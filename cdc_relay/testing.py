@@ -191,9 +191,9 @@ class FakeSink:
             index = next(i for i, (queued, _) in enumerate(self._queue) if queued == token)
             _, message = self._queue.pop(index)
             self._released.discard(token)
-            delivery = Delivery(token, self._failure(token, message))
-            self.delivered.append(delivery)
-            self._handler(delivery)
+            error = self._failure(token, message)
+            self.delivered.append(Delivery(token, error))
+            self._handler(token, error)
         return len(ready)
 
     def _failure(self, token: int, message: Message) -> DeliveryError | None:

@@ -30,6 +30,7 @@ from cdc_relay.polling.threads import Waker, monitor_loop, run_threads
 from cdc_relay.polling.worker import PollerSettings, PollWorker
 from cdc_relay.routing import Router
 from cdc_relay.signals import install_signal_handlers
+from cdc_relay.sink.base import ignore_reports
 from cdc_relay.sink.factory import OtherSink, make_sink_factory, sink_name
 from cdc_relay.text import shorten
 
@@ -105,7 +106,7 @@ def run_poll(settings: PollSettings, stats: PollStats | None = None,
                                                                 settings.router))
     sink = sink_name(settings.sink)
     # A missing client library or a bad --producer-config: one line now, not per worker later.
-    make_sink_factory(settings.kafka, settings.sink)(lambda _delivery: None).close(0)
+    make_sink_factory(settings.kafka, settings.sink)(ignore_reports).close(0)
     waker = Waker()
     workers = build_pollers(settings, stats, waker)
     if stop.is_set():  # stopped during start-up: nothing was claimed

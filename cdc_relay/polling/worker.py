@@ -65,7 +65,6 @@ from cdc_relay.polling.settlement import (
 from cdc_relay.polling.threads import Waker
 from cdc_relay.routing import Router, RoutingError
 from cdc_relay.sink.base import (
-    Delivery,
     DeliveryError,
     ErrorKind,
     ProduceRejected,
@@ -268,10 +267,10 @@ class PollWorker:
         self._broker_suspect = True
 
     # -- one batch ----------------------------------------------------------------
-    def _on_delivery(self, delivery: Delivery) -> None:
-        index = self._tokens.pop(delivery.token, None)
+    def _on_delivery(self, token: int, error: DeliveryError | None) -> None:
+        index = self._tokens.pop(token, None)
         if index is not None:  # reports of an earlier batch or producer are stale
-            self._results[index] = delivery.error
+            self._results[index] = error
 
     def _publish(self, events: Sequence[OutboxEvent],
                  produced: Callable[[list[OutboxEvent]], None] | None = None) -> list[Result]:

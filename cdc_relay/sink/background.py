@@ -33,7 +33,6 @@ from collections.abc import Callable
 
 from cdc_relay.model import Message
 from cdc_relay.sink.base import (
-    Delivery,
     DeliveryError,
     DeliveryHandler,
     ErrorKind,
@@ -186,7 +185,7 @@ class BackgroundSink:
             if token is None:
                 continue
             count += 1
-            handler(Delivery(token, error))
+            handler(token, error)
         return count
 
     def _check_timeout(self) -> None:

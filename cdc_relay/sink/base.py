@@ -1,8 +1,12 @@
 """The Sink protocol: what the relay loops need from a message broker.
 
 No broker types leak through here (docs/design.md, roadmap: NATS, RabbitMQ, ... later). A sink accepts
-messages tagged with an opaque token and reports, later and in any order, one Delivery
-per token. Errors are classified so the loops can act without knowing the broker:
+messages tagged with an opaque token and reports, later and in any order, one delivery
+per token: ``handler(token, None)`` when the broker acked it, ``handler(token, error)``
+when not. Two plain arguments, no object per report: the report runs once per event on
+WAL mode's hot path (docs/design.md, WAL mode's hot path). ``Delivery`` is the same
+report as a record, for collecting them (``collect``). Errors are classified so the loops
+can act without knowing the broker:
 
 * ``PERMANENT``  - this message can never be delivered as is (too large, illegal topic):
   dead-letter it and go on.
@@ -55,10 +59,7 @@ class DeliveryError:
 
 @dataclass(slots=True)
 class Delivery:
-    """The outcome for one produced message: ``error`` is None when the broker acked it.
-
-    Not ``frozen``: one is built per message, and frozen construction costs more.
-    """
+    """One delivery report as a record: ``error`` is None when the broker acked it."""
 
     token: int
     error: DeliveryError | None = None
@@ -76,7 +77,21 @@ class ProduceRejected(Exception):
         self.error = error
 
 
-DeliveryHandler = Callable[[Delivery], None]
+# handler(token, error): error is None when the broker acknowledged the message.
+DeliveryHandler = Callable[[int, DeliveryError | None], None]
+
+
+def collect(into: list[Delivery]) -> DeliveryHandler:
+    """A handler that appends every report to ``into`` as a Delivery (tests, one-off senders)."""
+
+    def handler(token: int, error: DeliveryError | None) -> None:
+        into.append(Delivery(token, error))
+
+    return handler
+
+
+def ignore_reports(_token: int, _error: DeliveryError | None) -> None:
+    """A handler for a sink that is built only to check its settings, then closed."""
 
 
 class Sink(Protocol):

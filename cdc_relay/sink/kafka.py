@@ -36,7 +36,6 @@ from cdc_relay.config import KafkaConfig
 from cdc_relay.errors import BrokerError, mask_secrets
 from cdc_relay.model import Message
 from cdc_relay.sink.base import (
-    Delivery,
     DeliveryError,
     DeliveryHandler,
     ErrorKind,
@@ -85,7 +84,7 @@ class KafkaSink:
         return self._fatal
 
     def produce(self, message: Message, token: int) -> None:
-        """Queue ``message``; its Delivery (with ``token``) is reported by a later poll."""
+        """Queue ``message``; its report (``token``, error) is handed over by a later poll."""
         try:
             # All positional, in the order of confluent-kafka's keyword list (topic, value,
             # key, partition, callback, on_delivery, timestamp, headers): its keyword
@@ -189,7 +188,7 @@ class KafkaSink:
     def _on_delivery(self, token: int, error: KafkaError | None, _message: object) -> None:
         if error is None:
             self._delivered += 1
-            self._handler(Delivery(token))
+            self._handler(token, None)
             return
         if not self._open:
             self._suppressed += 1
@@ -198,7 +197,7 @@ class KafkaSink:
         if kills_producer(error):
             self._set_fatal(failure)
         self._delivered += 1
-        self._handler(Delivery(token, failure))
+        self._handler(token, failure)
 
     def _on_error(self, error: KafkaError) -> None:
         if error.fatal():

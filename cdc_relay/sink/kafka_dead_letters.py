@@ -29,7 +29,7 @@ from cdc_relay.config import KafkaConfig
 from cdc_relay.errors import BrokerError, ConfigError, mask_secrets
 from cdc_relay.model import Message
 from cdc_relay.ops.dead_letters import TopicDeadLetter
-from cdc_relay.sink.base import Delivery, ProduceRejected, QueueFull
+from cdc_relay.sink.base import DeliveryError, ProduceRejected, QueueFull
 from cdc_relay.sink.kafka import KafkaSink
 from cdc_relay.sink.kafka_client import exception_text, producer_settings
 
@@ -116,8 +116,8 @@ def produce_again(config: KafkaConfig, messages: Sequence[Message], *,
     """Send each message; per message None (acknowledged) or why it failed."""
     results: list[str | None] = ["no delivery report"] * len(messages)
 
-    def on_delivery(delivery: Delivery) -> None:
-        results[delivery.token] = None if delivery.error is None else delivery.error.reason
+    def on_delivery(token: int, error: DeliveryError | None) -> None:
+        results[token] = None if error is None else error.reason
 
     sink = KafkaSink(config, on_delivery, logger=_log)
     try:

@@ -32,7 +32,7 @@ from cdc_relay.message_columns import resolve_message_columns
 from cdc_relay.model import Lsn
 from cdc_relay.routing import Router
 from cdc_relay.signals import install_signal_handlers
-from cdc_relay.sink.base import SinkFactory
+from cdc_relay.sink.base import SinkFactory, ignore_reports
 from cdc_relay.sink.factory import OtherSink, make_sink_factory, sink_name
 from cdc_relay.wal.backfill import BackfillStats
 from cdc_relay.wal.checkpoint import transactional_id
@@ -153,7 +153,7 @@ def run_wal(settings: WalSettings) -> int:
         # the PostgreSQL checks below run: the relay's first session takes it.
         warm = SinkWarmUp(factory(deliveries.deliver), stop, timeout=LoopTimings().sink_warmup)
     elif settings.sink is not None:  # a RabbitMQ or NATS sink does no I/O until warm_up
-        factory(lambda _delivery: None).close(0)
+        factory(ignore_reports).close(0)
     try:
         if settings.snapshot == "initial":
             precheck(repl, settings.outbox)  # the refusals, before anything is touched

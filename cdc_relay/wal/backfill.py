@@ -33,7 +33,7 @@ from cdc_relay.errors import ConfigError, RelayError
 from cdc_relay.logs import event_fields
 from cdc_relay.model import OutboxEvent
 from cdc_relay.routing import Router, RoutingError
-from cdc_relay.sink.base import Delivery, ErrorKind, ProduceRejected, QueueFull, Sink, SinkFactory
+from cdc_relay.sink.base import DeliveryError, ErrorKind, ProduceRejected, QueueFull, Sink, SinkFactory
 
 log = logging.getLogger("cdc_relay.backfill")
 
@@ -223,13 +223,12 @@ class Backfill:
         self._inflight[token] = (ordinal, raw_id, event, too_large)
         return message
 
-    def _on_delivery(self, delivery: Delivery) -> None:
-        entry = self._inflight.get(delivery.token)
+    def _on_delivery(self, token: int, error: DeliveryError | None) -> None:
+        entry = self._inflight.get(token)
         if entry is None:
             return  # a report of a discarded producer
-        error = delivery.error
         if error is None:
-            del self._inflight[delivery.token]
+            del self._inflight[token]
             self._acked(entry[0])
             self._marks.append(entry[1])
             if entry[3] is not None:
@@ -237,8 +236,7 @@ class Backfill:
             return
         if error.kind is ErrorKind.PERMANENT and self._failure is None:
             try:
-                self._redo.append((delivery.token, self._dead_letter(delivery.token, entry,
-                                                                     error.reason)))
+                self._redo.append((token, self._dead_letter(token, entry, error.reason)))
                 return
             except _ProducerFailed as exc:
                 self._failure = str(exc)

@@ -36,7 +36,7 @@ from cdc_relay.backoff import Backoff
 from cdc_relay.config import FlowConfig
 from cdc_relay.errors import ConfigError, DeadLetterRefused, RelayError, SlotBusy, SourceLost
 from cdc_relay.routing import Router
-from cdc_relay.sink.base import Delivery, Sink, SinkFactory
+from cdc_relay.sink.base import DeliveryError, Sink, SinkFactory
 from cdc_relay.wal.delivery import AtLeastOnce, DeliveryMode
 from cdc_relay.wal.session import (
     Decoder,
@@ -65,10 +65,10 @@ class Deliveries:
     def __init__(self) -> None:
         self.session: Session | None = None
 
-    def deliver(self, delivery: Delivery) -> None:
+    def deliver(self, token: int, error: DeliveryError | None) -> None:
         session = self.session
         if session is not None:
-            session.on_delivery(delivery)
+            session.on_delivery(token, error)
 
 
 def warm_up(sink: Sink, timeout: float, clock: Callable[[], float],

@@ -37,7 +37,6 @@ from cdc_relay.model import Begin, Change, Commit, IgnoredMessage, Lsn, Message,
 from cdc_relay.routing import Router, RoutingError
 from cdc_relay.sink.base import (
     Cause,
-    Delivery,
     DeliveryError,
     ErrorKind,
     ProduceRejected,
@@ -171,9 +170,8 @@ class Session:
         self.sent = Lsn(start)
 
     # -- delivery reports (called from sink.poll) ------------------------------------
-    def on_delivery(self, delivery: Delivery) -> None:
+    def on_delivery(self, token: int, error: DeliveryError | None) -> None:
         """Feed one delivery report to the tracker, or act on its failure."""
-        token, error = delivery.token, delivery.error
         event = self.inflight.get(token)
         if event is None:
             return

@@ -13,7 +13,7 @@ from cdc_relay.config import KafkaConfig
 from cdc_relay.errors import BrokerError
 from cdc_relay.local.broker import Broker
 from cdc_relay.model import Message
-from cdc_relay.sink.base import Cause, Delivery, ErrorKind, ProduceRejected
+from cdc_relay.sink.base import Cause, Delivery, ErrorKind, ProduceRejected, collect, ignore_reports
 from cdc_relay.sink.kafka import KafkaSink, kafka_sink_factory
 from cdc_relay.sink.kafka_client import check_brokers, classify, describe_settings, producer_settings
 from tests.support import KafkaCollector
@@ -31,7 +31,7 @@ def serve_until(sink: KafkaSink, done: Callable[[], object], timeout: float = 30
 def test_messages_arrive_with_exact_key_value_headers_and_timestamp(
         broker: Broker, topic_prefix: str) -> None:
     got: list[Delivery] = []
-    sink = kafka_sink_factory(KafkaConfig(broker.bootstrap))(got.append)
+    sink = kafka_sink_factory(KafkaConfig(broker.bootstrap))(collect(got))
     sent = {
         10: Message(f"{topic_prefix}.orders", "aggregate-ä-🚀".encode(), b'{"n": 1}',
                     [("id", b"e-1"), ("event_type", b"Created"), ("aggregate_type", b"Order")],
@@ -62,7 +62,7 @@ def test_messages_arrive_with_exact_key_value_headers_and_timestamp(
 def test_message_without_timestamp_gets_the_produce_time(broker: Broker,
                                                          topic_prefix: str) -> None:
     got: list[Delivery] = []
-    sink = kafka_sink_factory(KafkaConfig(broker.bootstrap))(got.append)
+    sink = kafka_sink_factory(KafkaConfig(broker.bootstrap))(collect(got))
     before_ms = int(time.time() * 1000)
     try:
         sink.produce(Message(f"{topic_prefix}.t", b"k", b"v"), 1)
@@ -77,7 +77,7 @@ def test_message_without_timestamp_gets_the_produce_time(broker: Broker,
 
 def test_oversized_message_is_permanent(broker: Broker, topic_prefix: str) -> None:
     got: list[Delivery] = []
-    sink = kafka_sink_factory(KafkaConfig(broker.bootstrap))(got.append)
+    sink = kafka_sink_factory(KafkaConfig(broker.bootstrap))(collect(got))
     huge = Message(f"{topic_prefix}.big", b"k", b"x" * 2_000_000)  # > message.max.bytes (1 MB)
     try:
         try:
@@ -100,7 +100,7 @@ def test_oversized_message_is_permanent(broker: Broker, topic_prefix: str) -> No
 
 def test_illegal_topic_fails_permanently_at_delivery(broker: Broker) -> None:
     got: list[Delivery] = []
-    sink = kafka_sink_factory(KafkaConfig(broker.bootstrap))(got.append)
+    sink = kafka_sink_factory(KafkaConfig(broker.bootstrap))(collect(got))
     try:
         sink.produce(Message("not a topic/name", b"k", b"v"), 7)
         serve_until(sink, lambda: got)
@@ -117,7 +117,7 @@ def test_a_missing_topic_is_retriable_broker_trouble_not_the_events_fault(
     got: list[Delivery] = []
     config = KafkaConfig(broker.bootstrap, {"allow.auto.create.topics": "false",
                                             "topic.metadata.propagation.max.ms": "300"})
-    sink = kafka_sink_factory(config)(got.append)
+    sink = kafka_sink_factory(config)(collect(got))
     missing = Message(f"{topic_prefix}.missing", b"k", b"v")
     try:
         sink.produce(missing, 1)
@@ -141,7 +141,7 @@ def test_broker_restart_fails_fatally_and_a_fresh_sink_works(private_broker: Bro
     config = KafkaConfig(private_broker.bootstrap, message_timeout_ms=5000)
     factory = kafka_sink_factory(config)
     got: list[Delivery] = []
-    first = factory(got.append)
+    first = factory(collect(got))
     topic = f"{topic_prefix}.r"
     try:
         first.produce(Message(topic, b"k", b"before"), 1)
@@ -160,7 +160,7 @@ def test_broker_restart_fails_fatally_and_a_fresh_sink_works(private_broker: Bro
     assert failures or first.fatal_error is not None
 
     second_got: list[Delivery] = []
-    second = factory(second_got.append)
+    second = factory(collect(second_got))
     try:
         assert isinstance(second, KafkaSink) and second.generation == 2
         second.produce(Message(topic, b"k", b"again"), 9)
@@ -174,7 +174,7 @@ def test_broker_restart_fails_fatally_and_a_fresh_sink_works(private_broker: Bro
 def test_close_drops_undelivered_messages_without_reporting_them(private_broker: Broker,
                                                                  topic_prefix: str) -> None:
     got: list[Delivery] = []
-    sink = kafka_sink_factory(KafkaConfig(private_broker.bootstrap))(got.append)
+    sink = kafka_sink_factory(KafkaConfig(private_broker.bootstrap))(collect(got))
     try:
         sink.produce(Message(f"{topic_prefix}.c", b"k", b"v"), 1)
         serve_until(sink, lambda: got)
@@ -219,7 +219,7 @@ def test_warm_up_raises_a_broker_error_when_no_broker_answers() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    sink = kafka_sink_factory(KafkaConfig(f"127.0.0.1:{port}"))(lambda d: None)
+    sink = kafka_sink_factory(KafkaConfig(f"127.0.0.1:{port}"))(ignore_reports)
     try:
         with pytest.raises(BrokerError, match=f"127.0.0.1:{port}"):
             sink.warm_up(0.5)

@@ -16,7 +16,7 @@ from pika import spec
 
 from cdc_relay.model import Message
 from cdc_relay.sink.background import BackgroundSink
-from cdc_relay.sink.base import Delivery, DeliveryError, ErrorKind, ProduceRejected, QueueFull
+from cdc_relay.sink.base import Delivery, DeliveryError, ErrorKind, ProduceRejected, QueueFull, collect
 from cdc_relay.sink.config import parse_rabbitmq
 from cdc_relay.sink.nats import classify, headers
 from cdc_relay.sink.rabbitmq import RabbitMqSink, properties
@@ -34,7 +34,7 @@ class ScriptedSink(BackgroundSink):
     kind = "scripted"
 
     def __init__(self, got: list[Delivery], clock: Clock, max_in_flight: int = 3) -> None:
-        super().__init__(got.append, generation=1, max_in_flight=max_in_flight,
+        super().__init__(collect(got), generation=1, max_in_flight=max_in_flight,
                          message_timeout=10.0, logger=logging.getLogger("test"), clock=clock)
         self.submitted: list[tuple[int, Message]] = []
         self.stopped = False
@@ -145,7 +145,7 @@ class RecordingChannel:
 def rabbit_sink(got: list[Delivery]) -> tuple[RabbitMqSink, RecordingChannel]:
     config = parse_rabbitmq("amqp://guest:guest@127.0.0.1:1/%2F", ["exchange=ex",
                             "dead_letter_exchange=dlx"], dead_letter_topic="dead")
-    sink = RabbitMqSink(config, got.append)
+    sink = RabbitMqSink(config, collect(got))
     channel = RecordingChannel()
     sink._channel, sink._ready = channel, True
     sink._submit = lambda seq, message: sink._outbox.append((seq, message))  # type: ignore[method-assign]
@@ -219,7 +219,7 @@ def test_nats_pub_acks_duplicates_no_responders_and_api_errors_become_deliveries
     got: list[Delivery] = []
     config = parse_nats("nats://127.0.0.1:1", [], topic_pattern="o.{aggregate_type}",
                         dead_letter_topic="o.dlq")
-    sink = NatsSink(config, got.append)
+    sink = NatsSink(config, collect(got))
     sink._submit = lambda seq, message: None  # type: ignore[method-assign]
     for token in range(4):
         sink.produce(msg(topic="o.order"), token)

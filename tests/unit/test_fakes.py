@@ -6,7 +6,7 @@ import pytest
 
 from cdc_relay.errors import BrokerError
 from cdc_relay.model import Message
-from cdc_relay.sink.base import Delivery, ErrorKind, ProduceRejected, QueueFull
+from cdc_relay.sink.base import Delivery, ErrorKind, ProduceRejected, QueueFull, collect, ignore_reports
 from cdc_relay.testing import FakeSink, FakeSinkFactory, reverse, shuffled
 
 
@@ -16,7 +16,7 @@ def msg(topic: str = "t") -> Message:
 
 def sink_with(**options: object) -> tuple[FakeSink, list[Delivery]]:
     got: list[Delivery] = []
-    return FakeSink(got.append, **options), got  # type: ignore[arg-type]
+    return FakeSink(collect(got), **options), got
 
 
 def test_deliveries_are_reported_only_when_polled_in_produce_order() -> None:
@@ -125,7 +125,7 @@ def test_factory_numbers_generations_and_configures_each_sink() -> None:
             sink.fail_producer()
 
     factory = FakeSinkFactory(fail_first, queue_limit=5)
-    first, second = factory(lambda d: None), factory(lambda d: None)
+    first, second = factory(ignore_reports), factory(ignore_reports)
     assert factory.generations == 2 and factory.current is second
     assert (first.generation, second.generation) == (1, 2)
     assert first.fatal_error is not None and second.fatal_error is None

@@ -11,7 +11,7 @@ from cdc_relay.errors import BrokerError
 from cdc_relay.local.machine_services import NATS_PORT, RABBITMQ_PORT
 from cdc_relay.model import Message
 from cdc_relay.sink.background import BackgroundSink
-from cdc_relay.sink.base import Cause, Delivery, ErrorKind, ProduceRejected
+from cdc_relay.sink.base import Cause, Delivery, ErrorKind, ProduceRejected, collect
 from cdc_relay.sink.config import parse_nats, parse_rabbitmq
 from cdc_relay.sink.nats import NatsSink
 from cdc_relay.sink.rabbitmq import RabbitMqSink
@@ -36,14 +36,14 @@ def rabbit_sink(port: int, prefix: str, got: list[Delivery], *extra: str) -> Rab
     config = parse_rabbitmq(f"amqp://guest:guest@127.0.0.1:{port}/%2F",
                             [f"exchange={prefix}", f"dead_letter_queue={prefix}.dlq", *extra],
                             dead_letter_topic=f"{prefix}.dlq", message_timeout_ms=1500)
-    return RabbitMqSink(config, got.append)
+    return RabbitMqSink(config, collect(got))
 
 
 def nats_sink(port: int, stream: str, prefix: str, got: list[Delivery], *extra: str) -> NatsSink:
     config = parse_nats(f"nats://127.0.0.1:{port}", [f"stream={stream}", *extra],
                         topic_pattern=prefix + ".{aggregate_type}", dead_letter_topic=f"{prefix}.dlq",
                         message_timeout_ms=1500)
-    return NatsSink(config, got.append)
+    return NatsSink(config, collect(got))
 
 
 @pytest.mark.parametrize("kind", ["rabbitmq", "nats"])
