@@ -155,6 +155,8 @@ class Session:
         self.stats = parts.stats
         self._decode = parts.decoder.decode
         self._router = parts.router
+        self._route = parts.router.route  # per event: bound once, as the sink's produce
+        self._sink_produce = sink.produce
         self._clock = parts.clock
         self._max_events = parts.flow.max_inflight_events
         self._max_bytes = parts.flow.max_inflight_bytes
@@ -172,18 +174,20 @@ class Session:
     # -- delivery reports (called from sink.poll) ------------------------------------
     def on_delivery(self, token: int, error: DeliveryError | None) -> None:
         """Feed one delivery report to the tracker, or act on its failure."""
-        event = self.inflight.get(token)
+        inflight = self.inflight
+        event = inflight.pop(token, None)
         if event is None:
             return
         if error is None:
-            del self.inflight[token]
             self.inflight_bytes -= len(event.payload)
             self.tracker.delivered(token)
-            if self.dead_lettered.pop(token, None) is not None:
+            dead_lettered = self.dead_lettered
+            if dead_lettered and dead_lettered.pop(token, None) is not None:
                 self.stats.dead_lettered += 1
             else:
                 self.stats.published += 1
             return
+        inflight[token] = event  # not delivered: still in flight (dead letter, or replay)
         failed = self.stats.failed_by_type
         failed[event.event_type] = failed.get(event.event_type, 0) + 1
         if self.mode.delivery_failed(event, error):  # delivery mode
@@ -300,7 +304,7 @@ class Session:
         self.inflight[token] = event
         self.inflight_bytes += len(event.payload)
         try:
-            message = self._router.route(event)
+            message = self._route(event)
         except RoutingError as exc:
             message = self._next_dead_letter(token, DeliveryError(ErrorKind.PERMANENT, str(exc)))
         admit = self._admit  # delivery mode
@@ -309,7 +313,7 @@ class Session:
             if refusal is not None:
                 message = self._next_dead_letter(token, refusal)
         try:
-            self.sink.produce(message, token)  # the common case, without the retry loop
+            self._sink_produce(message, token)  # the common case, without the retry loop
         except (QueueFull, ProduceRejected):
             self._produce(token, message)
 
