@@ -8,7 +8,8 @@
  * (outbox_setup), and created_at's epoch milliseconds from the row's raw bytes with a
  * one-entry cache of the last accepted text (outbox_created_at; the parse is
  * _ctimestamp.h's, shared with _ctimestamp.c). The cache holds only a pure function's
- * last answer, so a decline or a pure-path row in between never makes it stale.
+ * last answer, so a decline or a pure-path row in between never makes it stale. Also the
+ * module set-up both share (outbox_module: the Reader type's common slots).
  *
  * Must not: accept a class whose fields differ from the ones listed here (a field added to
  * OutboxEvent would be left unset: outbox_setup raises instead), run Python code per
@@ -167,6 +168,25 @@ static int outbox_created_at(Outbox *o, const char *s, Py_ssize_t n, PyObject **
     Py_XSETREF(o->created_ms, Py_NewRef(value));
     *out = value;
     return 1;
+}
+
+/* The module ``def`` describes, with its ``Reader`` type readied and added; ``type`` has
+ * its name and doc, the rest of what both decoders' Readers share is filled in here. */
+static PyObject *outbox_module(struct PyModuleDef *def, PyTypeObject *type, Py_ssize_t size,
+                               initproc init, destructor dealloc, PyMethodDef *methods)
+{
+    type->tp_basicsize = size;
+    type->tp_flags = Py_TPFLAGS_DEFAULT;
+    type->tp_new = PyType_GenericNew;
+    type->tp_init = init;
+    type->tp_dealloc = dealloc;
+    type->tp_methods = methods;
+    if (PyType_Ready(type) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(def);
+    if (m != NULL && PyModule_AddObjectRef(m, "Reader", (PyObject *)type) < 0)
+        Py_CLEAR(m);
+    return m;
 }
 
 #endif /* CDC_RELAY_COUTBOX_H */

@@ -283,12 +283,6 @@ static PyTypeObject ReaderType = {
     .tp_doc = PyDoc_STR("Reader(plans, event_class): reads the common Inserts of the outbox "
                         "relations ``plans`` has a plan for into event_class (OutboxEvent) "
                         "instances (docs/design.md, \"The compiled decoders\")."),
-    .tp_basicsize = sizeof(Reader),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)reader_init,
-    .tp_dealloc = (destructor)reader_dealloc,
-    .tp_methods = reader_methods,
 };
 
 static struct PyModuleDef module = {
@@ -299,12 +293,6 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__cpgoutput(void) {
-    if (PyType_Ready(&ReaderType) < 0) return NULL;
-    PyObject *m = PyModule_Create(&module);
-    if (m == NULL) return NULL;
-    if (PyModule_AddObjectRef(m, "Reader", (PyObject *)&ReaderType) < 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
+    return outbox_module(&module, &ReaderType, sizeof(Reader), (initproc)reader_init,
+                         (destructor)reader_dealloc, reader_methods);
 }
