@@ -8,14 +8,18 @@ in pure Python, with the same results (the tests compare the two paths).
 from setuptools import Extension, setup
 
 _FLAGS = ["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter"]
+# The headers the extensions share (one copy of the created_at parse and of the
+# OutboxEvent construction): a change to one rebuilds its includers, and the sdist ships them.
+_TIMESTAMP = ["cdc_relay/decoding/_ctimestamp.h"]
+_DECODER = [*_TIMESTAMP, "cdc_relay/decoding/_coutbox.h"]
 
 setup(
     ext_modules=[
         Extension("cdc_relay.decoding._cwal2json", ["cdc_relay/decoding/_cwal2json.c"],
-                  extra_compile_args=_FLAGS, optional=True),
+                  depends=_DECODER, extra_compile_args=_FLAGS, optional=True),
         Extension("cdc_relay.decoding._cpgoutput", ["cdc_relay/decoding/_cpgoutput.c"],
-                  extra_compile_args=_FLAGS, optional=True),
+                  depends=_DECODER, extra_compile_args=_FLAGS, optional=True),
         Extension("cdc_relay.decoding._ctimestamp", ["cdc_relay/decoding/_ctimestamp.c"],
-                  extra_compile_args=_FLAGS, optional=True),
+                  depends=_TIMESTAMP, extra_compile_args=_FLAGS, optional=True),
     ],
 )

@@ -1,18 +1,25 @@
 /* The compiled fast path of the pgoutput decoder (docs/design.md, "The compiled decoders").
  *
- * Owns one function, insert(): the common Insert message of an outbox relation, parsed
- * straight from the message's buffer into the values an OutboxEvent needs. It accepts a
- * message only when cdc_relay/decoding/pgoutput.py's pure path would accept it and give
- * the same values; for anything else (another message type, an unknown relation, a
- * truncated or odd tuple, NULL in a required column, invalid UTF-8) it returns None and
- * the pure path runs, producing the event or the DecodeError. It must never raise for a
- * message, and never word an error: declining is its only answer to bad input.
+ * Owns ``Reader.insert``: the common Insert message of an outbox relation, parsed
+ * straight from the message's buffer into the finished OutboxEvent (_coutbox.h builds it
+ * and parses created_at). It accepts a message only when
+ * cdc_relay/decoding/pgoutput.py's pure path would accept it and give the same event;
+ * for anything else (another message type, an unknown relation, a truncated or odd tuple,
+ * NULL in a required column, invalid UTF-8, a created_at the compiled parse does not
+ * read) it returns None and the pure path runs, producing the event or the DecodeError.
+ * It must never raise for a message, and never word an error: declining is its only
+ * answer to bad input. The plans are the decoder's (one per outbox relation, kept in the
+ * dict the Reader holds); the Reader keeps no other state than the last created_at.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 
+#include "_coutbox.h"
+
 #define FIELDS 6      /* id, aggregate_type, aggregate_id, event_type, payload, created_at */
+#define CREATED_AT 5
+#define TRACE 2       /* with carried columns: (extras), traceparent, tracestate */
 #define REQUIRED 5    /* the first five may not be NULL */
 #define PAYLOAD 4     /* passed on as bytes, not decoded */
 #define MAX_FIELDS 64 /* more carried columns than this: the pure path */
@@ -98,29 +105,64 @@ static PyObject *text(Span span) {
     return out;
 }
 
-/* The result tuple, or NULL: declined (no exception) or failed (exception set). */
-static PyObject *values(const Span *spans, long nfields) {
-    for (int field = 0; field < REQUIRED; field++)
-        if (spans[field].at == NULL) return NULL;
-    PyObject *out = PyTuple_New(nfields);
-    if (out == NULL) return NULL;
-    for (long field = 0; field < nfields; field++) {
-        PyObject *value;
-        if (field == PAYLOAD)
-            value = PyBytes_FromStringAndSize((const char *)spans[field].at, spans[field].len);
-        else
-            value = text(spans[field]);
-        if (value == NULL) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(out, field, value);
+/* A Reader: the decoder's plans (the dict it keeps them in) and the event class. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *plans; /* relation id -> (slots, ncols, nfields, aliases) */
+    Outbox outbox;   /* the event class, and the last created_at */
+} Reader;
+
+/* The fields after the payload into fields[]: created_at_ms, then (nfields > FIELDS) the
+ * carried texts as (extras), traceparent, tracestate, else (), None, None. 0, 1 to
+ * decline, -1 on an error. */
+static int optional_fields(Reader *self, const Span *spans, long nfields, PyObject **fields) {
+    Span created = spans[CREATED_AT];
+    if (created.at == NULL) {
+        fields[EV_CREATED_AT_MS] = Py_NewRef(Py_None);
+    } else {
+        int status = outbox_created_at(&self->outbox, (const char *)created.at, created.len,
+                                       &fields[EV_CREATED_AT_MS]);
+        if (status <= 0) return status < 0 ? -1 : 1;
     }
-    return out;
+    long nextras = nfields > FIELDS ? nfields - FIELDS - TRACE : 0;
+    if ((fields[EV_EXTRA] = PyTuple_New(nextras)) == NULL) return -1;
+    for (long j = 0; j < nextras; j++) {
+        PyObject *value = text(spans[FIELDS + j]);
+        if (value == NULL) return PyErr_Occurred() ? -1 : 1; /* NULL items are skipped */
+        PyTuple_SET_ITEM(fields[EV_EXTRA], j, value);
+    }
+    for (int j = 0; j < TRACE; j++) {
+        Span span = nfields > FIELDS ? spans[FIELDS + nextras + j] : (Span){NULL, 0};
+        if ((fields[EV_TRACEPARENT + j] = text(span)) == NULL) return PyErr_Occurred() ? -1 : 1;
+    }
+    return 0;
 }
 
-static PyObject *parse(const unsigned char *buf, Py_ssize_t size, PyObject *slots,
-                       long ncols, long nfields, PyObject *aliases) {
+/* The event, Py_None (declined) or NULL (failed, exception set). */
+static PyObject *event(Reader *self, const Span *spans, long nfields, PyObject *wal_start) {
+    for (int field = 0; field < REQUIRED; field++)
+        if (spans[field].at == NULL) Py_RETURN_NONE;
+    PyObject *fields[EV_FIELDS] = {NULL};
+    /* created_at first: a declined timestamp then costs no other object */
+    int status = optional_fields(self, spans, nfields, fields);
+    for (int field = 0; status == 0 && field < REQUIRED; field++) {
+        if (field == PAYLOAD)
+            fields[field] = PyBytes_FromStringAndSize((const char *)spans[field].at,
+                                                      spans[field].len);
+        else
+            fields[field] = text(spans[field]);
+        if (fields[field] == NULL) status = PyErr_Occurred() ? -1 : 1;
+    }
+    if (status != 0) {
+        outbox_discard(fields);
+        return status < 0 ? NULL : Py_NewRef(Py_None);
+    }
+    fields[EV_LSN] = Py_NewRef(wal_start);
+    return outbox_event(&self->outbox, fields);
+}
+
+static PyObject *parse(Reader *self, const unsigned char *buf, Py_ssize_t size, PyObject *slots,
+                       long ncols, long nfields, PyObject *aliases, PyObject *wal_start) {
     if (size < HEAD || buf[0] != 'I' || buf[5] != 'N') Py_RETURN_NONE;
     if ((long)(((unsigned)buf[6] << 8) | buf[7]) != ncols) Py_RETURN_NONE;
     if (nfields > MAX_FIELDS) Py_RETURN_NONE;
@@ -131,9 +173,7 @@ static PyObject *parse(const unsigned char *buf, Py_ssize_t size, PyObject *slot
         Py_RETURN_NONE;
     }
     if (alias(aliases, spans, nfields) < 0) return NULL;
-    PyObject *out = values(spans, nfields);
-    if (out == NULL && !PyErr_Occurred()) Py_RETURN_NONE;
-    return out;
+    return event(self, spans, nfields, wal_start);
 }
 
 /* The plan's parts, checked: the decoder builds plans, so a bad one is a bug (raise). */
@@ -153,8 +193,9 @@ static int unpack_plan(PyObject *plan, PyObject **slots, long *ncols, long *nfie
     if (*ncols == -1 && PyErr_Occurred()) return -1;
     *nfields = PyLong_AsLong(PyTuple_GET_ITEM(plan, 2));
     if (*nfields == -1 && PyErr_Occurred()) return -1;
-    if (*nfields < FIELDS) {
-        PyErr_Format(PyExc_ValueError, "a plan's nfields must be at least %d", FIELDS);
+    if (*nfields < FIELDS || *nfields == FIELDS + 1) {
+        PyErr_Format(PyExc_ValueError, "a plan's nfields must be %d, or at least %d (the "
+                     "carried columns, the two trace columns last)", FIELDS, FIELDS + TRACE);
         return -1;
     }
     return 0;
@@ -170,23 +211,25 @@ static PyObject *plan_of(PyObject *plans, const unsigned char *buf) {
 }
 
 PyDoc_STRVAR(insert_doc,
-"insert(payload, plans, /)\n--\n\n"
-"The values of an outbox Insert message (a bytes-like object), or None.\n\n"
-"``plans`` maps relation id -> (slots, ncols, nfields, aliases): ``slots`` maps tuple\n"
-"column -> field (-1: not used), ``ncols`` is the relation's column count, ``nfields``\n"
-"the result's length, ``aliases`` (field, field whose column it shares) pairs. The\n"
-"result: id, aggregate_type, aggregate_id, event_type (str), payload (bytes), then\n"
-"created_at and the carried columns (str or None). None when the message is not one\n"
-"the fast path accepts (including a relation id without a plan): the pure decoder then\n"
-"decodes it or words its error. Raises only for a malformed argument or plan.");
+"insert(payload, wal_start, /)\n--\n\n"
+"The OutboxEvent (lsn ``wal_start``) of an outbox Insert message (a bytes-like\n"
+"object), or None.\n\n"
+"The Reader's ``plans`` map relation id -> (slots, ncols, nfields, aliases): ``slots``\n"
+"maps tuple column -> field (-1: not used; fields: id, aggregate_type, aggregate_id,\n"
+"event_type, payload, created_at, then the carried columns: the extras, traceparent,\n"
+"tracestate), ``ncols`` is the relation's column count, ``nfields`` 6 without carried\n"
+"columns, ``aliases`` (field, field whose column it shares) pairs. None when the\n"
+"message is not one the fast path accepts (including a relation id without a plan):\n"
+"the pure decoder then decodes it or words its error. Raises only for a malformed\n"
+"argument or plan.");
 
-static PyObject *insert(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *reader_insert(Reader *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2) {
         PyErr_Format(PyExc_TypeError, "insert() takes 2 arguments (%zd given)", nargs);
         return NULL;
     }
-    if (!PyDict_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "plans must be a dict");
+    if (self->plans == NULL || self->outbox.type == NULL) {
+        PyErr_SetString(PyExc_TypeError, "Reader.insert(): the Reader is not initialised");
         return NULL;
     }
     Py_buffer view;
@@ -200,28 +243,56 @@ static PyObject *insert(PyObject *module, PyObject *const *args, Py_ssize_t narg
     long ncols, nfields;
     if (view.len < HEAD || buf[0] != 'I') {
         out = Py_NewRef(Py_None);
-    } else if ((plan = plan_of(args[1], buf)) == NULL) {
+    } else if ((plan = plan_of(self->plans, buf)) == NULL) {
         if (!PyErr_Occurred()) out = Py_NewRef(Py_None);
     } else if (unpack_plan(plan, &slots, &ncols, &nfields, &aliases) == 0) {
-        Py_INCREF(plan); /* parse runs no Python code, but keep the borrowed plan alive */
-        out = parse(buf, view.len, slots, ncols, nfields, aliases);
+        Py_INCREF(plan); /* the event's allocation may run the GC: keep the borrowed plan */
+        out = parse(self, buf, view.len, slots, ncols, nfields, aliases, args[1]);
         Py_DECREF(plan);
     }
     PyBuffer_Release(&view);
     return out;
 }
 
-static PyMethodDef methods[] = {
-    {"insert", (PyCFunction)(void (*)(void))insert, METH_FASTCALL, insert_doc},
+static int reader_init(Reader *self, PyObject *args, PyObject *kwargs) {
+    PyObject *plans, *event_class;
+    static char *keywords[] = {"plans", "event_class", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O:Reader", keywords, &PyDict_Type, &plans,
+                                     &event_class))
+        return -1;
+    Py_CLEAR(self->plans);
+    if (outbox_setup(&self->outbox, event_class) < 0) return -1;
+    self->plans = Py_NewRef(plans);
+    return 0;
+}
+
+static void reader_dealloc(Reader *self) {
+    Py_CLEAR(self->plans);
+    outbox_clear(&self->outbox);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef reader_methods[] = {
+    {"insert", (PyCFunction)(void (*)(void))reader_insert, METH_FASTCALL, insert_doc},
     {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ReaderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "cdc_relay.decoding._cpgoutput.Reader",
+    .tp_doc = PyDoc_STR("Reader(plans, event_class): reads the common Inserts of the outbox "
+                        "relations ``plans`` has a plan for into event_class (OutboxEvent) "
+                        "instances (docs/design.md, \"The compiled decoders\")."),
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_cpgoutput",
-    .m_doc = "The compiled fast path of cdc_relay.decoding.pgoutput (see its insert()).",
+    .m_doc = "The compiled fast path of cdc_relay.decoding.pgoutput (see Reader.insert()).",
     .m_size = -1,
-    .m_methods = methods,
 };
 
-PyMODINIT_FUNC PyInit__cpgoutput(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__cpgoutput(void) {
+    return outbox_module(&module, &ReaderType, sizeof(Reader), (initproc)reader_init,
+                         (destructor)reader_dealloc, reader_methods);
+}

@@ -1,26 +1,29 @@
 /* _cwal2json: the compiled fast path of the wal2json decoder (docs/design.md, "The
  * compiled decoders").
  *
- * Owns ``Reader.row``: one scan of a wal2json format-version-2 message that returns the six
- * mapped values of the common outbox insert and its carried columns' texts (the
- * ``--header`` / ``--partition-column`` extras and the trace context, read at the
- * positions of decoding/carried.py's plan), or None for anything else. It validates
- * the whole document (JSON grammar, UTF-8, escapes, the number ranges orjson accepts)
- * and accepts only a subset of what orjson accepts, so that an accepted message gives
- * exactly what decoding/wal2json.py's pure path would give.
+ * Owns ``Reader.row``: one scan of a wal2json format-version-2 message that returns the
+ * finished OutboxEvent of the common outbox insert - the six mapped values, created_at
+ * parsed (_coutbox.h), and its carried columns' texts (the ``--header`` /
+ * ``--partition-column`` extras and the trace context, read at the positions of
+ * decoding/carried.py's plan) - or None for anything else. It validates the whole
+ * document (JSON grammar, UTF-8, escapes, the number ranges orjson accepts) and accepts
+ * only a subset of what orjson accepts, so that an accepted message gives exactly the
+ * event decoding/wal2json.py's pure path would give.
  *
  * Must not: raise for bad input (bad input is declined, and the pure path then reports
- * it), keep state between calls beyond a Reader's texts and its last plans, or plan: the
- * positions come from the pure decoder, which rebuilds them on a new row shape. Nor may
- * it guess: whenever equivalence is not certain (an escaped key, a duplicate key that
- * matters, a lone surrogate, a number orjson might read as infinity, an integer outside
- * the range orjson reads as int, a carried value that is neither text, int nor null) it
- * declines.
+ * it), keep state between calls beyond a Reader's texts, its last plans and its last
+ * created_at, or plan: the positions come from the pure decoder, which rebuilds them on a
+ * new row shape. Nor may it guess: whenever equivalence is not certain (an escaped key, a
+ * duplicate key that matters, a lone surrogate, a number orjson might read as infinity,
+ * an integer outside the range orjson reads as int, a carried value that is neither
+ * text, int nor null, a created_at the compiled parse does not read) it declines.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "_coutbox.h"
 
 /* orjson's own limit is 1024; wal2json documents are 3 levels deep. */
 #define MAX_DEPTH 64
@@ -609,68 +612,6 @@ static int carried_text(const Slot *slot, PyObject **out)
     return text_of(&slot->value, 0, out);
 }
 
-/* The mapped values and the column count into result[0..NFIELDS]: 0, 1 to decline, -1. */
-static int build_mapped(const Want *w, Py_ssize_t ncols, int timestamped, PyObject *result)
-{
-    const Value *created = &w->slots[NFIELDS - 1].value;
-    PyObject *item;
-    int status;
-    for (int k = 0; k < NFIELDS - 1; k++) {
-        if ((status = text_of(&w->slots[k].value, k == NFIELDS - 2, &item)) != 0)
-            return status;
-        PyTuple_SET_ITEM(result, k, item);
-    }
-    /* without a created_at column the sixth slot only repeats the id column's check */
-    if (!timestamped || created->kind == K_NULL)
-        item = Py_NewRef(Py_None);
-    else if (created->kind != K_STRING)
-        return 1;
-    else if ((status = text_of(created, 0, &item)) != 0)
-        return status;
-    PyTuple_SET_ITEM(result, NFIELDS - 1, item);
-    if ((item = PyLong_FromSsize_t(ncols)) == NULL)
-        return -1;
-    PyTuple_SET_ITEM(result, NFIELDS, item);
-    return 0;
-}
-
-/* The carried texts into result[NFIELDS + 1..]: (extras), traceparent, tracestate. */
-static int build_carried(const Want *w, PyObject *result)
-{
-    const Slot *carried = &w->slots[NFIELDS];
-    PyObject *extras = PyTuple_New(w->nextras), *item;
-    int status;
-    if (extras == NULL)
-        return -1;
-    PyTuple_SET_ITEM(result, NFIELDS + 1, extras);
-    for (Py_ssize_t j = 0; j < w->nextras; j++) {
-        if ((status = carried_text(&carried[j], &item)) != 0)
-            return status;
-        PyTuple_SET_ITEM(extras, j, item);
-    }
-    for (int j = 0; j < NTRACE; j++) {
-        if ((status = carried_text(&carried[w->nextras + j], &item)) != 0)
-            return status;
-        PyTuple_SET_ITEM(result, NFIELDS + 2 + j, item);
-    }
-    return 0;
-}
-
-/* The result tuple; Py_None when a value is not of the kind the fast path takes. */
-static PyObject *build(const Want *w, Py_ssize_t ncols, int timestamped)
-{
-    PyObject *result = PyTuple_New(NFIELDS + 2 + NTRACE);
-    int status;
-    if (result == NULL)
-        return NULL;
-    if ((status = build_mapped(w, ncols, timestamped, result)) != 0
-        || (status = build_carried(w, result)) != 0) {
-        Py_DECREF(result); /* a partly filled tuple: its NULL items are skipped */
-        return status < 0 ? NULL : Py_NewRef(Py_None);
-    }
-    return result;
-}
-
 /* A Reader: the texts one decoder looks for, as UTF-8, kept alive by ``texts``. */
 typedef struct {
     PyObject_HEAD
@@ -679,7 +620,80 @@ typedef struct {
     PyObject *carried;
     int timestamped;
     Want want;
+    Outbox outbox;     /* the event class, and the last created_at */
 } Reader;
+
+/* The created_at_ms of the sixth slot into *out: 0, 1 to decline, -1 on an error. A
+ * string is compared with the last one as its unescaped bytes, so a repeated text costs
+ * no object; escapes are unescaped first (no accepted text needs more than 256 bytes to
+ * be spelled, every character escaped as \u00XX). */
+static int created_at_of(Reader *self, PyObject **out)
+{
+    const Value *v = &self->want.slots[NFIELDS - 1].value;
+    /* without a created_at column the sixth slot only repeats the id column's check */
+    if (!self->timestamped || v->kind == K_NULL) {
+        *out = Py_NewRef(Py_None);
+        return 0;
+    }
+    if (v->kind != K_STRING)
+        return 1;
+    int status;
+    if (!v->escaped)
+        status = outbox_created_at(&self->outbox, (const char *)v->s, v->n, out);
+    else {
+        unsigned char text[256];
+        if (v->n > (Py_ssize_t)sizeof text)
+            return 1;
+        status = outbox_created_at(&self->outbox, (const char *)text, unescape(v, text), out);
+    }
+    return status < 0 ? -1 : status == 0;
+}
+
+/* The mapped values into fields[EV_ID..EV_PAYLOAD]: 0, 1 to decline, -1 on an error. */
+static int build_mapped(const Want *w, PyObject **fields)
+{
+    int status;
+    for (int k = EV_ID; k <= EV_PAYLOAD; k++)
+        if ((status = text_of(&w->slots[k].value, k == EV_PAYLOAD, &fields[k])) != 0)
+            return status;
+    return 0;
+}
+
+/* The carried texts into fields[EV_EXTRA..EV_TRACESTATE]: 0, 1 to decline, -1. */
+static int build_carried(const Want *w, PyObject **fields)
+{
+    const Slot *carried = &w->slots[NFIELDS];
+    PyObject *extras = PyTuple_New(w->nextras), *item;
+    int status;
+    if (extras == NULL)
+        return -1;
+    fields[EV_EXTRA] = extras;
+    for (Py_ssize_t j = 0; j < w->nextras; j++) {
+        if ((status = carried_text(&carried[j], &item)) != 0)
+            return status; /* a partly filled tuple: its NULL items are skipped */
+        PyTuple_SET_ITEM(extras, j, item);
+    }
+    for (int j = 0; j < NTRACE; j++)
+        if ((status = carried_text(&carried[w->nextras + j], &fields[EV_TRACEPARENT + j])) != 0)
+            return status;
+    return 0;
+}
+
+/* The row's OutboxEvent; Py_None when a value is not of the kind the fast path takes. */
+static PyObject *build(Reader *self, PyObject *wal_start)
+{
+    PyObject *fields[EV_FIELDS] = {NULL};
+    int status;
+    /* created_at first: a declined timestamp then costs no other object */
+    if ((status = created_at_of(self, &fields[EV_CREATED_AT_MS])) != 0
+        || (status = build_mapped(&self->want, fields)) != 0
+        || (status = build_carried(&self->want, fields)) != 0) {
+        outbox_discard(fields);
+        return status < 0 ? NULL : Py_NewRef(Py_None);
+    }
+    fields[EV_LSN] = Py_NewRef(wal_start);
+    return outbox_event(&self->outbox, fields);
+}
 
 static int utf8_of(PyObject *obj, const char **text, Py_ssize_t *n)
 {
@@ -712,13 +726,16 @@ static PyObject *reader_texts(PyObject *schema, PyObject *table, PyObject *names
 
 static int reader_init(Reader *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *schema, *table, *names, *extras, *trace;
+    PyObject *schema, *table, *names, *extras, *trace, *event_class;
     int timestamped;
     static char *keywords[] = {"schema", "table", "names", "timestamped", "extras", "trace",
-                               NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UUO!pO!O!:Reader", keywords, &schema,
+                               "event_class", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UUO!pO!O!O:Reader", keywords, &schema,
                                      &table, &PyTuple_Type, &names, &timestamped,
-                                     &PyTuple_Type, &extras, &PyTuple_Type, &trace))
+                                     &PyTuple_Type, &extras, &PyTuple_Type, &trace,
+                                     &event_class))
+        return -1;
+    if (outbox_setup(&self->outbox, event_class) < 0)
         return -1;
     PyObject *all = reader_texts(schema, table, names, extras, trace);
     if (all == NULL)
@@ -797,17 +814,21 @@ static int reader_plan(Reader *self, PyObject *plan, PyObject *carried)
 static PyObject *reader_row(Reader *self, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_buffer view;
-    Py_ssize_t ncols = 0;
+    Py_ssize_t ncols = 0, planned_ncols;
     Want *w = &self->want;
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "Reader.row() takes payload, plan and carried");
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError,
+                        "Reader.row() takes payload, wal_start, plan, carried and ncols");
         return NULL;
     }
-    if (self->texts == NULL || w->nslots == 0) {
+    if (self->texts == NULL || w->nslots == 0 || self->outbox.type == NULL) {
         PyErr_SetString(PyExc_TypeError, "Reader.row(): the Reader is not initialised");
         return NULL;
     }
-    if (reader_plan(self, args[1], args[2]) < 0)
+    if (reader_plan(self, args[2], args[3]) < 0)
+        return NULL;
+    planned_ncols = PyLong_AsSsize_t(args[4]);
+    if (planned_ncols == -1 && PyErr_Occurred())
         return NULL;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
         PyErr_Clear(); /* not a contiguous buffer: the pure path decides */
@@ -819,8 +840,10 @@ static PyObject *reader_row(Reader *self, PyObject *const *args, Py_ssize_t narg
     PyObject *result;
     if (scan_document(&sc, w, &ncols) < 0)
         result = PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    else if (ncols != planned_ncols) /* another shape than the plans' (-1: none yet) */
+        result = Py_NewRef(Py_None);
     else
-        result = build(w, ncols, self->timestamped);
+        result = build(self, args[1]);
     PyBuffer_Release(&view);
     return result;
 }
@@ -830,33 +853,29 @@ static void reader_dealloc(Reader *self)
     Py_CLEAR(self->texts);
     Py_CLEAR(self->plan);
     Py_CLEAR(self->carried);
+    outbox_clear(&self->outbox);
     PyMem_Free(self->want.slots);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static PyMethodDef reader_methods[] = {
     {"row", (PyCFunction)(void (*)(void))reader_row, METH_FASTCALL,
-     "row(payload, plan, carried)\n--\n\n"
-     "The common outbox insert of one wal2json v2 message: (id, aggregate_type,\n"
-     "aggregate_id, event_type, payload bytes, created_at text or None, column count,\n"
-     "extras' texts, traceparent, tracestate), or None to leave the message to the\n"
+     "row(payload, wal_start, plan, carried, ncols)\n--\n\n"
+     "The OutboxEvent of one wal2json v2 message that is a common outbox insert of\n"
+     "``ncols`` columns (lsn ``wal_start``), or None to leave the message to the\n"
      "pure-Python decoder. ``plan``: the positions of the six names in \"columns\";\n"
-     "``carried``: those of the extras and trace names (-1: absent), or () for none."},
+     "``carried``: those of the extras and trace names (-1: absent), or () for none;\n"
+     "``ncols``: the column count both plans are for (-1: none yet)."},
     {NULL, NULL, 0, NULL},
 };
 
 static PyTypeObject ReaderType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "cdc_relay.decoding._cwal2json.Reader",
-    .tp_doc = PyDoc_STR("Reader(schema, table, names, timestamped, extras, trace): reads "
-                        "one outbox table's common inserts (docs/design.md, \"The compiled "
-                        "decoders\")."),
-    .tp_basicsize = sizeof(Reader),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)reader_init,
-    .tp_dealloc = (destructor)reader_dealloc,
-    .tp_methods = reader_methods,
+    .tp_doc = PyDoc_STR("Reader(schema, table, names, timestamped, extras, trace, "
+                        "event_class): reads one outbox table's common inserts into "
+                        "event_class (OutboxEvent) instances (docs/design.md, \"The "
+                        "compiled decoders\")."),
 };
 
 static struct PyModuleDef module = {
@@ -867,14 +886,6 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__cwal2json(void)
 {
-    if (PyType_Ready(&ReaderType) < 0)
-        return NULL;
-    PyObject *m = PyModule_Create(&module);
-    if (m == NULL)
-        return NULL;
-    if (PyModule_AddObjectRef(m, "Reader", (PyObject *)&ReaderType) < 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
+    return outbox_module(&module, &ReaderType, sizeof(Reader), (initproc)reader_init,
+                         (destructor)reader_dealloc, reader_methods);
 }

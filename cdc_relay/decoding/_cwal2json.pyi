@@ -1,5 +1,7 @@
 """Types of the compiled fast path of the wal2json decoder (_cwal2json.c)."""
 
+from cdc_relay.model import Lsn, OutboxEvent
+
 class Reader:
     """Reads one outbox table's common wal2json v2 inserts (see _cwal2json.c)."""
 
@@ -11,19 +13,22 @@ class Reader:
         timestamped: bool,
         extras: tuple[str, ...],
         trace: tuple[str, str],
-    ) -> None: ...
+        event_class: type[OutboxEvent],
+    ) -> None:
+        """``event_class``: cdc_relay.model.OutboxEvent (TypeError for a class whose
+        fields are not exactly its fields, in its order)."""
     def row(
         self,
         payload: bytes | bytearray | memoryview,
+        wal_start: Lsn,
         plan: tuple[int, int, int, int, int, int],
         carried: tuple[int, ...],
+        ncols: int,
         /,
-    ) -> (
-        tuple[str, str, str, str, bytes, str | None, int, tuple[str | None, ...], str | None,
-              str | None]
-        | None
-    ):
-        """(id, aggregate_type, aggregate_id, event_type, payload, created_at text or None,
-        column count, extras' texts, traceparent, tracestate) of a common insert of the
-        table, or None for anything else. ``carried``: the positions of the extras and the
-        trace columns (-1: absent), or () for none (decoding/carried.py's plan)."""
+    ) -> OutboxEvent | None:
+        """The OutboxEvent (``lsn`` = wal_start, attempt 1, created_at parsed, the extras
+        and trace context read) of a common insert of the table with ``ncols`` columns, or
+        None for anything else. ``plan``: the six mapped columns' positions; ``carried``:
+        the positions of the extras and the trace columns (-1: absent), or () for none
+        (decoding/carried.py's plan); ``ncols``: the column count both plans are for (-1:
+        none yet)."""

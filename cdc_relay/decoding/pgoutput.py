@@ -44,9 +44,11 @@ identical to wal2json's; the timestamp parsing is shared with the wal2json decod
 must be UTF8.
 
 The optional compiled fast path (``_cpgoutput``; docs/design.md, "The compiled decoders")
-reads the common outbox Insert straight from the message buffer, with a plan per outbox
-relation kept beside the relation cache. It declines whatever the code below would not
-accept exactly as it does; that code then runs unchanged and words every error.
+reads the common outbox Insert straight from the message buffer into the finished
+OutboxEvent, created_at parsed in C, with a plan per outbox relation kept beside the
+relation cache. It declines whatever the code below would not accept exactly as it does
+(a created_at its parse does not read included); that code then runs unchanged and words
+every error.
 """
 
 from __future__ import annotations
@@ -54,7 +56,6 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from cdc_relay.config import TableRef
 from cdc_relay.decoding.compiled import compiled_extension
@@ -95,9 +96,10 @@ _NULL = ord("n")
 _UNCHANGED = ord("u")
 _BINARY = ord("b")
 
-# What the compiled insert() gets per outbox relation id: (slots, ncols, nfields, aliases).
+# What the compiled Reader reads per outbox relation id: (slots, ncols, nfields, aliases).
 _Plan = tuple[tuple[int, ...], int, int, tuple[tuple[int, int], ...]]
-_CompiledInsert = Callable[[bytes | memoryview, dict[int, _Plan]], tuple[Any, ...] | None]
+# _cpgoutput.Reader(plans, OutboxEvent).insert: (payload, wal_start) -> the event, or None.
+_CompiledInsert = Callable[[bytes | memoryview, Lsn], OutboxEvent | None]
 
 
 def plugin_options(publication: str) -> list[tuple[str, str]]:
@@ -148,8 +150,10 @@ class PgOutputDecoder:
         """``compiled``: None uses the compiled fast path when it is built, False never,
         True requires it (ImportError when it is not built)."""
         self._table = table
-        self._fast = _compiled_insert(compiled)
-        self._plans: dict[int, _Plan] = {}  # the fast path's view of the outbox relations
+        # The fast path's view of the outbox relations; changed in place, never replaced
+        # (the compiled Reader holds this dict).
+        self._plans: dict[int, _Plan] = {}
+        self._fast = _compiled_insert(self._plans, compiled)
         # Column names in OutboxEvent field order; created_at sixth (may be "": none), then
         # the carried columns: the named extras (required), then the trace columns (optional).
         self._fields = (
@@ -186,12 +190,11 @@ class PgOutputDecoder:
         """Decode one message; None for messages that are not outbox Changes."""
         if wal_start:
             self._position = wal_start
-        if self._fast is not None:
-            values = self._fast(payload, self._plans)
-            if values is not None:
-                event = self._compiled_event(values, wal_start)
-                if event is not None:
-                    return event
+        fast = self._fast
+        if fast is not None:
+            event = fast(payload, wal_start)
+            if event is not None:
+                return event
         buf = payload if type(payload) is bytes else bytes(payload)
         if not buf:
             raise self._error(wal_start, "empty message")
@@ -232,22 +235,6 @@ class PgOutputDecoder:
 
     def _error(self, wal_start: Lsn, what: str) -> DecodeError:
         return _error(wal_start, what, self._position)
-
-    def _compiled_event(self, values: tuple[Any, ...], wal_start: Lsn) -> OutboxEvent | None:
-        """The event of the fast path's values; None if created_at does not parse (the
-        pure path then words the error)."""
-        raw_ts = values[5]
-        try:
-            created_at_ms = None if raw_ts is None else self._timestamps.parse(raw_ts)
-        except ValueError:
-            return None
-        event = OutboxEvent(values[0], values[1], values[2], values[3], values[4],
-                            created_at_ms, wal_start)
-        if len(values) > _FIELDS:
-            count = _FIELDS + self._extra_count
-            event.extra = values[_FIELDS:count]
-            event.traceparent, event.tracestate = values[count], values[count + 1]
-        return event
 
     def _plan(self, relid: int) -> None:
         """Give the fast path the plan of an outbox relation it can decode (not the others:
@@ -409,11 +396,12 @@ class PgOutputDecoder:
             raise self._error(wal_start, f"bad value in {relation.name}: {exc}") from exc
 
 
-def _compiled_insert(compiled: bool | None) -> _CompiledInsert | None:
+def _compiled_insert(plans: dict[int, _Plan], compiled: bool | None) -> _CompiledInsert | None:
+    """The compiled fast path over ``plans`` per the ``compiled`` setting, or None."""
     module = compiled_extension("_cpgoutput", "pgoutput decoder", compiled)
     if module is None:
         return None
-    insert: _CompiledInsert = module.insert
+    insert: _CompiledInsert = module.Reader(plans, OutboxEvent).insert
     return insert
 
 

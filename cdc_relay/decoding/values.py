@@ -5,7 +5,9 @@ Owns: ``text_value`` (a wal2json column value as PostgreSQL's text of it) and
 (decoding/wal2json.py) and pgoutput (decoding/pgoutput.py) yield identical events for
 the same row, and the choice of the parse's optional compiled fast path
 (``cdc_relay.decoding._ctimestamp``; docs/design.md, "The compiled decoders",
-"Timestamps").
+"Timestamps"). The compiled decoders parse their rows' ``created_at`` in C themselves
+(the same code, decoding/_ctimestamp.h); a row whose text they decline takes their pure
+path, and so this parser.
 
 Must not: do I/O, or let the fast path decide anything but the common case. It returns
 the value only for the exact shapes PostgreSQL's ISO DateStyle prints and

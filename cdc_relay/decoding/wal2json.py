@@ -49,12 +49,13 @@ into their decimal text. The database encoding must be UTF8.
 The compiled fast path (docs/design.md, "The compiled decoders"): when
 ``cdc_relay.decoding._cwal2json`` is built, ``decode`` first hands the message to its
 ``Reader.row``, which reads the common outbox insert in one scan, its carried columns
-included, and declines everything else; a declined message takes the pure path below,
-unchanged. It reads at the positions of both plans (the six mapped columns' and the
-carried one's) and checks the names there, but never plans: a row's result is used only
-when its column count is the carried plan's, so the first row of a shape, and a row
-whose names moved, is the pure path's, which replans. ``compiled=False`` forces the
-pure path, for the timestamp parse too.
+included, and returns the finished OutboxEvent (created_at parsed in C), declining
+everything else; a declined message takes the pure path below, unchanged. It reads at
+the positions of both plans (the six mapped columns' and the carried one's) and checks
+the names there, but never plans: it takes a row only when its column count is the
+carried plan's, so the first row of a shape, and a row whose names moved, is the pure
+path's, which replans. ``compiled=False`` forces the pure path, for the timestamp parse
+too.
 """
 
 from __future__ import annotations
@@ -95,13 +96,10 @@ __all__ = [
 _MALFORMED = "insert without a well-formed 'columns' list of names and values"
 # wal2json's v2 actions. I (on the outbox table), M (relay prefix), B and C become Changes.
 _IGNORED_ACTIONS = frozenset(("U", "D", "T"))
-# _cwal2json.Reader.row: (id, aggregate type, aggregate id, event type, payload,
-# created_at text, column count, extras, traceparent, tracestate) of a common outbox
-# insert, or None (the pure path decodes).
-_Hit = tuple[str, str, str, str, bytes, str | None, int, tuple[str | None, ...], str | None,
-             str | None]
-_Row = Callable[[bytes | memoryview, tuple[int, int, int, int, int, int], tuple[int, ...]],
-                _Hit | None]
+# _cwal2json.Reader.row(payload, wal_start, plan, carried plan, its column count): the
+# OutboxEvent of a common outbox insert, or None (the pure path decodes).
+_Row = Callable[[bytes | memoryview, Lsn, tuple[int, int, int, int, int, int], tuple[int, ...],
+                 int], OutboxEvent | None]
 # Characters wal2json's add-tables parser treats specially (list and schema separators,
 # the escape itself, the "*" wildcard, and whitespace, which ends a name).
 _ADD_TABLES_SPECIAL = frozenset(",.\\* \t\n\r\f\v")
@@ -177,7 +175,7 @@ def _compiled_row(schema: str, table: str, names: tuple[str, str, str, str, str,
     if module is None:
         return None
     reader: Callable[..., Any] = module.Reader
-    row: _Row = reader(schema, table, names, timestamped, extras, TRACE_COLUMNS).row
+    row: _Row = reader(schema, table, names, timestamped, extras, TRACE_COLUMNS, OutboxEvent).row
     return row
 
 
@@ -247,10 +245,10 @@ class Wal2JsonDecoder:
         fast = self._row
         if fast is not None:  # the compiled path, where it gives what the code below would
             carried = self._carried
-            hit = fast(payload, self._plan, carried.plan)
             # ncols: the count of the shape the plans are for (-1 before the first row)
-            if hit is not None and hit[6] == carried.ncols:
-                return self._compiled_event(hit, wal_start)
+            event = fast(payload, wal_start, self._plan, carried.plan, carried.ncols)
+            if event is not None:
+                return event
         try:
             msg = orjson.loads(payload)
         except orjson.JSONDecodeError as exc:
@@ -341,18 +339,6 @@ class Wal2JsonDecoder:
                 name, raw = problem
                 raise _error(wal_start, _MALFORMED if name is None else self._problem(name, raw))
         return event
-
-    def _compiled_event(self, hit: _Hit, wal_start: Lsn) -> OutboxEvent:
-        """The event of a row the compiled path read: what ``_insert`` makes of it."""
-        (id_, aggregate_type, aggregate_id, event_type, payload, created_at, _, extra,
-         traceparent, tracestate) = hit
-        created_at_ms = None
-        if created_at is not None and self._created_at is not None:
-            created_at_ms = self._created_at_ms(self._created_at, created_at, wal_start)
-        # attempt 1 (WAL mode); extra and the trace context as CarriedPlan.fill sets them
-        # (or the defaults). Positional: cheaper than setting three attributes afterwards.
-        return OutboxEvent(id_, aggregate_type, aggregate_id, event_type, payload,
-                           created_at_ms, wal_start, 1, extra, traceparent, tracestate)
 
     def _created_at_ms(self, column: str, created_at: object, wal_start: Lsn) -> int | None:
         if type(created_at) is not str:

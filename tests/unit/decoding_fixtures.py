@@ -4,6 +4,7 @@ The fixtures were captured by tests/fixtures/capture_decoding.py from PostgreSQL
 wal2json 2.5 and pgoutput v1; expected_outbox.json is the database's own account of
 each committed row.
 
+``NOT_OUTBOX_EVENTS``: classes both compiled Readers must refuse as the event class.
 ``WAL2JSON_PATHS`` runs a wal2json test on both decoding paths: the pure-Python one and
 the compiled fast path (decoding/_cwal2json.c). The compiled case is skipped when the
 extension is not built; test_decoding_wal2json_compiled.py then fails, so a broken build
@@ -15,6 +16,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from dataclasses import dataclass, fields, make_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,24 @@ OUTBOX = TableRef("public", "outbox_events")
 DEBEZIUM = TableRef("public", "outbox_debezium")
 WIDE = TableRef("public", "outbox_wide")
 AT = Lsn.parse("16/B374D848")
+
+
+@dataclass(slots=True)
+class _Subclass(OutboxEvent):
+    pass
+
+
+_NAMES = [f.name for f in fields(OutboxEvent)]
+# Classes the compiled Readers must refuse to fill as if they were OutboxEvent.
+NOT_OUTBOX_EVENTS: dict[str, Any] = {
+    "not-a-class": "OutboxEvent",
+    "object": object,
+    "other-dataclass": OutboxColumns,
+    "subclass": _Subclass,
+    "without-slots": make_dataclass("Plain", _NAMES),
+    "a-field-more": make_dataclass("Wider", [*_NAMES, "more"], slots=True),
+    "reordered": make_dataclass("Reordered", _NAMES[::-1], slots=True),
+}
 
 
 def compiled_wal2json_built() -> bool:

@@ -3,8 +3,10 @@
 The differential properties feed both decoders the same Relation and Insert messages -
 valid ones and mutated ones - and require the same Change or the same DecodeError text:
 the fast path may only decline, never accept what the pure path rejects or decode
-differently (docs/design.md, "The compiled decoders"). The direct tests pin down what the
-C function itself accepts and declines. The extension must be built: CI has a compiler.
+differently (docs/design.md, "The compiled decoders"). The direct tests pin down the
+OutboxEvent ``Reader.insert`` itself returns and what it declines. created_at in every
+shape, in streams that repeat and change it: test_decoding_timestamps.py. The extension
+must be built: CI has a compiler.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from hypothesis import strategies as st
 from cdc_relay.decoding.pgoutput import PgOutputDecoder
 from cdc_relay.errors import DecodeError
 from cdc_relay.model import TRACE_COLUMNS, Change, Lsn, OutboxColumns, OutboxEvent
-from tests.unit.decoding_fixtures import AT, OUTBOX
+from tests.unit.decoding_fixtures import AT, NOT_OUTBOX_EVENTS, OUTBOX
 from tests.unit.test_decoding_pgoutput import OUTBOX_COLUMNS, insert, outbox_values, relation
 
 try:
@@ -234,7 +236,7 @@ def test_the_fast_path_decodes_common_inserts_without_the_pure_path(
     assert isinstance(event, OutboxEvent) and event.extra == ("OrderCreated",)
 
 
-# ---------------------------------------------------------------- the C function itself
+# ---------------------------------------------------------------- Reader.insert itself
 
 PLAN = ((0, 1, 2, 3, 4, -1, 5), 11, 6, ())  # OUTBOX_COLUMNS: created_at is the 7th column
 PLANS: dict[int, Any] = {RELID: PLAN}
@@ -242,15 +244,30 @@ VALID = insert(RELID, outbox_values())
 
 
 def c_insert(message: bytes | memoryview, plans: dict[int, Any] | None = None) -> Any:
+    """What a fresh Reader's ``insert`` gives for ``message`` (lsn AT)."""
     assert _cpgoutput is not None
-    return _cpgoutput.insert(message, PLANS if plans is None else plans)
+    return _cpgoutput.Reader(PLANS if plans is None else plans, OutboxEvent).insert(message, AT)
 
 
-def test_c_insert_returns_the_fields_as_the_event_needs_them() -> None:
-    assert c_insert(VALID) == ("7616f707-0000-4000-8000-000000000001", "order", "o-1",
-                               "OrderCreated", b'{"amount": 12.5, "orderId": "o-1"}',
-                               "2026-11-30 11:11:26.123456+00")
-    assert c_insert(memoryview(b"xx" + VALID + b"trailing")[2:]) == c_insert(VALID)
+def test_c_insert_returns_the_finished_event() -> None:
+    event = c_insert(VALID)
+    assert type(event) is OutboxEvent
+    assert event == OutboxEvent("7616f707-0000-4000-8000-000000000001", "order", "o-1",
+                                "OrderCreated", b'{"amount": 12.5, "orderId": "o-1"}',
+                                1796037086123, AT, 1, (), None, None)
+    assert event.lsn is AT
+    assert c_insert(memoryview(b"xx" + VALID + b"trailing")[2:]) == event
+
+
+def test_the_reader_reads_the_plans_the_decoder_keeps_adding() -> None:
+    assert _cpgoutput is not None
+    plans: dict[int, Any] = {}
+    reader = _cpgoutput.Reader(plans, OutboxEvent)
+    assert reader.insert(VALID, AT) is None  # no plan (yet): the pure path's
+    plans[RELID] = PLAN
+    assert reader.insert(VALID, AT) == c_insert(VALID)
+    plans.clear()
+    assert reader.insert(VALID, AT) is None
 
 
 @pytest.mark.parametrize(
@@ -272,6 +289,12 @@ def test_c_insert_returns_the_fields_as_the_event_needs_them() -> None:
         (VALID.replace(b"t\x00\x00\x00\x0cOrderCreated", b"x\x00\x00\x00\x0cOrderCreated"),
          "an unknown kind"),
         (VALID[: VALID.index(b"2026-11-30") + 3], "a value cut short"),
+        (insert(RELID, outbox_values(created_at=b"yesterday")), "an unparseable created_at"),
+        (insert(RELID, outbox_values(created_at=b"2026-11-30T11:11:26+00")),
+         "a created_at fromisoformat reads but PostgreSQL does not print"),
+        (insert(RELID, outbox_values(created_at=b"2026-11-30 11:11:26.1234567+00")),
+         "7 fractional digits"),
+        (insert(RELID, outbox_values(created_at=b"Infinity")), "not PostgreSQL's infinity"),
     ],
 )
 def test_c_insert_declines(message: bytes, why: str) -> None:
@@ -281,14 +304,21 @@ def test_c_insert_declines(message: bytes, why: str) -> None:
 def test_c_insert_accepts_what_the_pure_path_accepts_in_unused_columns() -> None:
     odd_tail = outbox_values(attempts=("b", b"\x00\x01"), processed_at=("u", b""))
     assert c_insert(insert(RELID, odd_tail)) == c_insert(VALID)
-    assert c_insert(insert(RELID, outbox_values(payload=b"\xff")))[4] == b"\xff"  # bytes as sent
-    assert c_insert(insert(RELID, outbox_values(created_at=None)))[5] is None
+    assert c_insert(insert(RELID, outbox_values(payload=b"\xff"))).payload == b"\xff"  # as sent
+    assert c_insert(insert(RELID, outbox_values(created_at=None))).created_at_ms is None
+    for infinity in (b"infinity", b"-infinity"):
+        assert c_insert(insert(RELID, outbox_values(created_at=infinity))).created_at_ms is None
 
 
 def test_c_insert_applies_aliases_and_fills_carried_fields() -> None:
+    # fields 6, 7: traceparent (the 12th column), tracestate (event_type's column)
     plan = ((0, 1, 2, 3, 4, -1, 5, -1, -1, -1, -1, 6), 12, 8, ((7, 3),))
-    values = c_insert(insert(RELID, [*outbox_values(), b"tp"]), {RELID: plan})
-    assert values[6:] == ("tp", "OrderCreated")
+    event = c_insert(insert(RELID, [*outbox_values(), b"tp"]), {RELID: plan})
+    assert (event.extra, event.traceparent, event.tracestate) == ((), "tp", "OrderCreated")
+    # fields 6-8: an extra (the 12th column), traceparent (NULL), tracestate (absent)
+    plan = ((0, 1, 2, 3, 4, -1, 5, -1, -1, -1, -1, 6, 7), 13, 9, ())
+    event = c_insert(insert(RELID, [*outbox_values(), b"t-1", None]), {RELID: plan})
+    assert (event.extra, event.traceparent, event.tracestate) == (("t-1",), None, None)
 
 
 def test_c_insert_declines_a_non_contiguous_buffer_and_rejects_bad_arguments() -> None:
@@ -297,6 +327,16 @@ def test_c_insert_declines_a_non_contiguous_buffer_and_rejects_bad_arguments() -
     with pytest.raises(TypeError):
         c_insert("I not bytes")  # type: ignore[arg-type]
     for plan in [(), (PLAN[0], 11, 6), (list(PLAN[0]), 11, 6, ()), (PLAN[0], 11, 5, ()),
-                 ((0, 1, 2, 3, 4, -1, 9), 11, 6, ()), (PLAN[0], 11, 6, ((6, -1),))]:
+                 (PLAN[0], 11, 7, ()), ((0, 1, 2, 3, 4, -1, 9), 11, 6, ()),
+                 (PLAN[0], 11, 6, ((6, -1),))]:
         with pytest.raises((TypeError, ValueError)):
             c_insert(VALID, {RELID: plan})
+
+
+@pytest.mark.parametrize("event_class", list(NOT_OUTBOX_EVENTS.values()), ids=list(NOT_OUTBOX_EVENTS))
+def test_the_reader_refuses_a_class_that_is_not_the_outbox_event(event_class: Any) -> None:
+    assert _cpgoutput is not None
+    with pytest.raises(TypeError):
+        _cpgoutput.Reader(PLANS, event_class)
+    with pytest.raises(TypeError):
+        _cpgoutput.Reader([], OutboxEvent)  # plans: the decoder's dict

@@ -1,4 +1,5 @@
-"""The compiled timestamp parse (_ctimestamp) against the pure TimestampParser it must equal.
+"""The compiled timestamp parse against the pure TimestampParser it must equal: as
+_ctimestamp.epoch_ms, and inside both compiled decoders (_ctimestamp.h, _coutbox.h).
 
 The differential properties give both parsers the same texts - PostgreSQL's ISO shapes
 across the whole year range and every offset, fields out of range, fraction lengths 0-9,
@@ -6,7 +7,11 @@ single mutations, garbage and non-ASCII digits - and require the same epoch mill
 or the same ValueError text: the fast path may only decline, never accept what the pure
 path rejects or give another value (docs/design.md, "The compiled decoders",
 "Timestamps"). The direct tests pin down what ``epoch_ms`` itself accepts and declines.
-The extension must be built: CI has a compiler.
+The decoder properties feed streams of rows whose created_at texts repeat and change
+(the compiled decoders' one-entry cache) to both paths of both decoders and require the
+same OutboxEvents, created_at_ms included, or the same DecodeError text; PostgreSQL's
+shapes must never leave the compiled path. The extensions must be built: CI has a
+compiler.
 """
 
 from __future__ import annotations
@@ -15,8 +20,10 @@ import re
 import sys
 import types
 from datetime import UTC, datetime, timedelta
+from random import Random
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -24,10 +31,12 @@ from hypothesis import strategies as st
 from cdc_relay.decoding.pgoutput import PgOutputDecoder
 from cdc_relay.decoding.values import TimestampParser
 from cdc_relay.decoding.wal2json import Wal2JsonDecoder
-from cdc_relay.model import Lsn, OutboxColumns, OutboxEvent
+from cdc_relay.errors import DecodeError
+from cdc_relay.model import Change, Lsn, OutboxColumns, OutboxEvent
 from tests.unit.decoding_fixtures import AT, OUTBOX
 from tests.unit.test_decoding_pgoutput import OUTBOX_COLUMNS, insert, outbox_values, relation
 from tests.unit.test_decoding_wal2json import insert_message, outbox_row
+from tests.unit.wal2json_documents import json_string
 
 try:
     from cdc_relay.decoding._ctimestamp import epoch_ms
@@ -243,29 +252,152 @@ def test_epoch_ms_declines_what_is_not_a_str(compiled_epoch_ms: Any) -> None:
         assert compiled_epoch_ms(value) is None
 
 
+# ---------------------------------------------------------------- the decoders' own parse
+
+RELID = 16384
+WARM_UP = "2026-11-30 11:11:26.123456+00"  # the first row: it sets wal2json's plans
+INFINITIES = ("infinity", "-infinity")
+_PLACEHOLDER = "created-at-goes-here"
+
+
+def wal2json_rows(texts: list[str], rnd: Random | None = None) -> list[bytes]:
+    """An insert per created_at text, after a first row of the same shape; ``rnd`` spells
+    each text with drawn escapes, or not (None: plain; lone surrogates always escaped)."""
+    template = insert_message(outbox_row(created_at=_PLACEHOLDER))
+    spelled = [json_string(text, rnd if rnd is None or rnd.random() < 0.5 else None)
+               for text in [WARM_UP, *texts]]
+    return [template.replace(orjson.dumps(_PLACEHOLDER), text.encode()) for text in spelled]
+
+
+def pgoutput_rows(texts: list[str]) -> list[bytes]:
+    """The Relation, then an insert per created_at text (lone surrogates as their invalid
+    UTF-8 bytes) after a first row."""
+    return [relation(RELID, OUTBOX_COLUMNS)] + [
+        insert(RELID, outbox_values(created_at=text.encode("utf-8", "surrogatepass")))
+        for text in [WARM_UP, *texts]]
+
+
+class CountingWal2Json(Wal2JsonDecoder):
+    """Counts the rows the pure path decodes."""
+
+    __slots__ = ("pure_inserts",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.pure_inserts = 0
+
+    def _insert(self, *args: Any) -> OutboxEvent:
+        self.pure_inserts += 1
+        return super()._insert(*args)
+
+
+class CountingPgOutput(PgOutputDecoder):
+    """Counts the rows the pure path decodes."""
+
+    __slots__ = ("pure_inserts",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.pure_inserts = 0
+
+    def _insert(self, *args: Any) -> OutboxEvent | None:
+        self.pure_inserts += 1
+        return super()._insert(*args)
+
+
+def decoded(decoder: Wal2JsonDecoder | PgOutputDecoder, messages: list[bytes]) -> list[Any]:
+    """Each message's Change (or None), or its DecodeError's text, in order."""
+    out: list[Change | str | None] = []
+    for message in messages:
+        try:
+            out.append(decoder.decode(message, AT))
+        except DecodeError as exc:
+            out.append(f"DecodeError: {exc}")
+    return out
+
+
+def both_paths(texts: list[str], rnd: Random | None = None) -> list[list[Any]]:
+    """For each decoder, the compiled path's outcomes of the rows of ``texts``, after
+    asserting they are the pure path's (whole events: created_at_ms and every field)."""
+    results = []
+    for make, messages in ((Wal2JsonDecoder, wal2json_rows(texts, rnd)),
+                           (PgOutputDecoder, pgoutput_rows(texts))):
+        fast = make(OUTBOX, OutboxColumns(), compiled=True)
+        pure = make(OUTBOX, OutboxColumns(), compiled=False)
+        assert fast.compiled
+        results.append(decoded(fast, messages))
+        assert results[-1] == decoded(pure, messages), messages
+    return results
+
+
+@settings(max_examples=500, deadline=None)
+@given(data=st.data())
+def test_rows_decode_alike_on_both_paths_as_their_created_at_repeats_and_changes(
+    data: st.DataObject,
+) -> None:
+    pool = data.draw(st.lists(any_text | st.sampled_from(INFINITIES), min_size=1, max_size=4))
+    texts = data.draw(st.lists(st.sampled_from(pool), min_size=1, max_size=10))
+    both_paths(texts, data.draw(st.randoms(use_true_random=True)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_postgresql_shaped_created_at_never_leaves_the_compiled_path(data: st.DataObject) -> None:
+    pool = data.draw(st.lists(pg_timestamps() | st.sampled_from(INFINITIES), min_size=1,
+                              max_size=4))
+    texts = data.draw(st.lists(st.sampled_from(pool), min_size=1, max_size=10))
+    expected = [None if text in INFINITIES else reference_ms(text) for text in texts]
+    rnd = data.draw(st.randoms(use_true_random=True))
+    for decoder, messages, pure_rows in (
+        (CountingWal2Json(OUTBOX, OutboxColumns(), compiled=True), wal2json_rows(texts, rnd), 1),
+        (CountingPgOutput(OUTBOX, OutboxColumns(), compiled=True), pgoutput_rows(texts), 0),
+    ):
+        changes = [decoder.decode(message, AT) for message in messages]
+        assert [c.created_at_ms for c in changes if isinstance(c, OutboxEvent)][1:] == expected
+        assert decoder.pure_inserts == pure_rows  # wal2json: the first row, which plans
+
+
+def test_a_stream_of_repeated_changed_infinite_and_bad_created_at_decodes_alike() -> None:
+    first, second, iso_t = WARM_UP, "2026-11-30 16:41:27+05:30", "2026-11-30T11:11:26+00"
+    texts = [first, first, second, second, first, "infinity", "infinity", "-infinity",
+             "yesterday", first, "yesterday", iso_t, iso_t, first, "2026-11-30 11:11:26"]
+    expected = [1796037086123, 1796037086123, 1796037087000, 1796037087000, 1796037086123,
+                None, None, None, "DecodeError", 1796037086123, "DecodeError", 1796037086000,
+                1796037086000, 1796037086123, 1796037086000]
+    for outcomes in both_paths(texts):
+        rows = [o for o in outcomes if o is not None][1:]  # not the Relation, nor the first
+        assert [o.created_at_ms if isinstance(o, OutboxEvent) else o.split(":")[0]
+                for o in rows] == expected
+
+
 # ---------------------------------------------------------------- the decoders' setting
 
 
 def test_compiled_false_decoders_never_call_the_compiled_parse(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A stand-in extension that answers 42 for everything: only compiled decoders see it."""
+    """A stand-in extension that answers 42 for everything: only compiled parsers see it
+    (the compiled decoders' own C path parses created_at without it)."""
     fake = types.ModuleType(MODULE)
     fake.epoch_ms = lambda text: 42  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, MODULE, fake)
     text = "2026-11-30 11:11:26.123456+00"
+    assert TimestampParser().parse(text) == 42  # the stand-in is what a compiled parser calls
 
-    def wal2json_ms(compiled: bool | None) -> int | None:
+    def wal2json_ms(compiled: bool | None) -> list[int | None]:
         decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=compiled)
-        event = decoder.decode(insert_message(outbox_row(created_at=text)), AT)
-        assert isinstance(event, OutboxEvent)
-        return event.created_at_ms
+        rows = [insert_message(outbox_row(created_at=text, id=str(i))) for i in range(2)]
+        changes = [decoder.decode(row, AT) for row in rows]
+        return [c.created_at_ms for c in changes if isinstance(c, OutboxEvent)]
 
     def pgoutput_ms(compiled: bool | None) -> int | None:
         decoder = PgOutputDecoder(OUTBOX, OutboxColumns(), compiled=compiled)
-        assert decoder.decode(relation(16384, OUTBOX_COLUMNS), Lsn(0)) is None
-        event = decoder.decode(insert(16384, outbox_values(created_at=text.encode())), AT)
+        assert decoder.decode(relation(RELID, OUTBOX_COLUMNS), Lsn(0)) is None
+        event = decoder.decode(insert(RELID, outbox_values(created_at=text.encode())), AT)
         assert isinstance(event, OutboxEvent)
         return event.created_at_ms
 
-    for decoded_ms in (wal2json_ms, pgoutput_ms):
-        assert decoded_ms(None) == 42  # the stand-in is what a compiled parser calls
-        assert decoded_ms(False) == 1796037086123
+    # compiled wal2json: its first row of a shape is the pure path's (it plans), with the
+    # compiled TimestampParser; the next one is the C path's, as every compiled pgoutput row
+    assert wal2json_ms(None) == [42, 1796037086123]
+    assert pgoutput_ms(None) == 1796037086123
+    assert wal2json_ms(False) == [1796037086123, 1796037086123]
+    assert pgoutput_ms(False) == 1796037086123

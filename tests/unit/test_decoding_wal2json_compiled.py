@@ -3,15 +3,17 @@
 
 Differential properties: for every document, valid or damaged, a decoder on the compiled
 path gives the same Change, or the same DecodeError message, as one on the pure path.
-Direct tests of ``_cwal2json.Reader.row``: what it takes, and that it declines (None)
-everything it must leave to the pure path. Rows with carried columns:
-test_decoding_wal2json_compiled_carried.py. These tests fail, not skip, when the
-extension is not built: CI has a compiler, so a broken build must show.
+Direct tests of ``_cwal2json.Reader.row``: the OutboxEvent it returns for what it takes,
+and that it declines (None) everything it must leave to the pure path. Rows with carried
+columns: test_decoding_wal2json_compiled_carried.py; created_at in every shape, in
+streams that repeat and change it: test_decoding_timestamps.py. These tests fail, not
+skip, when the extension is not built: CI has a compiler, so a broken build must show.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import orjson
 import pytest
@@ -20,8 +22,8 @@ from hypothesis import strategies as st
 
 from cdc_relay.decoding.wal2json import Wal2JsonDecoder
 from cdc_relay.errors import DecodeError
-from cdc_relay.model import OutboxColumns, OutboxEvent
-from tests.unit.decoding_fixtures import AT, OUTBOX, load
+from cdc_relay.model import TRACE_COLUMNS, OutboxColumns, OutboxEvent
+from tests.unit.decoding_fixtures import AT, NOT_OUTBOX_EVENTS, OUTBOX, load
 from tests.unit.wal2json_documents import (
     MAPPED,
     PLAN,
@@ -61,7 +63,8 @@ def test_any_document_decodes_alike_on_both_paths(data: st.DataObject, created_a
     if data.draw(st.integers(0, 3)) == 0:
         text = data.draw(damaged(text))
     names = (*MAPPED[:5], created_at or "id")
-    accepted = reader(names, bool(created_at)).row(text, plan_of(document, names), ()) is not None
+    accepted = reader(names, bool(created_at)).row(
+        text, AT, plan_of(document, names), (), len(columns_of(document))) is not None
     event(f"compiled path takes it: {accepted}")
     assert_same(OutboxColumns(created_at=created_at), [warm_up, text, warm_up])
 
@@ -78,17 +81,15 @@ def test_well_formed_inserts_are_taken_by_the_compiled_path_with_the_pure_result
     ours = (members["action"], members["schema"], members["table"]) == (
         "I", "public", "outbox_events")
     single = all(len({key for key, _ in col.members}) == len(col.members) for col in columns)
-    hit = reader().row(text, plan_of(document), ())
+    hit = reader().row(text, AT, plan_of(document), (), len(columns))
     pure = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=False)
     try:
         expected = pure.decode(text, AT)
     except DecodeError:
         expected = None
     if ours and single and isinstance(expected, OutboxEvent):
-        assert hit is not None
-        assert hit[:5] == (expected.id, expected.aggregate_type, expected.aggregate_id,
-                           expected.event_type, expected.payload)
-        assert hit[6] == len(columns)
+        assert hit == expected  # every field, created_at_ms and the defaults included
+        assert reader().row(text, AT, plan_of(document), (), len(columns) + 1) is None
     elif not ours:
         assert hit is None
 
@@ -110,7 +111,11 @@ def test_the_fixture_streams_decode_alike_and_every_insert_is_the_compiled_path_
                if orjson.loads(payload)["action"] == "I"]
     plan = (0, 1, 2, 3, 4, 6)
     assert len(inserts) == 113
-    assert all(reader().row(payload, plan, ()) is not None for payload in inserts)
+    pure = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=False)
+    fast = reader()
+    counts = [len(orjson.loads(payload)["columns"]) for payload in inserts]  # the table alters
+    assert [fast.row(payload, AT, plan, (), n) for payload, n in zip(inserts, counts, strict=True)
+            ] == [pure.decode(payload, AT) for payload in inserts]
 
 
 # ---------------------------------------------------------------- Reader.row, directly
@@ -128,10 +133,23 @@ def good(columns: str = COLUMNS, template: str = GOOD) -> bytes:
     return (template % columns).encode()
 
 
-def test_row_reads_the_six_values_and_the_column_count() -> None:
-    assert reader().row(good(), PLAN, ()) == (
-        "7616f707", "order", "o-1", "Placed", b'{"n": 1}', "2026-01-10 00:00:00+00", 6, (), None,
-        None)
+def take(payload: bytes | bytearray | memoryview, plan: tuple[int, ...] = PLAN,
+         ncols: int = 6, **kwargs: Any) -> Any:
+    """What a fresh Reader's ``row`` gives for a row of ``ncols`` columns (6: COLUMNS')."""
+    return reader(**kwargs).row(payload, AT, plan, (), ncols)
+
+
+def test_row_returns_the_finished_event() -> None:
+    event_ = take(good())
+    assert type(event_) is OutboxEvent
+    assert event_ == OutboxEvent("7616f707", "order", "o-1", "Placed", b'{"n": 1}',
+                                 1768003200000, AT, 1, (), None, None)
+    assert event_.lsn is AT
+
+
+def test_row_declines_a_row_of_another_column_count_than_the_plans() -> None:
+    assert take(good(), ncols=7) is None
+    assert take(good(), ncols=-1) is None  # no row has set the plans yet
 
 
 @pytest.mark.parametrize(
@@ -150,28 +168,28 @@ def test_row_reads_the_six_values_and_the_column_count() -> None:
          "escaped-action", "nested-skipped"],
 )
 def test_row_takes_any_spelling_of_the_common_insert(payload: bytes) -> None:
-    hit = reader().row(payload, PLAN, ())
-    assert hit is not None
+    hit = take(payload, ncols=len(orjson.loads(payload)["columns"]))
     pure = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=False).decode(payload, AT)
     assert isinstance(pure, OutboxEvent)
-    assert hit[:5] == (pure.id, pure.aggregate_type, pure.aggregate_id, pure.event_type,
-                       pure.payload)
+    assert hit == pure
 
 
 def test_row_takes_integer_ids_as_their_decimal_text_and_reads_any_buffer() -> None:
     payload = good(COLUMNS.replace('"7616f707"', "-1234567").replace('"o-1"', "0"))
-    hit = reader().row(payload, PLAN, ())
-    assert hit is not None and hit[:3] == ("-1234567", "order", "0")
-    assert reader().row(memoryview(b"xx" + payload)[2:], PLAN, ()) == hit
-    assert reader().row(bytearray(payload), PLAN, ()) == hit
+    hit = take(payload)
+    assert hit is not None and (hit.id, hit.aggregate_type, hit.aggregate_id) == (
+        "-1234567", "order", "0")
+    assert take(memoryview(b"xx" + payload)[2:]) == hit
+    assert take(bytearray(payload)) == hit
 
 
 def test_row_without_a_created_at_column_neither_reads_nor_checks_the_sixth_value() -> None:
     payload = good(COLUMNS.replace('"2026-01-10 00:00:00+00"', "1.5"))
-    assert reader(timestamped=False).row(payload, PLAN, ())[5] is None
-    assert reader().row(payload, PLAN, ()) is None
+    assert take(payload, timestamped=False).created_at_ms is None
+    assert take(payload) is None
     null = good(COLUMNS.replace('"2026-01-10 00:00:00+00"', "null"))
-    assert reader().row(null, PLAN, ())[5] is None
+    assert take(null).created_at_ms is None
+    assert take(good(COLUMNS.replace("2026-01-10 00:00:00+00", "infinity"))).created_at_ms is None
 
 
 DECLINED = {
@@ -190,6 +208,12 @@ DECLINED = {
     "minus-zero": good(COLUMNS.replace('"o-1"', "-0")),
     "19-digit-int": good(COLUMNS.replace('"o-1"', "1234567890123456789")),
     "created-at-int": good(COLUMNS.replace('"2026-01-10 00:00:00+00"', "1")),
+    "created-at-unparseable": good(COLUMNS.replace("2026-01-10 00:00:00+00", "yesterday")),
+    # read alike by fromisoformat, so the pure path takes these: not shapes PostgreSQL prints
+    "created-at-iso-t": good(COLUMNS.replace("2026-01-10 00:00:00+00", "2026-01-10T00:00:00+00")),
+    "created-at-7-digits": good(COLUMNS.replace("00:00:00+00", "00:00:00.1234567+00")),
+    "created-at-long-escape": good(COLUMNS.replace("2026-01-10 00:00:00+00",
+                                                   "\\u0032" * 10 + "26-01-10 00:00:00+00")),
     "name-elsewhere": good(COLUMNS.replace('"aggregate_id"', '"aggregate_ref"')),
     "no-value": good(COLUMNS.replace(',"value":"o-1"', "")),
     "column-not-object": good(COLUMNS.replace('{"name":"aggregate_id","value":"o-1"}', '"x"')),
@@ -222,13 +246,21 @@ DECLINED = {
 
 @pytest.mark.parametrize("payload", list(DECLINED.values()), ids=list(DECLINED))
 def test_row_declines_what_it_must_leave_to_the_pure_path(payload: bytes) -> None:
-    assert reader().row(payload, PLAN, ()) is None
+    assert take(payload) is None
     assert_same(OutboxColumns(), [good(), payload])
 
 
 def test_row_declines_a_plan_past_the_row() -> None:
-    assert reader().row(good(), (0, 1, 2, 3, 4, 6), ()) is None
-    assert reader().row(good(), (0, 1, 2, 3, 4, -1), ()) is None
+    assert take(good(), (0, 1, 2, 3, 4, 6)) is None
+    assert take(good(), (0, 1, 2, 3, 4, -1)) is None
+
+
+@pytest.mark.parametrize("event_class", list(NOT_OUTBOX_EVENTS.values()), ids=list(NOT_OUTBOX_EVENTS))
+def test_the_reader_refuses_a_class_that_is_not_the_outbox_event(event_class: Any) -> None:
+    from cdc_relay.decoding._cwal2json import Reader
+
+    with pytest.raises(TypeError):
+        Reader("public", "outbox_events", MAPPED, True, (), TRACE_COLUMNS, event_class)
 
 
 def test_compiled_false_forces_the_pure_path() -> None:

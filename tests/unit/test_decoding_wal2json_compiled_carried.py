@@ -185,19 +185,26 @@ def good(columns: str = COLUMNS) -> bytes:
 
 def row(payload: bytes, carried: tuple[int, ...] = CARRIED,
         extras: tuple[str, ...] = ("tenant",)) -> Any:
-    return reader(extras=extras).row(payload, PLAN, carried)
+    """The event a Reader with ``extras`` makes of a row of COLUMNS' 9 columns, or None."""
+    return reader(extras=extras).row(payload, AT, PLAN, carried, 9)
+
+
+def carried_of(event_: Any) -> tuple[Any, ...]:
+    return (event_.extra, event_.traceparent, event_.tracestate)
 
 
 def test_row_reads_the_carried_texts_at_their_positions() -> None:
-    assert row(good())[6:] == (9, ("t-1",), "00-ab", None)
-    assert row(good(COLUMNS.replace('"t-1"', "-42")))[7] == ("-42",)
+    assert carried_of(row(good())) == (("t-1",), "00-ab", None)
+    assert row(good()) == OutboxEvent("7616f707", "order", "o-1", "Placed", b"{}", None, AT,
+                                      extra=("t-1",), traceparent="00-ab")
+    assert row(good(COLUMNS.replace('"t-1"', "-42"))).extra == ("-42",)
     escaped = good(COLUMNS.replace('"00-ab"', '"\\u0030\\/\\ud83d\\ude00"'))
-    assert row(escaped)[8] == "0/\U0001f600"
+    assert row(escaped).traceparent == "0/\U0001f600"
     # absent trace columns (-1) are None, as is everything for an empty carried plan
-    assert row(good(), (6, -1, -1))[7:] == (("t-1",), None, None)
-    assert reader().row(good(), PLAN, ())[6:] == (9, (), None, None)
+    assert carried_of(row(good(), (6, -1, -1))) == (("t-1",), None, None)
+    assert carried_of(reader().row(good(), AT, PLAN, (), 9)) == ((), None, None)
     # two slots on one column: an extra naming a mapped column
-    assert row(good(), (2, 7, -1), ("aggregate_id",))[7:] == (("o-1",), "00-ab", None)
+    assert carried_of(row(good(), (2, 7, -1), ("aggregate_id",))) == (("o-1",), "00-ab", None)
 
 
 DECLINED = {
@@ -232,4 +239,4 @@ def test_row_refuses_a_carried_plan_of_the_wrong_length() -> None:
     with pytest.raises(TypeError, match="carried"):
         row(good(), (6, 7))
     with pytest.raises(TypeError, match="carried"):
-        reader().row(good(), PLAN, [7, 8])
+        reader().row(good(), AT, PLAN, [7, 8], 9)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from cdc_relay.decoding.wal2json import Wal2JsonDecoder
 from cdc_relay.errors import DecodeError
-from cdc_relay.model import TRACE_COLUMNS, OutboxColumns
+from cdc_relay.model import TRACE_COLUMNS, OutboxColumns, OutboxEvent
 from tests.unit.decoding_fixtures import AT, OUTBOX
 
 # The default mapping's six columns and the other columns of the outbox table.
@@ -261,7 +261,8 @@ def reader(names: tuple[str, str, str, str, str, str] = MAPPED, timestamped: boo
     """A ``_cwal2json.Reader`` of public.outbox_events (ImportError when not built)."""
     from cdc_relay.decoding._cwal2json import Reader
 
-    return Reader("public", "outbox_events", names, timestamped, extras, TRACE_COLUMNS)
+    return Reader("public", "outbox_events", names, timestamped, extras, TRACE_COLUMNS,
+                  OutboxEvent)
 
 
 def outcome(decoder: Wal2JsonDecoder, payload: bytes) -> tuple[str, Any]:

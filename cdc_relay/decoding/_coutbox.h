@@ -1,0 +1,192 @@
+/* The OutboxEvent a compiled decoder returns, and its created_at (docs/design.md, "The
+ * compiled decoders").
+ *
+ * Owns, for _cwal2json.c and _cpgoutput.c (included after Python.h): building a
+ * cdc_relay.model.OutboxEvent straight from C (outbox_event: the object is allocated as
+ * ``object.__new__`` does and its eleven slots are stored, so no Python code runs), the
+ * check that the class is the slots dataclass of exactly those fields in that order
+ * (outbox_setup), and created_at's epoch milliseconds from the row's raw bytes with a
+ * one-entry cache of the last accepted text (outbox_created_at; the parse is
+ * _ctimestamp.h's, shared with _ctimestamp.c). The cache holds only a pure function's
+ * last answer, so a decline or a pure-path row in between never makes it stale. Also the
+ * module set-up both share (outbox_module: the Reader type's common slots).
+ *
+ * Must not: accept a class whose fields differ from the ones listed here (a field added to
+ * OutboxEvent would be left unset: outbox_setup raises instead), run Python code per
+ * event, or decide anything about a timestamp the parse declines except PostgreSQL's two
+ * infinities, which are None exactly as on the pure path (decoding/values.py).
+ */
+#ifndef CDC_RELAY_COUTBOX_H
+#define CDC_RELAY_COUTBOX_H
+
+#include <string.h>
+#include "_ctimestamp.h"
+
+#ifndef Py_T_OBJECT_EX /* before Python 3.12 the member flags are in structmember.h */
+#include <structmember.h>
+#define Py_T_OBJECT_EX T_OBJECT_EX
+#define Py_READONLY READONLY
+#endif
+
+/* OutboxEvent's fields, in declaration order (cdc_relay/model.py). */
+enum {
+    EV_ID, EV_AGGREGATE_TYPE, EV_AGGREGATE_ID, EV_EVENT_TYPE, EV_PAYLOAD, EV_CREATED_AT_MS,
+    EV_LSN, EV_ATTEMPT, EV_EXTRA, EV_TRACEPARENT, EV_TRACESTATE, EV_FIELDS
+};
+
+static const char *const outbox_fields[EV_FIELDS] = {
+    "id", "aggregate_type", "aggregate_id", "event_type", "payload", "created_at_ms", "lsn",
+    "attempt", "extra", "traceparent", "tracestate",
+};
+
+typedef struct {
+    PyTypeObject *type;            /* OutboxEvent (a strong reference); NULL: not set up */
+    Py_ssize_t offset[EV_FIELDS];  /* each field's slot in the instance */
+    PyObject *attempt;             /* 1: every WAL event is its first attempt */
+    PyObject *created_ms;          /* created_text's milliseconds (int or None); NULL: none */
+    Py_ssize_t created_len;
+    char created_text[TS_MAX_TEXT];
+} Outbox;
+
+static void outbox_clear(Outbox *o)
+{
+    Py_CLEAR(o->type);
+    Py_CLEAR(o->attempt);
+    Py_CLEAR(o->created_ms);
+}
+
+/* The slot offset of field ``k`` of ``type`` into o->offset[k]: 0, or -1 (TypeError). */
+static int outbox_slot(Outbox *o, PyTypeObject *type, int k)
+{
+    PyObject *descr = PyDict_GetItemString(type->tp_dict, outbox_fields[k]); /* borrowed */
+    if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)
+        || ((PyDescrObject *)descr)->d_type != type) {
+        PyErr_Format(PyExc_TypeError, "%s.%s is not a slot of its own", type->tp_name,
+                     outbox_fields[k]);
+        return -1;
+    }
+    PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+    if (member->type != Py_T_OBJECT_EX || (member->flags & Py_READONLY)) {
+        PyErr_Format(PyExc_TypeError, "%s.%s is not a writable object slot", type->tp_name,
+                     outbox_fields[k]);
+        return -1;
+    }
+    o->offset[k] = member->offset;
+    return 0;
+}
+
+/* Check ``cls`` and remember how to fill it: 0, or -1 with TypeError (a bug: the decoders
+ * pass cdc_relay.model.OutboxEvent, and this must change with it). */
+static int outbox_setup(Outbox *o, PyObject *cls)
+{
+    outbox_clear(o);
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "the event class must be a class (OutboxEvent)");
+        return -1;
+    }
+    PyTypeObject *type = (PyTypeObject *)cls;
+    PyObject *expected = PyTuple_New(EV_FIELDS), *slots;
+    if (expected == NULL)
+        return -1;
+    for (int k = 0; k < EV_FIELDS; k++) {
+        PyObject *name = PyUnicode_FromString(outbox_fields[k]);
+        if (name == NULL) {
+            Py_DECREF(expected);
+            return -1;
+        }
+        PyTuple_SET_ITEM(expected, k, name);
+    }
+    slots = PyDict_GetItemString(type->tp_dict, "__slots__"); /* borrowed */
+    int same = slots == NULL ? 0 : PyObject_RichCompareBool(slots, expected, Py_EQ);
+    Py_DECREF(expected);
+    if (same < 0)
+        return -1;
+    /* exactly these slots on a plain object base, no instance dict, object's __new__, and
+     * no __post_init__ that dataclass' __init__ would run */
+    if (!same || type->tp_base != &PyBaseObject_Type || type->tp_dictoffset != 0
+        || type->tp_new != PyBaseObject_Type.tp_new
+        || PyDict_GetItemString(type->tp_dict, "__post_init__") != NULL) {
+        PyErr_Format(PyExc_TypeError, "%s is not the slots dataclass of the fields "
+                     "_coutbox.h fills (id ... tracestate): update _coutbox.h with "
+                     "cdc_relay/model.py's OutboxEvent", type->tp_name);
+        return -1;
+    }
+    for (int k = 0; k < EV_FIELDS; k++)
+        if (outbox_slot(o, type, k) < 0)
+            return -1;
+    if ((o->attempt = PyLong_FromLong(1)) == NULL)
+        return -1;
+    o->type = (PyTypeObject *)Py_NewRef(cls);
+    o->created_len = -1;
+    return 0;
+}
+
+/* Drop the field values gathered so far (NULL ones are skipped). */
+static void outbox_discard(PyObject **fields)
+{
+    for (int k = 0; k < EV_FIELDS; k++)
+        Py_CLEAR(fields[k]);
+}
+
+/* The event of ``fields`` (every one set but EV_ATTEMPT, which is 1), whose references it
+ * takes, also on failure (NULL, exception set). */
+static PyObject *outbox_event(const Outbox *o, PyObject **fields)
+{
+    PyObject *event = o->type->tp_alloc(o->type, 0); /* what object.__new__ calls */
+    if (event == NULL) {
+        outbox_discard(fields);
+        return NULL;
+    }
+    fields[EV_ATTEMPT] = Py_NewRef(o->attempt);
+    for (int k = 0; k < EV_FIELDS; k++)
+        *(PyObject **)((char *)event + o->offset[k]) = fields[k];
+    return event;
+}
+
+/* The created_at_ms of the text s[0..n) into *out (a new reference: an int, or None for
+ * "infinity" / "-infinity"): 1, or 0 to decline (the pure path decides), -1 on an error.
+ * A text equal to the last accepted one is one comparison and no object. */
+static int outbox_created_at(Outbox *o, const char *s, Py_ssize_t n, PyObject **out)
+{
+    if (n == o->created_len && memcmp(s, o->created_text, (size_t)n) == 0) {
+        *out = Py_NewRef(o->created_ms);
+        return 1;
+    }
+    int64_t ms;
+    PyObject *value;
+    if (ts_epoch_ms(s, n, &ms) == 0) {
+        if ((value = PyLong_FromLongLong((long long)ms)) == NULL)
+            return -1;
+    }
+    else if ((n == 8 && memcmp(s, "infinity", 8) == 0)
+             || (n == 9 && memcmp(s, "-infinity", 9) == 0))
+        value = Py_NewRef(Py_None);
+    else
+        return 0;
+    memcpy(o->created_text, s, (size_t)n); /* n <= TS_MAX_TEXT: ts_epoch_ms or infinity */
+    o->created_len = n;
+    Py_XSETREF(o->created_ms, Py_NewRef(value));
+    *out = value;
+    return 1;
+}
+
+/* The module ``def`` describes, with its ``Reader`` type readied and added; ``type`` has
+ * its name and doc, the rest of what both decoders' Readers share is filled in here. */
+static PyObject *outbox_module(struct PyModuleDef *def, PyTypeObject *type, Py_ssize_t size,
+                               initproc init, destructor dealloc, PyMethodDef *methods)
+{
+    type->tp_basicsize = size;
+    type->tp_flags = Py_TPFLAGS_DEFAULT;
+    type->tp_new = PyType_GenericNew;
+    type->tp_init = init;
+    type->tp_dealloc = dealloc;
+    type->tp_methods = methods;
+    if (PyType_Ready(type) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(def);
+    if (m != NULL && PyModule_AddObjectRef(m, "Reader", (PyObject *)type) < 0)
+        Py_CLEAR(m);
+    return m;
+}
+
+#endif /* CDC_RELAY_COUTBOX_H */
