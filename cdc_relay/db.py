@@ -4,7 +4,8 @@ Owns three small things:
 
 * ``connect``: open a psycopg connection and turn a failure into
   ``ServiceUnavailable("cannot connect to PostgreSQL at host:port/db: <reason>")``,
-  never showing the password; a malformed DSN is a ``ConfigError``.
+  never showing the password; a malformed DSN is a ``ConfigError``. ``borrowed_or_new``
+  lets a check use a caller's connection or its own.
 * ``translate_error``: a psycopg error -> a RelayError whose message names the cause
   and the fix (wal_level, privileges, slot limits, a busy slot, ...), secrets masked.
 * Identifier hygiene: validating TableRef / OutboxColumns values and deriving object
@@ -20,6 +21,8 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -89,6 +92,20 @@ def connect(dsn: str, **kwargs: Any) -> psycopg.Connection[TupleRow]:
         return psycopg.Connection.connect(dsn, **kwargs)
     except psycopg.Error as exc:
         raise _connect_failed(dsn, exc) from exc
+
+
+@contextmanager
+def borrowed_or_new(dsn: str, conn: psycopg.Connection[Any] | None
+                    ) -> Iterator[psycopg.Connection[Any]]:
+    """``conn`` as is (its owner closes it), or a new autocommit connection, closed on exit.
+
+    Lets a check run on the one connection a start-up shares, or on its own.
+    """
+    if conn is not None:
+        yield conn
+        return
+    with connect(dsn, autocommit=True) as new:
+        yield new
 
 
 _SERVER_PREFIX = re.compile(

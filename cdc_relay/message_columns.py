@@ -17,12 +17,13 @@ start-up check reports that, with its fix): with no table it returns the config 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import psycopg
 from psycopg import sql
 
 from cdc_relay.config import OutboxConfig, RouterConfig
-from cdc_relay.db import connect, translate_error
+from cdc_relay.db import borrowed_or_new, translate_error
 from cdc_relay.errors import ConfigError
 from cdc_relay.model import TRACE_COLUMNS
 
@@ -33,10 +34,14 @@ _COLUMNS_QUERY = (
 )
 
 
-def table_columns(dsn: str, outbox: OutboxConfig) -> dict[str, str] | None:
-    """Column name -> type name of the outbox table; None when the table does not exist."""
+def table_columns(dsn: str, outbox: OutboxConfig, *,
+                  conn: psycopg.Connection[Any] | None = None) -> dict[str, str] | None:
+    """Column name -> type name of the outbox table; None when the table does not exist.
+
+    On ``conn`` (an open autocommit connection, left open) if given, else on a new one.
+    """
     name = sql.Identifier(outbox.table.schema, outbox.table.name)
-    with connect(dsn, autocommit=True) as conn:
+    with borrowed_or_new(dsn, conn) as conn:
         try:
             exists = conn.execute("SELECT to_regclass(%s)", (name.as_string(conn),)).fetchone()
             if exists is None or exists[0] is None:
@@ -73,9 +78,10 @@ def check_columns(columns: dict[str, str], outbox: OutboxConfig, router: RouterC
     return replace(outbox, extra_columns=router.extra_columns(), trace_columns=trace)
 
 
-def resolve_message_columns(dsn: str, outbox: OutboxConfig, router: RouterConfig) -> OutboxConfig:
+def resolve_message_columns(dsn: str, outbox: OutboxConfig, router: RouterConfig, *,
+                            conn: psycopg.Connection[Any] | None = None) -> OutboxConfig:
     """Read the table's columns and ``check_columns`` them (the table as is when absent)."""
-    columns = table_columns(dsn, outbox)
+    columns = table_columns(dsn, outbox, conn=conn)
     if columns is None:
         return replace(outbox, extra_columns=router.extra_columns())
     return check_columns(columns, outbox, router)

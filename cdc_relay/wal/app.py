@@ -4,6 +4,13 @@ The only module that knows every concrete class: it picks the decoder for the pl
 the sink (``--sink``, through sink/factory.py), the replication stream, installs signal
 handlers and starts the metrics endpoint. Components get frozen configs from here and never
 read the environment.
+
+Start-up order matters here (docs/design.md, WAL mode, start-up): importing this module
+(and cli/main.py) loads no psycopg, so ``run_wal`` has the first producer warming up
+before the PostgreSQL side is imported (psycopg alone takes ~0.1 s), and the modules of
+other paths (exactly-once, the backfill, the plugin not in use, metrics) are imported
+only when used. Keep PostgreSQL-side imports inside the functions that need them:
+tests/unit/test_purity.py checks the module level.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ import logging
 import threading
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cdc_relay.config import (
     ExactlyOnceSettings,
@@ -23,21 +30,13 @@ from cdc_relay.config import (
     ReplicationConfig,
     RouterConfig,
 )
-from cdc_relay.decoding.pgoutput import PgOutputDecoder
-from cdc_relay.decoding.pgoutput import plugin_options as pgoutput_options
-from cdc_relay.decoding.wal2json import Wal2JsonDecoder
-from cdc_relay.decoding.wal2json import plugin_options as wal2json_options
 from cdc_relay.errors import ConfigError, ExitCode
-from cdc_relay.message_columns import resolve_message_columns
 from cdc_relay.model import Lsn
 from cdc_relay.routing import Router
 from cdc_relay.signals import install_signal_handlers
 from cdc_relay.sink.base import SinkFactory, ignore_reports
 from cdc_relay.sink.factory import OtherSink, make_sink_factory, sink_name
-from cdc_relay.wal.backfill import BackfillStats
-from cdc_relay.wal.checkpoint import transactional_id
 from cdc_relay.wal.delivery import DeliveryMode
-from cdc_relay.wal.exactly_once import ExactlyOnce, ExactlyOnceConfig
 from cdc_relay.wal.loop import (
     Decoder,
     Deliveries,
@@ -47,9 +46,9 @@ from cdc_relay.wal.loop import (
     SinkWarmUp,
     WalRelay,
 )
-from cdc_relay.wal.partitions import PartitionTree
-from cdc_relay.wal.stream import ReplicationStream
-from cdc_relay.wal.txn_policy import TxnLimits
+
+if TYPE_CHECKING:
+    from cdc_relay.wal.exactly_once import ExactlyOnce
 
 log = logging.getLogger("cdc_relay")
 
@@ -65,10 +64,20 @@ def make_decoder(repl: ReplicationConfig, outbox: OutboxConfig, *,
     decoder: Decoder
     compiled = None if repl.compiled_decoder else False
     if repl.plugin == "pgoutput":
+        from cdc_relay.decoding.pgoutput import PgOutputDecoder
+        from cdc_relay.decoding.pgoutput import plugin_options as pgoutput_options
+
         return (PgOutputDecoder(outbox.table, outbox.columns, outbox.extra_columns,
                                 compiled=compiled),
                 pgoutput_options(repl.publication))
-    tree = PartitionTree(repl.dsn, outbox.table) if partitioned else None
+    from cdc_relay.decoding.wal2json import Wal2JsonDecoder
+    from cdc_relay.decoding.wal2json import plugin_options as wal2json_options
+
+    tree = None
+    if partitioned:
+        from cdc_relay.wal.partitions import PartitionTree
+
+        tree = PartitionTree(repl.dsn, outbox.table)
     decoder = Wal2JsonDecoder(outbox.table, outbox.columns, tree, extra_columns=outbox.extra_columns,
                               compiled=compiled)
     return decoder, wal2json_options(outbox.table, partitioned=partitioned)
@@ -112,6 +121,8 @@ def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
     ``exactly_once`` brings the transactional sink factory and the delivery mode;
     ``first_sink`` is a producer warming up already, its reports going to ``deliveries``.
     """
+    from cdc_relay.wal.stream import ReplicationStream
+
     mode: DeliveryMode | None = None
     if exactly_once is not None:
         sink_factory, mode = exactly_once.sink_factory, exactly_once.mode
@@ -139,9 +150,6 @@ def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
 
 def run_wal(settings: WalSettings) -> int:
     """``cdc-relay run``: ensure the slot (or backfill first), stream until a signal, exit 0."""
-    from cdc_relay.wal.cutover import precheck, warn_if_unfinished
-    from cdc_relay.wal.setup import ensure_replication
-
     stop = threading.Event()
     install_signal_handlers(stop)  # first: a SIGTERM during start-up is a clean stop too
     repl = settings.replication
@@ -150,26 +158,26 @@ def run_wal(settings: WalSettings) -> int:
     deliveries, warm = Deliveries(), None
     if settings.snapshot != "initial" and settings.exactly_once is None:
         # The first producer warms up (connects, gets its producer id) on a thread while
-        # the PostgreSQL checks below run: the relay's first session takes it.
+        # the PostgreSQL side is imported and its checks below run: the relay's first
+        # session takes it.
         warm = SinkWarmUp(factory(deliveries.deliver), stop, timeout=LoopTimings().sink_warmup)
     elif settings.sink is not None:  # a RabbitMQ or NATS sink does no I/O until warm_up
         factory(ignore_reports).close(0)
     try:
+        # Only now the PostgreSQL side is imported (see the module docstring).
         if settings.snapshot == "initial":
+            from cdc_relay.message_columns import resolve_message_columns
+            from cdc_relay.wal.cutover import precheck
+
             precheck(repl, settings.outbox)  # the refusals, before anything is touched
+            # The backfill reads the carried columns (and the trace columns the table has).
+            return _backfill_then_stream(replace(settings, outbox=resolve_message_columns(
+                repl.dsn, settings.outbox, settings.router)), stop)
         if settings.exactly_once is not None:
             check_exactly_once(settings)  # before any I/O: bad options exit 2 at once
-        # --header / --partition-column name real columns: a typo is one line now, exit 2.
-        # The backfill reads the carried columns (and the trace columns the table has) itself.
-        settings = replace(settings, outbox=resolve_message_columns(repl.dsn, settings.outbox,
-                                                                    settings.router))
-        if settings.snapshot == "initial":
-            return _backfill_then_stream(settings, stop)
-        setup = ensure_replication(repl.dsn, settings.outbox, slot=repl.slot,
-                                   plugin=repl.plugin, publication=repl.publication)
-        warn_if_unfinished(repl, settings.outbox)
+        settings, partitioned = _startup_checks(settings)
         eos = None if settings.exactly_once is None else exactly_once_parts(settings)
-        relay = build_wal_relay(settings, partitioned=setup.partitioned, exactly_once=eos,
+        relay = build_wal_relay(settings, partitioned=partitioned, exactly_once=eos,
                                 sink_factory=factory, deliveries=deliveries, first_sink=warm)
     except BaseException:
         if warm is not None:
@@ -180,6 +188,26 @@ def run_wal(settings: WalSettings) -> int:
                         sink=sink_name(settings.sink), txn=eos.mode.stats if eos else None):
         relay.run(stop)
     return _stopped(relay.stats, repl.slot, sink_name(settings.sink))
+
+
+def _startup_checks(settings: WalSettings) -> tuple[WalSettings, bool]:
+    """The checks before streaming, on one connection: (settings to stream with, partitioned).
+
+    --header / --partition-column must name real columns (a typo is one line, exit 2); the
+    publication and the slot are created if missing; an unfinished backfill is a warning.
+    """
+    from cdc_relay.db import connect
+    from cdc_relay.message_columns import resolve_message_columns
+    from cdc_relay.wal.backfill_state import warn_if_unfinished
+    from cdc_relay.wal.setup import ensure_replication
+
+    repl = settings.replication
+    with connect(repl.dsn, autocommit=True) as conn:
+        outbox = resolve_message_columns(repl.dsn, settings.outbox, settings.router, conn=conn)
+        setup = ensure_replication(repl.dsn, outbox, slot=repl.slot, plugin=repl.plugin,
+                                   publication=repl.publication, conn=conn)
+        warn_if_unfinished(conn, outbox.table, repl.slot)
+    return replace(settings, outbox=outbox), setup.partitioned
 
 
 def _serve_metrics(config: MetricsConfig, stats: RelayStats, **kwargs: Any
@@ -195,6 +223,7 @@ def _serve_metrics(config: MetricsConfig, stats: RelayStats, **kwargs: Any
 
 def _backfill_then_stream(settings: WalSettings, stop: threading.Event) -> int:
     """``--snapshot initial``: the backfill (if due), then the start-up check, then stream."""
+    from cdc_relay.wal.backfill import BackfillStats
     from cdc_relay.wal.cutover import backfill_before_streaming
     from cdc_relay.wal.setup import ensure_replication
 
@@ -270,7 +299,10 @@ def check_exactly_once(settings: WalSettings) -> None:
 def exactly_once_parts(settings: WalSettings) -> ExactlyOnceParts:
     """Identify the source (system identifier + slot) and build exactly-once's parts."""
     from cdc_relay.sink.kafka_txn import TxnSinkConfig, transactional_sink_factory
+    from cdc_relay.wal.checkpoint import transactional_id
+    from cdc_relay.wal.exactly_once import ExactlyOnce, ExactlyOnceConfig
     from cdc_relay.wal.identity import system_identifier
+    from cdc_relay.wal.txn_policy import TxnLimits
 
     eos, repl, kafka = settings.exactly_once, settings.replication, settings.kafka
     assert eos is not None

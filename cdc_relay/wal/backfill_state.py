@@ -9,7 +9,8 @@ A row says which slot a backfill belongs to and how far it got:
 A slot that exists with a ``creating`` or ``running`` row was left by an unfinished
 backfill (a crash, a ``kill -9``, a stop mid-way): the next ``run --snapshot initial``
 redoes it. A slot that exists with no row was not created by a backfill: the snapshot
-is gone and ``--snapshot initial`` refuses. ``status`` and ``doctor`` read the row.
+is gone and ``--snapshot initial`` refuses. ``status`` and ``doctor`` read the row, and
+``run --snapshot never`` warns about an unfinished one (``warn_if_unfinished``).
 
 Only one relay backfills a slot at a time: each holds a session-level advisory lock
 (``BACKFILL_LOCK``, the slot's hash) on its state connection for the whole backfill; a
@@ -21,6 +22,7 @@ interpolate names into SQL (every name is a quoted identifier).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -94,6 +96,16 @@ def read_record(conn: psycopg.Connection[Any], table: TableRef, slot: str) -> Ba
         return None
     return BackfillRecord(row[0], row[1], row[2], Lsn.parse(row[3]) if row[3] else None,
                           *row[4:])
+
+
+def warn_if_unfinished(conn: psycopg.Connection[Any], table: TableRef, slot: str) -> None:
+    """``--snapshot never`` on a slot whose backfill did not finish: say what is left behind."""
+    record = read_record(conn, table, slot)
+    if record is not None and not record.finished:
+        logging.getLogger("cdc_relay.backfill").warning(
+            "the backfill of slot %s did not finish (%d of %s rows): with --snapshot never the "
+            "rest of it is not published; start with --snapshot initial to redo it", slot,
+            record.rows_done, record.rows_total, extra={"slot": slot})
 
 
 def backfill_running(conn: psycopg.Connection[Any], slot: str) -> bool:

@@ -81,17 +81,6 @@ def precheck(repl: ReplicationConfig, outbox: OutboxConfig) -> None:
                 raise _refusal(repl.slot, str(outbox.table))
 
 
-def warn_if_unfinished(repl: ReplicationConfig, outbox: OutboxConfig) -> None:
-    """``--snapshot never`` on a slot whose backfill did not finish: say what is left behind."""
-    with connect(repl.dsn, autocommit=True, application_name="cdc-relay backfill") as conn:
-        record = read_record(conn, outbox.table, repl.slot)
-    if record is not None and not record.finished:
-        log.warning("the backfill of slot %s did not finish (%d of %s rows): with --snapshot "
-                    "never the rest of it is not published; start with --snapshot initial to "
-                    "redo it", repl.slot, record.rows_done, record.rows_total,
-                    extra={"slot": repl.slot})
-
-
 def _refusal(slot: str, table: str) -> ConfigError:
     return ConfigError(
         f"replication slot {slot!r} already exists, and --snapshot initial takes its snapshot "

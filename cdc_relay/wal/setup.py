@@ -33,6 +33,7 @@ from psycopg import sql
 
 from cdc_relay.config import OutboxConfig, TableRef, validate_identifier, validate_slot_name
 from cdc_relay.db import (
+    borrowed_or_new,
     connect,
     describe_dsn,
     translate_error,
@@ -95,18 +96,20 @@ def ensure_replication(
     slot: str,
     plugin: str = "wal2json",
     publication: str = "cdc_relay_outbox",
+    conn: psycopg.Connection[Any] | None = None,
 ) -> ReplicationReport:
     """WAL mode's start-up check: the publication (pgoutput) and the slot, created if missing.
 
     Applies no migrations: the outbox table must exist (``cdc-relay init``), else
     ConfigError. Safe when several relays start at once (same lock as init). An existing
     slot with another plugin, or of another database, is a ConfigError naming the fix.
+    Runs on ``conn`` (an open autocommit connection, left open) if given.
     """
     # Every name is validated before any I/O, the same checks init makes.
     table = validated_table(outbox.table)
     validated_columns(outbox.columns)
     validate_wal_options(slot, plugin, publication)
-    with connect(dsn, autocommit=True) as conn:
+    with borrowed_or_new(dsn, conn) as conn:
         try:
             row = conn.execute(
                 "SELECT to_regclass(%s)", (_table_identifier(table).as_string(conn),)

@@ -12,13 +12,15 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from cdc_relay.config import OutboxConfig, TableRef
+from cdc_relay.config import OutboxConfig, RouterConfig, TableRef
 from cdc_relay.db import connect
 from cdc_relay.errors import ConfigError, DatabaseError, ServiceUnavailable, SlotBusy
 from cdc_relay.local.postgres import PostgresCluster
+from cdc_relay.message_columns import resolve_message_columns
 from cdc_relay.model import OutboxColumns
 from cdc_relay.outbox import emit
 from cdc_relay.schema import init_database
+from cdc_relay.wal.backfill_state import warn_if_unfinished
 from cdc_relay.wal.setup import (
     Outcome,
     drop_slot,
@@ -305,6 +307,26 @@ def test_ensure_replication_needs_the_table_then_creates_publication_and_slot(
     assert (first.publication, first.slot) == (Outcome.CREATED, Outcome.CREATED)
     assert (second.publication, second.slot) == (Outcome.EXISTED, Outcome.EXISTED)
     assert not second.changed
+
+
+def test_the_start_up_checks_run_on_a_shared_connection_and_leave_it_open(db: str) -> None:
+    # cdc-relay run does its checks on one connection (docs/design.md, WAL mode, start-up).
+    slot = _slot_name()
+    init_database(db, OutboxConfig(), slot=None)
+    router = RouterConfig(header_columns=(("aggregate_id", "x-aggregate"),))
+    with connect(db, autocommit=True) as conn:
+        backend = conn.info.backend_pid
+        outbox = resolve_message_columns(db, OutboxConfig(), router, conn=conn)
+        report = ensure_replication(db, outbox, slot=slot, plugin="wal2json", conn=conn)
+        warn_if_unfinished(conn, outbox.table, slot)
+
+        assert not conn.closed and conn.info.backend_pid == backend
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    assert outbox.extra_columns == ("aggregate_id",)
+    assert report.slot is Outcome.CREATED and slot_exists(db, slot)
+    with connect(db, autocommit=True) as conn, pytest.raises(ConfigError, match="no column"):
+        resolve_message_columns(db, OutboxConfig(), RouterConfig(
+            header_columns=(("nope", "x-nope"),)), conn=conn)
 
 
 def test_slot_none_skips_slot_and_publication(db: str) -> None:

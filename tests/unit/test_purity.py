@@ -1,5 +1,8 @@
 """The pure modules import neither psycopg nor confluent_kafka (docs/design.md, packages).
 
+Also ``run``'s start-up path: the CLI and WAL mode's composition root import no driver at
+module level (the first producer warms up while psycopg is imported).
+
 Checked in a fresh interpreter, so modules the test session already imported cannot hide
 an import: a module is pure only if importing it - and everything it imports - loads no
 driver.
@@ -69,6 +72,13 @@ def test_the_pure_modules_together_load_no_driver() -> None:
 @pytest.mark.parametrize("module", PURE_MODULES)
 def test_each_pure_module_loads_no_driver(module: str) -> None:
     assert _drivers_loaded_by(module) == []
+
+
+def test_the_start_up_path_of_run_imports_no_driver_before_the_first_producer() -> None:
+    # run_wal creates the first producer and starts its warm-up before it imports the
+    # PostgreSQL side, so the two overlap (docs/design.md, WAL mode, start-up): the CLI and
+    # the composition root must not import psycopg (or confluent_kafka) at module level.
+    assert _drivers_loaded_by("cdc_relay.cli.main", "cdc_relay.wal.app") == []
 
 
 def test_the_probe_would_see_a_driver() -> None:
