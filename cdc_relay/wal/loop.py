@@ -239,6 +239,9 @@ class WalRelay:
                     stop.wait(delay)
         finally:
             self.stats.streaming = False
+            if self._first_sink is not None:  # stopped before the first session took it
+                first, self._first_sink = self._first_sink, None
+                first.cancel()
             if sink is not None:
                 # The session already waited (shutdown_timeout) for in-flight acks; what is
                 # still unacked was not confirmed and will be replayed. Keep exit < 30 s.

@@ -53,6 +53,18 @@ def test_cancel_closes_the_sink_when_start_up_fails_before_the_relay_runs() -> N
     assert sink.closed and not warm._thread.is_alive()
 
 
+def test_a_relay_stopped_before_its_first_session_closes_the_warming_sink() -> None:
+    factory = FakeSinkFactory()
+    deliveries, stop = Deliveries(), threading.Event()
+    early = factory(deliveries.deliver)
+    warm = SinkWarmUp(early, stop, timeout=5)
+    harness = Harness(txns(1, 1), factory, deliveries=deliveries, first_sink=warm)
+    stop.set()  # a SIGTERM between start-up and the relay's loop
+    harness.stop = stop
+    harness.run()
+    assert early.closed and not warm._thread.is_alive()
+    assert factory.generations == 1 and early.produced == []
+
 
 class _LoggingDownSink(FakeSink):
     """A sink whose warm-up logs what librdkafka would about a broker that is down."""
