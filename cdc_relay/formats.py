@@ -52,11 +52,12 @@ def json_string(text: str) -> bytes:
     return ('"' + text.translate(_ESCAPES) + '"').encode()
 
 
-def _raw_key(aggregate_id: str) -> bytes:
-    return aggregate_id.encode()
+# str.encode itself (UTF-8, strict): a C call, no Python frame per event.
+_raw_key: Callable[[str], bytes] = str.encode
 
 
 def _raw_value(payload: bytes) -> bytes:
+    """The raw format sends the payload as it is (the router skips this call: raw_values)."""
     return payload
 
 
@@ -92,3 +93,8 @@ def key_encoder(message_format: str) -> Callable[[str], bytes]:
 def value_encoder(message_format: str) -> Callable[[bytes], bytes]:
     """payload JSON text (UTF-8) -> value bytes for ``message_format``."""
     return _VALUES[message_format]
+
+
+def raw_values(message_format: str) -> bool:
+    """True when ``message_format`` sends the payload unchanged (no encoder call needed)."""
+    return _VALUES[message_format] is _raw_value

@@ -26,7 +26,7 @@ import re
 
 from cdc_relay.config import RouterConfig, TableRef
 from cdc_relay.errors import ConfigError
-from cdc_relay.formats import key_encoder, value_encoder
+from cdc_relay.formats import key_encoder, raw_values, value_encoder
 from cdc_relay.model import Message, OutboxEvent
 from cdc_relay.text import shorten
 
@@ -98,6 +98,7 @@ class Router:
         self._cache: dict[tuple[str, str], _Route] = {}
         self._key = key_encoder(config.message_format)
         self._value = value_encoder(config.message_format)
+        self._raw_values = raw_values(config.message_format)  # per event: no call when raw
         extra = config.extra_columns()
         # (position in OutboxEvent.extra, header name) per --header; the partition's position.
         self._header_slots = tuple(
@@ -141,7 +142,7 @@ class Router:
             raise RoutingError(problem, topic)
         try:
             key = self._key(event.aggregate_id)
-            value = self._value(event.payload)
+            value = event.payload if self._raw_values else self._value(event.payload)
             event_id = event.id.encode()
         except ValueError as exc:  # lone surrogates, or a payload that is not UTF-8
             raise RoutingError(f"event {event.id!r} is not valid UTF-8: {exc}", topic) from exc
