@@ -158,6 +158,10 @@ class FakeSink:
         self._queue.clear()
         self.closed = True
 
+    def set_handler(self, handler: DeliveryHandler) -> None:
+        """Hand the reports served from now on to ``handler``."""
+        self._handler = handler
+
     def warm_up(self, timeout: float) -> None:
         """Record the call; raise BrokerError if ``unreachable``."""
         if self.unreachable:

@@ -122,6 +122,10 @@ class BackgroundSink:
         """Messages produced and not yet reported."""
         return len(self._pending)
 
+    def set_handler(self, handler: DeliveryHandler) -> None:
+        """Hand the reports served from now on (by ``poll``/``flush``) to ``handler``."""
+        self._handler = handler
+
     def close(self, timeout: float) -> None:
         """Flush for up to ``timeout`` s, stop the I/O thread, drop the rest unreported."""
         if self._closed:

@@ -119,6 +119,10 @@ class Sink(Protocol):
     def warm_up(self, timeout: float) -> None:
         """Get ready to deliver (connections, producer id); raise BrokerError if unreachable."""
 
+    def set_handler(self, handler: DeliveryHandler) -> None:
+        """Hand later reports to ``handler`` instead (WAL mode points a producer it keeps
+        across a reconnect at each new session: no hop per report)."""
+
 
 class SinkFactory(Protocol):
     """Builds a fresh sink whose delivery reports go to ``on_delivery``."""

@@ -132,6 +132,10 @@ class KafkaSink:
         """Messages queued or in flight (including reports not yet served)."""
         return len(self._producer) if self._producer is not None else 0
 
+    def set_handler(self, handler: DeliveryHandler) -> None:
+        """Hand the reports served from now on to ``handler``."""
+        self._handler = handler
+
     def warm_up(self, timeout: float) -> None:
         """Connect and get the idempotent producer its id before the first message.
 

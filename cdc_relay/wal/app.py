@@ -39,7 +39,6 @@ from cdc_relay.sink.factory import OtherSink, make_sink_factory, sink_name
 from cdc_relay.wal.delivery import DeliveryMode
 from cdc_relay.wal.loop import (
     Decoder,
-    Deliveries,
     LoopTimings,
     RelayStats,
     ReplicationSource,
@@ -113,13 +112,12 @@ def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
                     router: Router | None = None, sink_factory: SinkFactory | None = None,
                     stats: RelayStats | None = None,
                     exactly_once: ExactlyOnceParts | None = None,
-                    deliveries: Deliveries | None = None,
                     first_sink: SinkWarmUp | None = None) -> WalRelay:
     """Wire a WalRelay from settings (no I/O until ``run``).
 
     ``router``, ``sink_factory`` and ``stats`` are shared with a backfill that runs first;
     ``exactly_once`` brings the transactional sink factory and the delivery mode;
-    ``first_sink`` is a producer warming up already, its reports going to ``deliveries``.
+    ``first_sink`` is a producer warming up already (the first session takes it).
     """
     from cdc_relay.wal.stream import ReplicationStream
 
@@ -143,7 +141,6 @@ def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
         timings=LoopTimings(status_interval=repl.status_interval, reconnect_max=repl.reconnect_max),
         stats=stats,
         mode=mode,
-        deliveries=deliveries,
         first_sink=first_sink,
     )
 
@@ -155,12 +152,12 @@ def run_wal(settings: WalSettings) -> int:
     repl = settings.replication
     # A missing client library or bad sink settings: one line now, before touching the slot.
     factory = make_sink_factory(settings.kafka, settings.sink)
-    deliveries, warm = Deliveries(), None
+    warm = None
     if settings.snapshot != "initial" and settings.exactly_once is None:
         # The first producer warms up (connects, gets its producer id) on a thread while
         # the PostgreSQL side is imported and its checks below run: the relay's first
         # session takes it.
-        warm = SinkWarmUp(factory(deliveries.deliver), stop, timeout=LoopTimings().sink_warmup)
+        warm = SinkWarmUp(factory(ignore_reports), stop, timeout=LoopTimings().sink_warmup)
     elif settings.sink is not None:  # a RabbitMQ or NATS sink does no I/O until warm_up
         factory(ignore_reports).close(0)
     try:
@@ -178,7 +175,7 @@ def run_wal(settings: WalSettings) -> int:
         settings, partitioned = _startup_checks(settings)
         eos = None if settings.exactly_once is None else exactly_once_parts(settings)
         relay = build_wal_relay(settings, partitioned=partitioned, exactly_once=eos,
-                                sink_factory=factory, deliveries=deliveries, first_sink=warm)
+                                sink_factory=factory, first_sink=warm)
     except BaseException:
         if warm is not None:
             warm.cancel()

@@ -14,9 +14,10 @@ when the session ends early, decides what comes next:
 
 Start-up overlaps its waits: ``SinkWarmUp`` warms the first producer (connect, get a
 producer id) on a thread while ``cdc-relay run`` does its PostgreSQL checks, and the
-relay takes that sink for its first session. Reports reach the session streaming now
-through ``Deliveries``, which exists before the relay does, so the early sink needs no
-extra hop per event.
+relay takes that sink for its first session. A sink is built reporting nowhere
+(``ignore_reports``); each session points it at its own ``on_delivery`` for as long as it
+streams (``Sink.set_handler``), so a report takes no extra hop per event, and a report
+of a session that has ended reaches nobody.
 
 The backoff (cdc_relay/backoff.py) doubles per incident and comes back down once a
 stream has run for ``healthy_after`` seconds. Every wait here ends early on a stop
@@ -36,7 +37,7 @@ from cdc_relay.backoff import Backoff
 from cdc_relay.config import FlowConfig
 from cdc_relay.errors import ConfigError, DeadLetterRefused, RelayError, SlotBusy, SourceLost
 from cdc_relay.routing import Router
-from cdc_relay.sink.base import DeliveryError, Sink, SinkFactory
+from cdc_relay.sink.base import Sink, SinkFactory, ignore_reports
 from cdc_relay.wal.delivery import AtLeastOnce, DeliveryMode
 from cdc_relay.wal.session import (
     Decoder,
@@ -49,26 +50,12 @@ from cdc_relay.wal.session import (
     TopicUnavailable,
 )
 
-__all__ = ["Decoder", "Deliveries", "LoopTimings", "ProducerFailed", "RelayStats",
+__all__ = ["Decoder", "LoopTimings", "ProducerFailed", "RelayStats",
            "ReplicationSource", "SinkWarmUp", "TopicUnavailable", "WalRelay", "warm_up"]
 
 log = logging.getLogger("cdc_relay.relay")
 
 _WARMUP_SLICE = 1.0  # seconds per warm-up attempt, so a stop request is seen in time
-
-
-class Deliveries:
-    """Hands a sink's delivery reports to the session streaming now (sinks outlive sessions)."""
-
-    __slots__ = ("session",)
-
-    def __init__(self) -> None:
-        self.session: Session | None = None
-
-    def deliver(self, token: int, error: DeliveryError | None) -> None:
-        session = self.session
-        if session is not None:
-            session.on_delivery(token, error)
 
 
 def warm_up(sink: Sink, timeout: float, clock: Callable[[], float],
@@ -183,7 +170,6 @@ class WalRelay:
         stats: RelayStats | None = None,
         clock: Callable[[], float] = time.monotonic,
         mode: DeliveryMode | None = None,
-        deliveries: Deliveries | None = None,
         first_sink: SinkWarmUp | None = None,
     ) -> None:
         self._source_factory = source_factory
@@ -196,8 +182,6 @@ class WalRelay:
                                    stats=self.stats, clock=self._now, mode=mode or AtLeastOnce())
         self._backoff = Backoff(timings.reconnect_min, timings.reconnect_max,
                                 healthy_after=timings.healthy_after)
-        # first_sink's reports go to ``deliveries``: the relay must route through the same one.
-        self._deliveries = deliveries or Deliveries()
         self._first_sink = first_sink
 
     def _now(self) -> float:
@@ -259,7 +243,7 @@ class WalRelay:
             first, self._first_sink = self._first_sink, None
             return first.result()
         try:
-            sink = self._sink_factory(self._deliveries.deliver)
+            sink = self._sink_factory(ignore_reports)  # each session points it at itself
         except ConfigError:
             raise  # a bad --producer-config: retrying cannot fix it
         except RelayError as exc:
@@ -292,7 +276,7 @@ class WalRelay:
             start = source.open()
             self._decoder.reset()
             session = Session(self._parts, source, sink, start, stop)
-            self._deliveries.session = session
+            sink.set_handler(session.on_delivery)
             self.stats.streaming = True
             self.stats.confirmed_lsn = int(start)
             self._backoff.healthy(self._clock())
@@ -304,6 +288,6 @@ class WalRelay:
                 raise
             session.shutdown()
         finally:
-            self._deliveries.session = None
+            sink.set_handler(ignore_reports)  # what is still reported belongs to no session
             self.stats.streaming = False
             source.close()

@@ -75,6 +75,22 @@ def test_message_without_timestamp_gets_the_produce_time(broker: Broker,
     assert got == [Delivery(1)]
 
 
+def test_set_handler_sends_the_later_reports_to_the_new_handler(broker: Broker,
+                                                                topic_prefix: str) -> None:
+    first: list[Delivery] = []
+    second: list[Delivery] = []
+    sink = kafka_sink_factory(KafkaConfig(broker.bootstrap))(collect(first))
+    try:
+        sink.produce(Message(f"{topic_prefix}.t", b"k", b"v"), 1)
+        assert sink.flush(30.0) == 0
+        sink.set_handler(collect(second))
+        sink.produce(Message(f"{topic_prefix}.t", b"k", b"v"), 2)
+        assert sink.flush(30.0) == 0
+    finally:
+        sink.close(5.0)
+    assert first == [Delivery(1)] and second == [Delivery(2)]
+
+
 def test_oversized_message_is_permanent(broker: Broker, topic_prefix: str) -> None:
     got: list[Delivery] = []
     sink = kafka_sink_factory(KafkaConfig(broker.bootstrap))(collect(got))

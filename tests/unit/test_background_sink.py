@@ -245,3 +245,18 @@ def test_nats_pub_acks_duplicates_no_responders_and_api_errors_become_deliveries
     assert by_token[2] is not None and by_token[2].kind is ErrorKind.PERMANENT
     assert by_token[3] is not None and by_token[3].kind is ErrorKind.RETRIABLE
     assert "temporarily unavailable" in by_token[3].reason
+
+
+def test_set_handler_sends_later_reports_to_the_new_handler() -> None:
+    got: list[Delivery] = []
+    sink, _channel = rabbit_sink(got)
+    sink.produce(msg(topic="o.order"), 0)
+    sink.produce(msg(topic="o.order"), 1)
+    sink._drain()
+    sink._on_confirm(frame(spec.Basic.Ack(delivery_tag=1, multiple=False)))
+    sink.poll(0)
+    later: list[Delivery] = []
+    sink.set_handler(collect(later))
+    sink._on_confirm(frame(spec.Basic.Ack(delivery_tag=2, multiple=False)))
+    sink.poll(0)
+    assert got == [Delivery(0)] and later == [Delivery(1)]

@@ -139,3 +139,13 @@ def test_warm_up_is_recorded_or_fails_when_unreachable() -> None:
     down, _ = sink_with(unreachable=True)
     with pytest.raises(BrokerError):
         down.warm_up(1)
+
+
+def test_set_handler_sends_the_reports_served_from_then_on_to_the_new_handler() -> None:
+    sink, first = sink_with()
+    sink.produce(msg(), 0)
+    sink.produce(msg(), 1)
+    second: list[Delivery] = []
+    sink.set_handler(collect(second))
+    assert sink.poll(0) == 2
+    assert first == [] and second == [Delivery(0), Delivery(1)]

@@ -220,3 +220,31 @@ class _NullDecoder:
 
     def reset(self) -> None:
         pass
+
+
+def test_a_producer_kept_across_a_reconnect_reports_to_the_new_session() -> None:
+    factory = FakeSinkFactory()
+    harness = Harness(txns(2, 2), factory)
+    first_source = harness._source
+
+    def source() -> object:
+        made = first_source()
+        if len(harness.sources) == 1:  # lost after the first transaction (B, I, I, C)
+            read = made.read
+
+            def read_then_lose() -> ServerMessage | None:
+                if made.reads == 4:
+                    raise SourceLost("fake: connection lost")
+                return read()
+
+            made.read = read_then_lose  # type: ignore[method-assign]
+        return made
+
+    harness.relay._source_factory = source  # type: ignore[assignment]
+    harness.run()
+    [sink] = factory.sinks  # drained after the loss, then kept for the second session
+    assert len(harness.sources) == 2
+    # The first session's two reports were served after it ended (to no session); the
+    # second session's four reached it, or nothing would be confirmed.
+    assert len(sink.delivered) == 6
+    assert harness.slot.confirmed == harness.slot.txns[-1].end_lsn

@@ -8,28 +8,29 @@ import threading
 import pytest
 
 from cdc_relay.errors import BrokerError
+from cdc_relay.sink.base import ignore_reports
 from cdc_relay.testing import FakeSink, FakeSinkFactory
-from cdc_relay.wal.loop import Deliveries, ProducerFailed, SinkWarmUp
+from cdc_relay.wal.loop import ProducerFailed, SinkWarmUp
 from tests.support import wait_for
 from tests.unit.wal_harness import Harness, txns
 
 
 def test_the_relay_streams_through_the_sink_warmed_up_before_it_ran() -> None:
     factory = FakeSinkFactory()
-    deliveries, stop = Deliveries(), threading.Event()
-    early = factory(deliveries.deliver)
+    stop = threading.Event()
+    early = factory(ignore_reports)
     warm = SinkWarmUp(early, stop, timeout=5)
-    harness = Harness(txns(3, 2), factory, deliveries=deliveries, first_sink=warm)
+    harness = Harness(txns(3, 2), factory, first_sink=warm)
     harness.stop = stop
     harness.run()
     assert early.warmed_up and factory.generations == 1  # no second producer was built
     assert harness.slot.confirmed == harness.slot.txns[-1].end_lsn
-    assert len(harness.acked_ids()) == 6  # the reports reached the session through deliveries
+    assert len(harness.acked_ids()) == 6  # the reports reached the session (set_handler)
 
 
 def test_an_unreachable_broker_is_a_producer_failure_raised_to_the_taker_and_the_sink_closed() -> None:
     factory = FakeSinkFactory(lambda sink: setattr(sink, "unreachable", True))
-    sink = factory(Deliveries().deliver)
+    sink = factory(ignore_reports)
     warm = SinkWarmUp(sink, threading.Event(), timeout=0.05)
     with pytest.raises(ProducerFailed, match="broker not reachable"):
         warm.result()
@@ -38,7 +39,7 @@ def test_an_unreachable_broker_is_a_producer_failure_raised_to_the_taker_and_the
 
 def test_a_stop_during_the_warm_up_gives_no_sink_and_closes_it() -> None:
     factory = FakeSinkFactory(lambda sink: setattr(sink, "unreachable", True))
-    sink = factory(Deliveries().deliver)
+    sink = factory(ignore_reports)
     stop = threading.Event()
     stop.set()
     assert SinkWarmUp(sink, stop, timeout=30).result() is None
@@ -47,7 +48,7 @@ def test_a_stop_during_the_warm_up_gives_no_sink_and_closes_it() -> None:
 
 def test_cancel_closes_the_sink_when_start_up_fails_before_the_relay_runs() -> None:
     factory = FakeSinkFactory(lambda sink: setattr(sink, "unreachable", True))
-    sink = factory(Deliveries().deliver)
+    sink = factory(ignore_reports)
     warm = SinkWarmUp(sink, threading.Event(), timeout=30)  # would retry for 30 s
     warm.cancel()
     assert sink.closed and not warm._thread.is_alive()
@@ -55,10 +56,10 @@ def test_cancel_closes_the_sink_when_start_up_fails_before_the_relay_runs() -> N
 
 def test_a_relay_stopped_before_its_first_session_closes_the_warming_sink() -> None:
     factory = FakeSinkFactory()
-    deliveries, stop = Deliveries(), threading.Event()
-    early = factory(deliveries.deliver)
+    stop = threading.Event()
+    early = factory(ignore_reports)
     warm = SinkWarmUp(early, stop, timeout=5)
-    harness = Harness(txns(1, 1), factory, deliveries=deliveries, first_sink=warm)
+    harness = Harness(txns(1, 1), factory, first_sink=warm)
     stop.set()  # a SIGTERM between start-up and the relay's loop
     harness.stop = stop
     harness.run()
@@ -80,7 +81,7 @@ def test_what_the_warm_up_logs_is_held_until_taken_and_dropped_on_cancel(
     root = logging.getLogger()
     root.addHandler(caplog.handler)  # lines are held by a filter on the root's handlers
     try:
-        sink = _LoggingDownSink(Deliveries().deliver)
+        sink = _LoggingDownSink(ignore_reports)
         warm = SinkWarmUp(sink, threading.Event(), timeout=0.05 if taken else 30)
         wait_for(lambda: warm._lines.held, timeout=5, message="a line logged by the warm-up")
         assert "broker down" not in caplog.text  # held while start-up goes on

@@ -14,7 +14,7 @@ from cdc_relay.decoding.wal2json import Wal2JsonDecoder
 from cdc_relay.model import OutboxColumns
 from cdc_relay.routing import Router
 from cdc_relay.testing import FakeSinkFactory, FakeSlot, FakeSource, Txn, wal2json_insert
-from cdc_relay.wal.loop import Deliveries, LoopTimings, SinkWarmUp, WalRelay
+from cdc_relay.wal.loop import LoopTimings, SinkWarmUp, WalRelay
 
 __all__ = ["FAST", "TABLE", "Harness", "Txn", "txns"]
 
@@ -33,7 +33,7 @@ class Harness:
 
     def __init__(self, txns: list[Txn], factory: FakeSinkFactory, *,
                  flow: FlowConfig | None = None, router: RouterConfig | None = None,
-                 timings: LoopTimings = FAST, deliveries: Deliveries | None = None,
+                 timings: LoopTimings = FAST,
                  first_sink: SinkWarmUp | None = None) -> None:
         self.slot = FakeSlot(txns, row=_row)
         self.factory = factory
@@ -44,7 +44,7 @@ class Harness:
             source_factory=self._source, decoder=Wal2JsonDecoder(TABLE, OutboxColumns()),
             router=Router(router or RouterConfig(topic_pattern="t.{aggregate_type}"), TABLE),
             sink_factory=factory, flow=flow or FlowConfig(), timings=timings,
-            deliveries=deliveries, first_sink=first_sink)
+            first_sink=first_sink)
 
     def _source(self) -> FakeSource:
         source = FakeSource(self.slot, lambda: self.idle_hook(), self._check_invariant)
