@@ -259,9 +259,13 @@ class Session:
             self.stats.inflight = len(self.inflight)
 
     def _read_batch(self) -> int:
-        read, decode, tracker, limit = self.source.read, self._decode, self.tracker, self._max_events
+        read, decode, tracker = self.source.read, self._decode, self.tracker
+        # The span grows by at most one per message read (one token per event) and only
+        # shrinks otherwise: capping the batch at the room left keeps it within the flow
+        # limit without asking the tracker after every event.
+        batch = min(_READ_BATCH, self._max_events - tracker.inflight)
         count = 0
-        while count < _READ_BATCH:
+        while count < batch:
             message = read()
             if message is None:
                 break
@@ -278,8 +282,6 @@ class Session:
                     self.skip -= 1
                     continue
                 self._publish(change)
-                if tracker.inflight >= limit:
-                    break
             elif type(change) is Commit:
                 self.skip = 0
                 tracker.commit(change.end_lsn)
