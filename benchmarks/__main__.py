@@ -39,6 +39,7 @@ from benchmarks.plan import (
     Plan,
     parse_modes,
 )
+from benchmarks.procs import byte_compile, code_under_test
 from benchmarks.procstat import postmaster_pid
 from benchmarks.progress import Progress
 from benchmarks.report import write_all
@@ -116,6 +117,7 @@ def run(out: Path, quick: bool, modes: str | None, events: str | None, rounds: i
                       relay_producer_config, rounds)
     workdir = out / "logs"
     workdir.mkdir(parents=True, exist_ok=True)
+    byte_compile(*code_under_test())  # every relay starts as an installed one (procs.py)
     results: dict[str, Any] = {
         "plan": {"label": plan.label, "events": plan.events, "sizes": list(plan.sizes),
                  "rounds": plan.rounds, "rates": list(plan.rates),

@@ -32,7 +32,16 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from benchmarks.kafka_side import PARTITIONS, count_process, create_topics
 from benchmarks.machine import load_average
-from benchmarks.procs import CTX, RelayProcess, finish, run_cli, spawn, wait_event
+from benchmarks.procs import (
+    CTX,
+    RelayProcess,
+    byte_compile,
+    code_under_test,
+    finish,
+    run_cli,
+    spawn,
+    wait_event,
+)
 from benchmarks.workload import AGGREGATES, payload
 from cdc_relay.local.broker import Broker
 from cdc_relay.local.postgres import PostgresCluster
@@ -154,6 +163,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="runs per scenario (medians)")
     options = parser.parse_args()
     options.out.mkdir(parents=True, exist_ok=True)
+    byte_compile(*code_under_test())  # relays start as installed ones (benchmarks/procs.py)
     results = []
     with tempfile.TemporaryDirectory() as tmp, \
             PostgresCluster(settings={"full_page_writes": "on"}) as cluster:

@@ -6,11 +6,17 @@ real ``cdc-relay`` CLI as a subprocess with its output in a log file, and reads 
 time and peak RSS from /proc while it still runs. Everything started here is stopped by
 its owner in a ``finally``; ``stop`` escalates SIGTERM → SIGKILL by pid only.
 
+``byte_compile`` makes the code under test start as an installed one does: pip
+byte-compiles a package when it installs it, but an editable install's source tree has no
+``.pyc`` where ``PYTHONDONTWRITEBYTECODE`` is set (as on this project's machines), and
+every relay spawned from it would compile its modules again (~25 ms of start-up here).
+
 Must not: know what a mode measures (runner.py does).
 """
 
 from __future__ import annotations
 
+import compileall
 import multiprocessing
 import signal
 import subprocess
@@ -25,6 +31,24 @@ from typing import Any
 from benchmarks.procstat import cpu_seconds, peak_rss_mb
 
 CTX = multiprocessing.get_context("spawn")
+
+
+def byte_compile(*packages: Path) -> None:
+    """Write the ``.pyc`` files of ``packages`` (as pip does at install; see the docstring).
+
+    compileall writes them whatever ``PYTHONDONTWRITEBYTECODE`` says; Python still checks
+    each against its source, so an edit later is never run stale.
+    """
+    for package in packages:
+        if not compileall.compile_dir(package, quiet=1):
+            raise RuntimeError(f"cannot byte-compile {package}")
+
+
+def code_under_test() -> tuple[Path, Path]:
+    """The cdc_relay package and the harness itself (the classic baseline runs from it)."""
+    import cdc_relay
+
+    return Path(cdc_relay.__file__).parent, Path(__file__).parent
 
 
 def spawn(target: Callable[..., None], *args: Any) -> BaseProcess:
