@@ -91,7 +91,8 @@ def collect(into: list[Delivery]) -> DeliveryHandler:
 
 
 def ignore_reports(_token: int, _error: DeliveryError | None) -> None:
-    """A handler for a sink that is built only to check its settings, then closed."""
+    """A handler that drops every report: a sink built only to check its settings, or
+    one no session streams through (WAL mode points it at a session, ``set_handler``)."""
 
 
 class Sink(Protocol):

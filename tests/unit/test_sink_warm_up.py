@@ -15,13 +15,19 @@ from tests.support import wait_for
 from tests.unit.wal_harness import Harness, txns
 
 
-def test_the_relay_streams_through_the_sink_warmed_up_before_it_ran() -> None:
-    factory = FakeSinkFactory()
-    stop = threading.Event()
+def _relay_over_a_warming_sink(count: int, size: int
+                               ) -> tuple[FakeSinkFactory, FakeSink, SinkWarmUp, Harness]:
+    """A relay whose first sink warms up before it runs (as ``run_wal`` builds it)."""
+    factory, stop = FakeSinkFactory(), threading.Event()
     early = factory(ignore_reports)
     warm = SinkWarmUp(early, stop, timeout=5)
-    harness = Harness(txns(3, 2), factory, first_sink=warm)
+    harness = Harness(txns(count, size), factory, first_sink=warm)
     harness.stop = stop
+    return factory, early, warm, harness
+
+
+def test_the_relay_streams_through_the_sink_warmed_up_before_it_ran() -> None:
+    factory, early, _warm, harness = _relay_over_a_warming_sink(3, 2)
     harness.run()
     assert early.warmed_up and factory.generations == 1  # no second producer was built
     assert harness.slot.confirmed == harness.slot.txns[-1].end_lsn
@@ -55,13 +61,8 @@ def test_cancel_closes_the_sink_when_start_up_fails_before_the_relay_runs() -> N
 
 
 def test_a_relay_stopped_before_its_first_session_closes_the_warming_sink() -> None:
-    factory = FakeSinkFactory()
-    stop = threading.Event()
-    early = factory(ignore_reports)
-    warm = SinkWarmUp(early, stop, timeout=5)
-    harness = Harness(txns(1, 1), factory, first_sink=warm)
-    stop.set()  # a SIGTERM between start-up and the relay's loop
-    harness.stop = stop
+    factory, early, warm, harness = _relay_over_a_warming_sink(1, 1)
+    harness.stop.set()  # a SIGTERM between start-up and the relay's loop
     harness.run()
     assert early.closed and not warm._thread.is_alive()
     assert factory.generations == 1 and early.produced == []
