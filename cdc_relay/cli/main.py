@@ -126,7 +126,7 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
         metrics_port: int | None, metrics_host: str, log_level: str, log_format: str,
         exactly_once: ExactlyOnceSettings | None) -> int:
     """WAL mode: stream outbox inserts from a logical replication slot to the broker."""
-    tune_gc()  # first: the imports below allocate too (cdc_relay/runtime.py)
+    tune_gc()  # done by cli/entry.py already, unless invoked in process (cdc_relay/runtime.py)
     from cdc_relay.wal.app import WalSettings, run_wal
 
     setup_logging(log_level, log_format)  # first: a config error is then a log line too
@@ -189,7 +189,7 @@ def poll(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_
          partition_column: str | None, poll_snapshot: str | None, metrics_port: int | None,
          metrics_host: str, log_level: str, log_format: str) -> int:
     """Polling mode: claim outbox rows (SKIP LOCKED), publish them, mark them processed."""
-    tune_gc()  # cdc_relay/runtime.py
+    tune_gc()  # done by cli/entry.py already, unless invoked in process (cdc_relay/runtime.py)
     from cdc_relay.polling.app import PollSettings, run_poll
 
     if poll_snapshot is not None:
@@ -291,7 +291,7 @@ def cleanup(dsn: str, table: TableRef, columns: str | None, older_than: float, b
 
 
 def main() -> None:
-    """Console-script entry point (``cdc-relay``)."""
+    """Run the CLI (the process entry point, cli/entry.py, tunes the collector first)."""
     main_entry(cli)
 
 

@@ -50,3 +50,38 @@ def test_importing_the_package_and_its_cli_leaves_the_collector_alone() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "True"
+
+
+def test_the_entry_point_tunes_the_collector_before_it_imports_the_cli() -> None:
+    # A fresh interpreter: importing cli/entry.py changes nothing; calling it sets the
+    # thresholds before click (the first heavy import) is imported.
+    code = """
+import gc, sys
+gc.set_threshold(700, 10, 10)
+import cdc_relay.cli.entry as entry
+assert gc.get_threshold() == (700, 10, 10) and "click" not in sys.modules, "import changed it"
+
+class Watch:
+    seen = None
+    def find_spec(self, name, path=None, target=None):
+        if name == "click" and Watch.seen is None:
+            Watch.seen = gc.get_threshold()
+        return None
+
+sys.meta_path.insert(0, Watch())
+sys.argv = ["cdc-relay", "--version"]
+try:
+    entry.main()
+except SystemExit as exc:
+    assert exc.code in (0, None), exc.code
+print(Watch.seen)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip().splitlines()[-1] == str(GC_THRESHOLDS)
+
+
+def test_python_dash_m_runs_the_cli_through_the_entry_point() -> None:
+    done = subprocess.run([sys.executable, "-m", "cdc_relay", "--version"], capture_output=True,
+                          text=True, check=True)
+    assert done.stdout.startswith("cdc-relay, version ")
