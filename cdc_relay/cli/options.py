@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -289,6 +288,8 @@ def load_config_file(path: str, group: click.Group) -> dict[str, Any]:
 
 
 def _read_toml(path: str) -> dict[str, Any]:
+    import tomllib  # only with --config: start-up without it does not pay for the parser
+
     try:
         return tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:

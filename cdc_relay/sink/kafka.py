@@ -30,6 +30,12 @@ import time
 from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
+# warm_up's list_topics builds its answer from confluent_kafka.admin's classes, which the
+# C extension imports on first use: on the warm-up thread, while the main thread imports
+# psycopg. Two threads importing at once hand the GIL back and forth at every file read,
+# each waiting out a switch interval; so it is imported here, with this module
+# (docs/design.md, start-up).
+import confluent_kafka.admin  # noqa: F401
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from cdc_relay.config import KafkaConfig

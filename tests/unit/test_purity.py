@@ -84,3 +84,10 @@ def test_the_start_up_path_of_run_imports_no_driver_before_the_first_producer() 
 def test_the_probe_would_see_a_driver() -> None:
     assert "psycopg" in _drivers_loaded_by("cdc_relay.db")
     assert "confluent_kafka" in _drivers_loaded_by("cdc_relay.sink.kafka")
+
+
+def test_the_kafka_sink_brings_what_warm_up_needs_so_no_thread_imports_it_later() -> None:
+    # list_topics (KafkaSink.warm_up) builds its answer from confluent_kafka.admin's
+    # classes; importing it with the sink keeps it off the warm-up thread, which would
+    # otherwise import it while the main thread imports psycopg (docs/design.md, start-up).
+    assert "confluent_kafka.admin" in _drivers_loaded_by("cdc_relay.sink.kafka")
