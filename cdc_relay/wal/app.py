@@ -47,6 +47,8 @@ from cdc_relay.wal.loop import (
 )
 
 if TYPE_CHECKING:
+    import psycopg
+
     from cdc_relay.wal.exactly_once import ExactlyOnce
 
 log = logging.getLogger("cdc_relay")
@@ -112,12 +114,15 @@ def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
                     router: Router | None = None, sink_factory: SinkFactory | None = None,
                     stats: RelayStats | None = None,
                     exactly_once: ExactlyOnceParts | None = None,
-                    first_sink: SinkWarmUp | None = None) -> WalRelay:
+                    first_sink: SinkWarmUp | None = None,
+                    position_conn: psycopg.Connection[Any] | None = None) -> WalRelay:
     """Wire a WalRelay from settings (no I/O until ``run``).
 
     ``router``, ``sink_factory`` and ``stats`` are shared with a backfill that runs first;
     ``exactly_once`` brings the transactional sink factory and the delivery mode;
-    ``first_sink`` is a producer warming up already (the first session takes it).
+    ``first_sink`` is a producer warming up already (the first session takes it);
+    ``position_conn`` is the start-up checks' connection, still open: the first
+    replication stream reads the slot's held position on it and closes it.
     """
     from cdc_relay.wal.stream import ReplicationStream
 
@@ -129,8 +134,11 @@ def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
     decoder, options = make_decoder(repl, outbox, partitioned=partitioned)
     _log_decoder(repl, decoder)
 
+    handover = [position_conn]
+
     def source_factory() -> ReplicationSource:
-        return ReplicationStream(repl, options)
+        conn, handover[0] = handover[0], None
+        return ReplicationStream(repl, options, position_conn=conn)
 
     return WalRelay(
         source_factory=source_factory,
@@ -172,23 +180,45 @@ def run_wal(settings: WalSettings) -> int:
                 repl.dsn, settings.outbox, settings.router)), stop)
         if settings.exactly_once is not None:
             check_exactly_once(settings)  # before any I/O: bad options exit 2 at once
-        settings, partitioned = _startup_checks(settings)
-        eos = None if settings.exactly_once is None else exactly_once_parts(settings)
-        relay = build_wal_relay(settings, partitioned=partitioned, exactly_once=eos,
-                                sink_factory=factory, first_sink=warm)
+        settings, partitioned, checks_conn = _startup_checks(settings)
     except BaseException:
         if warm is not None:
             warm.cancel()
         raise
-    _log_start(settings)
-    with _serve_metrics(settings.metrics, relay.stats, dsn=repl.dsn, slot=repl.slot,
-                        sink=sink_name(settings.sink), txn=eos.mode.stats if eos else None):
-        relay.run(stop)
+    return _stream(settings, partitioned, checks_conn, factory, warm, stop)
+
+
+def _stream(settings: WalSettings, partitioned: bool, checks_conn: psycopg.Connection[Any],
+            factory: SinkFactory, warm: SinkWarmUp | None, stop: threading.Event) -> int:
+    """Build the relay and stream until stopped: ``run_wal`` after its checks passed.
+
+    The checks' connection goes to the first stream, which closes it after one query;
+    closing it again here is a no-op (or closes it unused: stopped before streaming).
+    """
+    repl = settings.replication
+    try:
+        try:
+            eos = None if settings.exactly_once is None else exactly_once_parts(settings)
+            relay = build_wal_relay(settings, partitioned=partitioned, exactly_once=eos,
+                                    sink_factory=factory, first_sink=warm,
+                                    position_conn=checks_conn)
+        except BaseException:
+            if warm is not None:
+                warm.cancel()
+            raise
+        _log_start(settings)
+        with _serve_metrics(settings.metrics, relay.stats, dsn=repl.dsn, slot=repl.slot,
+                            sink=sink_name(settings.sink), txn=eos.mode.stats if eos else None):
+            relay.run(stop)
+    finally:
+        checks_conn.close()
     return _stopped(relay.stats, repl.slot, sink_name(settings.sink))
 
 
-def _startup_checks(settings: WalSettings) -> tuple[WalSettings, bool]:
-    """The checks before streaming, on one connection: (settings to stream with, partitioned).
+def _startup_checks(settings: WalSettings
+                    ) -> tuple[WalSettings, bool, psycopg.Connection[Any]]:
+    """The checks before streaming, on one connection: (settings to stream with, partitioned,
+    that connection, still open: the first stream reads the slot's position on it).
 
     --header / --partition-column must name real columns (a typo is one line, exit 2); the
     publication and the slot are created if missing; an unfinished backfill is a warning.
@@ -199,12 +229,16 @@ def _startup_checks(settings: WalSettings) -> tuple[WalSettings, bool]:
     from cdc_relay.wal.setup import ensure_replication
 
     repl = settings.replication
-    with connect(repl.dsn, autocommit=True) as conn:
+    conn = connect(repl.dsn, autocommit=True)
+    try:
         outbox = resolve_message_columns(repl.dsn, settings.outbox, settings.router, conn=conn)
         setup = ensure_replication(repl.dsn, outbox, slot=repl.slot, plugin=repl.plugin,
                                    publication=repl.publication, conn=conn)
         warn_if_unfinished(conn, outbox.table, repl.slot)
-    return replace(settings, outbox=outbox), setup.partitioned
+    except BaseException:
+        conn.close()
+        raise
+    return replace(settings, outbox=outbox), setup.partitioned, conn
 
 
 def _serve_metrics(config: MetricsConfig, stats: RelayStats, **kwargs: Any

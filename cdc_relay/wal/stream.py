@@ -8,9 +8,14 @@ connection, then CopyData messages read with the **non-blocking** ``get_copy_dat
 The resume point that ``open`` returns is read *after* START_REPLICATION succeeded (on a
 short ordinary connection): only then does this session hold the slot, so a relay
 standing by cannot report a position older than what the previous holder confirmed
-last (PostgreSQL 15 would move the slot back to it). Every libpq call is wrapped: a
-connection error anywhere is ``SourceLost``, and connecting gives up after
-``connect_timeout`` (10 s unless the DSN says otherwise) instead of libpq's default.
+last (PostgreSQL 15 would move the slot back to it). The first session of ``cdc-relay
+run`` reads it on the start-up checks' connection, handed over still open
+(``position_conn``, used once and closed), instead of opening another (docs/design.md,
+start-up); if that connection fails, a new one is opened as for any later session.
+
+Every libpq call is wrapped: a connection error anywhere is ``SourceLost``, and
+connecting gives up after ``connect_timeout`` (10 s unless the DSN says otherwise)
+instead of libpq's default.
 
 It owns the connection and nothing else: it does not decode payloads, decide what is
 safe to confirm, or retry. Errors come out as ``SourceLost`` (reconnect and resume from
@@ -24,6 +29,7 @@ import logging
 import select
 import struct
 import time
+from typing import Any
 
 import psycopg
 from psycopg import pq
@@ -86,9 +92,11 @@ def _wrap_connect_error(exc: psycopg.Error, what: str) -> ServiceUnavailable:
 class ReplicationStream:
     """One replication session: open, read messages, send status updates, close."""
 
-    def __init__(self, config: ReplicationConfig, options: list[tuple[str, str]]) -> None:
+    def __init__(self, config: ReplicationConfig, options: list[tuple[str, str]], *,
+                 position_conn: psycopg.Connection[Any] | None = None) -> None:
         self._config = config
         self._options = options
+        self._position_conn = position_conn  # an open plain connection this stream now owns
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
         self._pgconn: pq.abc.PGconn | None = None
         self._socket = -1
@@ -111,15 +119,27 @@ class ReplicationStream:
 
     def _held_position(self) -> str | None:
         """The slot's confirmed flush LSN, read now that this session holds the slot."""
+        borrowed, self._position_conn = self._position_conn, None
+        if borrowed is not None:
+            try:
+                return self._read_position(borrowed)
+            except psycopg.Error as exc:  # e.g. closed by the server meanwhile
+                log.debug("the start-up connection could not read the slot's position (%s); "
+                          "opening a new one", mask_secrets(str(exc).strip()))
+            finally:
+                borrowed.close()  # one query, then it is done
         try:
             with psycopg.connect(plain_conninfo(self._config.dsn), autocommit=True) as conn:
-                row = conn.execute(
-                    "SELECT confirmed_flush_lsn::text FROM pg_replication_slots"
-                    " WHERE slot_name = %s AND database = current_database()",
-                    (self._config.slot,)).fetchone()
+                return self._read_position(conn)
         except psycopg.Error as exc:
             self.close()
             raise _wrap_connect_error(exc, "cannot read the replication slot's position") from exc
+
+    def _read_position(self, conn: psycopg.Connection[Any]) -> str | None:
+        row = conn.execute(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots"
+            " WHERE slot_name = %s AND database = current_database()",
+            (self._config.slot,)).fetchone()
         return None if row is None or row[0] is None else str(row[0])
 
     def _check_slot(self, conn: psycopg.Connection[tuple[object, ...]]) -> str | None:
@@ -216,7 +236,10 @@ class ReplicationStream:
             raise SourceLost(f"replication connection lost: {mask_secrets(str(exc))}") from exc
 
     def close(self) -> None:
-        """Close the connection (the server then releases the slot)."""
+        """Close the connection (the server then releases the slot), and an unused ``position_conn``."""
+        borrowed, self._position_conn = self._position_conn, None
+        if borrowed is not None:
+            borrowed.close()
         conn, self._conn, self._pgconn = self._conn, None, None
         if conn is not None:
             try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from typing import Any
 
 import psycopg
 import pytest
@@ -165,14 +166,7 @@ def test_wal2json_and_pgoutput_publish_identical_messages_for_the_same_rows(
     assert results["wal2json"] == results["pgoutput"]
 
 
-def test_a_standby_resumes_from_the_position_the_slot_holds_when_it_gets_it(db: str) -> None:
-    """The previous holder may confirm more between our slot check and START_REPLICATION;
-    the resume point must be what the slot has once it is ours, never the older reading."""
-    init_db(db)
-    expected = write_workload(db, transactions=3, seed=91, rollback_every=0)
-    assert expected.events
-    target = current_wal(db)
-
+def _previous_holder_confirms(db: str, target: int) -> type[ReplicationStream]:
     class PreviousHolderConfirmsMeanwhile(ReplicationStream):
         def _start_replication(self, pgconn: pq.abc.PGconn) -> None:
             with psycopg.connect(db, autocommit=True) as conn:
@@ -180,12 +174,57 @@ def test_a_standby_resumes_from_the_position_the_slot_holds_when_it_gets_it(db: 
                              (str(Lsn(target)),))
             super()._start_replication(pgconn)
 
+    return PreviousHolderConfirmsMeanwhile
+
+
+def _open_while_the_previous_holder_confirms(
+        db: str, seed: int, handed: psycopg.Connection[Any] | None = None) -> None:
+    """Open a stream on a slot whose previous holder confirms more between our slot check
+    and START_REPLICATION: the resume point must be what the slot has once it is ours."""
+    init_db(db)
+    expected = write_workload(db, transactions=3, seed=seed, rollback_every=0)
+    assert expected.events
+    target = current_wal(db)
     before = confirmed_flush(db)
-    stream = PreviousHolderConfirmsMeanwhile(ReplicationConfig(dsn=db),
-                                             wal2json_options(TableRef()))
+    stream = _previous_holder_confirms(db, target)(
+        ReplicationConfig(dsn=db), wal2json_options(TableRef()), position_conn=handed)
     try:
         start = stream.open()
     finally:
         stream.close()
     assert before < target
     assert start == confirmed_flush(db) >= target
+
+
+def test_a_standby_resumes_from_the_position_the_slot_holds_when_it_gets_it(db: str) -> None:
+    """The previous holder may confirm more between our slot check and START_REPLICATION;
+    the resume point must be what the slot has once it is ours, never the older reading."""
+    _open_while_the_previous_holder_confirms(db, seed=91)
+
+
+def test_the_first_stream_reads_the_held_position_on_the_handed_over_connection(
+        db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """cdc-relay run hands the start-up checks' connection to the first stream: the held
+    position is read on it (after START_REPLICATION, as always), then it is closed, and
+    the stream opens no connection but the replication one."""
+    handed = psycopg.connect(db, autocommit=True)
+    opened: list[str] = []
+    real_connect = psycopg.connect
+
+    def counting_connect(conninfo: str, **kwargs: Any) -> psycopg.Connection[Any]:
+        opened.append(conninfo)
+        return real_connect(conninfo, **kwargs)
+
+    monkeypatch.setattr("cdc_relay.wal.stream.psycopg.connect", counting_connect)
+    _open_while_the_previous_holder_confirms(db, seed=92, handed=handed)
+    assert handed.closed
+    ours = [conninfo for conninfo in opened if "application_name=cdc-relay" in conninfo]
+    assert len(ours) == 1 and "replication=database" in ours[0]
+
+
+def test_a_handed_over_connection_that_broke_meanwhile_is_replaced(db: str) -> None:
+    handed = psycopg.connect(db, autocommit=True)
+    with psycopg.connect(db, autocommit=True) as admin:  # the server ends that session
+        admin.execute("SELECT pg_terminate_backend(%s)", (handed.info.backend_pid,))
+    _open_while_the_previous_holder_confirms(db, seed=93, handed=handed)
+    assert handed.closed

@@ -75,3 +75,18 @@ def test_a_dead_socket_while_sending_a_status_update_is_a_lost_source() -> None:
     stream._socket = pgconn.socket
     with pytest.raises(SourceLost):
         stream.send_status(Lsn(0))
+
+
+class ClosableConnection:
+    closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_closing_a_stream_that_never_used_its_handed_over_connection_closes_that_too() -> None:
+    handed = ClosableConnection()
+    stream = ReplicationStream(ReplicationConfig(dsn="host=127.0.0.1 dbname=x"), [],
+                               position_conn=handed)  # type: ignore[arg-type]
+    stream.close()
+    assert handed.closed
