@@ -144,12 +144,7 @@ def ensure_publication_and_slot(
     except psycopg.Error as exc:
         raise translate_error(exc, f"looking up {table}") from exc
     if plugin == "pgoutput":
-        try:
-            with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (ADVISORY_LOCK_KEY,))
-                pub = _ensure_publication(conn, publication, table)
-        except psycopg.Error as exc:
-            raise translate_error(exc, f"creating publication {publication!r}") from exc
+        pub = _publication_in_place(conn, publication, table, partitioned)
     try:
         slot_outcome = _ensure_slot(conn, slot, plugin)
     except psycopg.Error as exc:
@@ -161,26 +156,51 @@ def _table_identifier(table: TableRef) -> sql.Identifier:
     return sql.Identifier(table.schema, table.name)
 
 
+def _publication_in_place(conn: psycopg.Connection[Any], publication: str, table: TableRef,
+                          partitioned: bool) -> Outcome:
+    """``_ensure_publication``, on an autocommit connection: first read-only, without a
+    transaction or the lock - what every restart finds, a publication already in place,
+    costs two queries instead of six (docs/design.md, start-up) - then, only if something
+    has to change, again under the advisory lock that init and other relays take.
+    """
+    try:
+        outcome = _ensure_publication(conn, publication, table, partitioned, may_change=False)
+        if outcome is not None:
+            return outcome
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (ADVISORY_LOCK_KEY,))
+            outcome = _ensure_publication(conn, publication, table, partitioned)
+    except psycopg.Error as exc:
+        raise translate_error(exc, f"creating publication {publication!r}") from exc
+    assert outcome is not None
+    return outcome
+
+
 def _ensure_publication(
     conn: psycopg.Connection[Any],
     publication: str,
     table: TableRef,
-) -> Outcome:
+    partitioned: bool,
+    *,
+    may_change: bool = True,
+) -> Outcome | None:
     """The publication exists, publishes inserts, includes the table, and - for a
     partitioned outbox - publishes via the partition root.
 
     Rows of a partitioned table are logged under their partition; without
     ``publish_via_partition_root`` pgoutput sends them under the partition's name and
-    the decoder (which knows only the outbox's name) would never see an event.
+    the decoder (which knows only the outbox's name) would never see an event. With
+    ``may_change`` False it only reads: None when something would have to change.
     """
     ident = _table_identifier(table).as_string(conn)
-    partitioned = is_partitioned(conn, ident)
     row = conn.execute(
         "SELECT oid, puballtables, pubinsert, pubviaroot FROM pg_publication WHERE pubname = %s",
         (publication,),
     ).fetchone()
     pub = sql.Identifier(publication)
     if row is None:
+        if not may_change:
+            return None
         options = "publish = 'insert'" + (", publish_via_partition_root = true" if partitioned else "")
         conn.execute(
             sql.SQL("CREATE PUBLICATION {} FOR TABLE {} WITH (" + options + ")").format(
@@ -196,6 +216,8 @@ def _ensure_publication(
         )
     outcome = Outcome.EXISTED
     if partitioned and not via_root:
+        if not may_change:
+            return None
         # Only the named parameter changes; the publish list stays as it was.
         conn.execute(
             sql.SQL("ALTER PUBLICATION {} SET (publish_via_partition_root = true)").format(pub)
@@ -203,6 +225,8 @@ def _ensure_publication(
         outcome = Outcome.UPDATED
     if all_tables or _publication_includes(conn, pub_oid, publication, table, ident):
         return outcome
+    if not may_change:
+        return None
     conn.execute(
         sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(pub, _table_identifier(table))
     )
@@ -434,8 +458,7 @@ def ensure_publication(conn: psycopg.Connection[Any], table: TableRef, publicati
     table = validated_table(table)
     validate_identifier(publication, "publication name")
     try:
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (ADVISORY_LOCK_KEY,))
-            return _ensure_publication(conn, publication, table)
+        partitioned = is_partitioned(conn, _table_identifier(table).as_string(conn))
     except psycopg.Error as exc:
-        raise translate_error(exc, f"creating publication {publication!r}") from exc
+        raise translate_error(exc, f"looking up {table}") from exc
+    return _publication_in_place(conn, publication, table, partitioned)

@@ -22,6 +22,7 @@ from cdc_relay.outbox import emit
 from cdc_relay.schema import init_database
 from cdc_relay.wal.backfill_state import warn_if_unfinished
 from cdc_relay.wal.setup import (
+    ADVISORY_LOCK_KEY,
     Outcome,
     drop_slot,
     ensure_replication,
@@ -307,6 +308,41 @@ def test_ensure_replication_needs_the_table_then_creates_publication_and_slot(
     assert (first.publication, first.slot) == (Outcome.CREATED, Outcome.CREATED)
     assert (second.publication, second.slot) == (Outcome.EXISTED, Outcome.EXISTED)
     assert not second.changed
+
+
+def _with_init_lock_held(dsn: str, check: Any) -> Any:
+    """Run ``check(conn)`` while another session holds init's advisory lock; a check that
+    waits for the lock fails after 2 s instead of hanging."""
+    with psycopg.connect(dsn) as holder, connect(dsn, autocommit=True) as conn:
+        holder.execute("SELECT pg_advisory_xact_lock(%s)", (ADVISORY_LOCK_KEY,))
+        conn.execute("SET lock_timeout = '2s'")
+        return check(conn)
+
+
+def test_a_publication_already_in_place_is_checked_without_init_s_lock(db: str) -> None:
+    # Every restart of a pgoutput relay finds its publication in place: read-only, no
+    # transaction, no lock (docs/design.md, start-up).
+    slot = _slot_name()
+    init_database(db, OutboxConfig(), slot=slot, plugin="pgoutput")
+
+    report = _with_init_lock_held(db, lambda conn: ensure_replication(
+        db, OutboxConfig(), slot=slot, plugin="pgoutput", conn=conn))
+
+    assert (report.publication, report.slot) == (Outcome.EXISTED, Outcome.EXISTED)
+
+
+def test_a_publication_that_must_change_is_changed_under_init_s_lock(db: str) -> None:
+    slot = _slot_name()
+    init_database(db, OutboxConfig(), slot=slot, plugin="pgoutput")
+    _rows(db, "ALTER PUBLICATION cdc_relay_outbox DROP TABLE outbox_events")
+
+    with pytest.raises(DatabaseError, match="lock timeout"):
+        _with_init_lock_held(db, lambda conn: ensure_replication(
+            db, OutboxConfig(), slot=slot, plugin="pgoutput", conn=conn))
+    report = ensure_replication(db, OutboxConfig(), slot=slot, plugin="pgoutput")
+
+    assert report.publication is Outcome.UPDATED
+    assert _rows(db, "SELECT tablename FROM pg_publication_tables") == [("outbox_events",)]
 
 
 def test_the_start_up_checks_run_on_a_shared_connection_and_leave_it_open(db: str) -> None:
