@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, closing, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -134,10 +134,9 @@ def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
     decoder, options = make_decoder(repl, outbox, partitioned=partitioned)
     _log_decoder(repl, decoder)
 
-    handover = [position_conn]
-
     def source_factory() -> ReplicationSource:
-        conn, handover[0] = handover[0], None
+        nonlocal position_conn  # the first stream takes it
+        conn, position_conn = position_conn, None
         return ReplicationStream(repl, options, position_conn=conn)
 
     return WalRelay(
@@ -168,6 +167,7 @@ def run_wal(settings: WalSettings) -> int:
         warm = SinkWarmUp(factory(ignore_reports), stop, timeout=LoopTimings().sink_warmup)
     elif settings.sink is not None:  # a RabbitMQ or NATS sink does no I/O until warm_up
         factory(ignore_reports).close(0)
+    checks_conn = None
     try:
         # Only now the PostgreSQL side is imported (see the module docstring).
         if settings.snapshot == "initial":
@@ -181,37 +181,22 @@ def run_wal(settings: WalSettings) -> int:
         if settings.exactly_once is not None:
             check_exactly_once(settings)  # before any I/O: bad options exit 2 at once
         settings, partitioned, checks_conn = _startup_checks(settings)
+        eos = None if settings.exactly_once is None else exactly_once_parts(settings)
+        relay = build_wal_relay(settings, partitioned=partitioned, exactly_once=eos,
+                                sink_factory=factory, first_sink=warm, position_conn=checks_conn)
     except BaseException:
         if warm is not None:
             warm.cancel()
+        if checks_conn is not None:
+            checks_conn.close()
         raise
-    return _stream(settings, partitioned, checks_conn, factory, warm, stop)
-
-
-def _stream(settings: WalSettings, partitioned: bool, checks_conn: psycopg.Connection[Any],
-            factory: SinkFactory, warm: SinkWarmUp | None, stop: threading.Event) -> int:
-    """Build the relay and stream until stopped: ``run_wal`` after its checks passed.
-
-    The checks' connection goes to the first stream, which closes it after one query;
-    closing it again here is a no-op (or closes it unused: stopped before streaming).
-    """
-    repl = settings.replication
-    try:
-        try:
-            eos = None if settings.exactly_once is None else exactly_once_parts(settings)
-            relay = build_wal_relay(settings, partitioned=partitioned, exactly_once=eos,
-                                    sink_factory=factory, first_sink=warm,
-                                    position_conn=checks_conn)
-        except BaseException:
-            if warm is not None:
-                warm.cancel()
-            raise
-        _log_start(settings)
-        with _serve_metrics(settings.metrics, relay.stats, dsn=repl.dsn, slot=repl.slot,
-                            sink=sink_name(settings.sink), txn=eos.mode.stats if eos else None):
-            relay.run(stop)
-    finally:
-        checks_conn.close()
+    _log_start(settings)
+    # The first stream takes the checks' connection and closes it after one query;
+    # closing() only closes it for a relay stopped before it streamed.
+    with closing(checks_conn), _serve_metrics(
+            settings.metrics, relay.stats, dsn=repl.dsn, slot=repl.slot,
+            sink=sink_name(settings.sink), txn=eos.mode.stats if eos else None):
+        relay.run(stop)
     return _stopped(relay.stats, repl.slot, sink_name(settings.sink))
 
 
