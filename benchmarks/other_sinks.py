@@ -97,7 +97,7 @@ async def _delete_stream(url: str, stream: str) -> None:
 
 
 def _stamp(seen: set[Any], fresh: list[Any], expected: int, received: Synchronized[int],
-           first_at: Synchronized[float], done_at: Synchronized[float]) -> bool:
+           first_at: Synchronized[float], done_at: Synchronized[float]) -> None:
     now = time.time()
     if not seen:
         first_at.value = now
@@ -105,8 +105,6 @@ def _stamp(seen: set[Any], fresh: list[Any], expected: int, received: Synchroniz
     received.value = len(seen)
     if len(seen) >= expected and not done_at.value:
         done_at.value = now
-        return True
-    return False
 
 
 def count_process_rabbitmq(url: str, queue: str, expected: int, received: Synchronized[int],
@@ -128,8 +126,7 @@ def count_process_rabbitmq(url: str, queue: str, expected: int, received: Synchr
             conn.process_data_events(time_limit=0.01)
             if batch:
                 fresh, batch[:] = list(batch), []
-                if _stamp(seen, fresh, expected, received, first_at, done_at):
-                    return
+                _stamp(seen, fresh, expected, received, first_at, done_at)
     finally:
         conn.close()
 
@@ -164,7 +161,6 @@ async def _count_nats(url: str, stream: str, subject: str, expected: int,
             await asyncio.sleep(0.005)
             if batch:
                 fresh, batch[:] = list(batch), []
-                if _stamp(seen, fresh, expected, received, first_at, done_at):
-                    return
+                _stamp(seen, fresh, expected, received, first_at, done_at)
     finally:
         await nc.close()

@@ -89,11 +89,20 @@ def throughput_table(results: Results) -> str:
                      _fmt(t.get("wal_bytes_per_event", float("nan")), 0),
                      _fmt(t.get("rows_written_per_event", float("nan")), 2),
                      spread(t, "relay_cpu_us_per_event", 1), spread(t, "relay_peak_rss_mb"),
+                     _cpu(t, "broker_cpu_us_per_event"), _cpu(t, "consumer_cpu_us_per_event"),
                      _fmt(t.get("foreign_cpu_s", float("nan")), 1)])
     return _table(["mode", "events", "seconds", "events/s", "steady events/s", "ratio to limit",
                    "PostgreSQL knew at s", "PG CPU µs/event", "extra WAL B/event",
                    "rows written/event", "relay CPU µs/event", "relay peak RSS MB",
-                   "other procs CPU s"], rows)
+                   "broker CPU µs/event", "consumer CPU µs/event", "other procs CPU s"], rows)
+
+
+def _cpu(entry: dict[str, Any], field: str) -> str:
+    """A CPU figure older results (or a machine broker, not ours to read) lack: '-'."""
+    value = entry.get(field)
+    if not isinstance(value, int | float) or math.isnan(value):
+        return "-"
+    return spread(entry, field, 1)
 
 
 def floor_at(results: Results, rate: int, linger_ms: int = 5) -> dict[str, Any] | None:

@@ -7,7 +7,7 @@ so consumers are assigned before the first message.
 **Backlog throughput.** Preload N events (100 per transaction), ``VACUUM ANALYZE`` and
 ``CHECKPOINT`` (so autovacuum does not wake up mid-run and polling's first update of each
 page pays its full-page image, as it would in production), then start the relay and a
-consumer that counts distinct event ids. ``seconds`` runs from spawning the relay to the
+consumer that counts distinct events. ``seconds`` runs from spawning the relay to the
 consumer holding all N: start-up, producer warm-up and Kafka delivery included - the
 end-to-end definition every mode shares. ``steady_eps`` excludes start-up (first to last
 receipt); ``acked_s`` is when PostgreSQL knew it (WAL: the slot's confirmed_flush_lsn
@@ -16,7 +16,10 @@ CHECKPOINT; polling: no row left pending).
 PostgreSQL CPU (the cluster's process tree), WAL bytes (``pg_current_wal_lsn`` delta)
 and the relay's CPU and peak RSS are read at ``acked_s``, before the relay is stopped;
 rows written (``pg_stat_user_tables``) after it stopped, when its backend has flushed
-its statistics.
+its statistics. The broker's CPU (Kafka modes: the fresh broker is ours) and the counting
+consumer's, from its ready signal, are read when the consumer holds every event: they
+share the two cores with the relay and PostgreSQL, so they show where the machine's CPU
+went (benchmarks/README.md, "Who uses the two cores").
 
 **Latency.** A second, fresh relay; once a probe event has come through, for each rate a
 writer commits events on a fixed schedule and a consumer stamps their receipt
@@ -44,7 +47,7 @@ from benchmarks.latency import measure
 from benchmarks.other_sinks import machine_sink
 from benchmarks.plan import EVENTS_PER_BACKLOG_TXN, Mode, Plan
 from benchmarks.procs import CTX, RelayProcess, finish, run_cli, spawn, wait_event
-from benchmarks.procstat import postmaster_pid, tree_cpu_seconds
+from benchmarks.procstat import cpu_seconds, postmaster_pid, tree_cpu_seconds
 from benchmarks.progress import Progress
 from benchmarks.workload import TABLE, Backlog, preload, rate_writer, rows
 from cdc_relay.local.broker import Broker
@@ -78,6 +81,7 @@ class ModeRun:
         self.db = "bench_" + mode.name.replace("-", "_")
         self.dsn = ""
         self.bootstrap = ""
+        self.broker_pid: int | None = None  # the fresh Kafka broker (machine brokers are not ours)
         self.sink_args: tuple[str, ...] = ()
         self.counter: Any = count_process
         self.counter_args: Any = lambda topic: (self.bootstrap, topic)
@@ -121,7 +125,11 @@ class ModeRun:
             with Broker() as broker:
                 create_topics(broker.bootstrap, [f"bench.{BACKLOG}", "bench.probe",
                                                  *(f"bench.lat{r}" for r in self.plan.rates)])
-                yield broker.bootstrap
+                self.broker_pid = broker.pid
+                try:
+                    yield broker.bootstrap
+                finally:
+                    self.broker_pid = None
             return
         with machine_sink(self.mode.sink, [f"bench.{BACKLOG}"]) as side:
             self.sink_args, self.counter, self.counter_args = (side.relay_args, side.counter,
@@ -167,6 +175,8 @@ class ModeRun:
             wait_event(ready, counter, "the counting consumer")
             progress.phase(name, "backlog throughput", n)
             pg_cpu_before = tree_cpu_seconds(postmaster)
+            consumer_cpu = cpu_seconds(counter.pid) if counter.pid else 0.0
+            broker_cpu = cpu_seconds(self.broker_pid) if self.broker_pid else float("nan")
             relay = self._relay("throughput")
             spawned = relay.started
             deadline = time.monotonic() + max(300.0, n / 500)
@@ -177,6 +187,10 @@ class ModeRun:
                     raise RuntimeError(f"{name}: only {received.value} of {n} events arrived")
                 time.sleep(0.02)
             seconds = done_at.value - spawned
+            if counter.pid:  # it stays until told to stop
+                consumer_cpu = cpu_seconds(counter.pid) - consumer_cpu
+            if self.broker_pid:
+                broker_cpu = cpu_seconds(self.broker_pid) - broker_cpu
             self._wait_acked(backlog)
             acked_s = time.time() - spawned
             pg_cpu = tree_cpu_seconds(postmaster) - pg_cpu_before
@@ -200,6 +214,8 @@ class ModeRun:
                  "rows_written_per_event": round(rows_written / n, 3),
                  "pg_cpu_us_per_event": round(pg_cpu / n * 1e6, 2),
                  "relay_cpu_us_per_event": round(relay_cpu / n * 1e6, 2),
+                 "broker_cpu_us_per_event": round(broker_cpu / n * 1e6, 2),
+                 "consumer_cpu_us_per_event": round(consumer_cpu / n * 1e6, 2),
                  "preload_s": round(preload_s, 2), "relay_exit_code": exit_code,
                  "foreign_cpu_s": foreign}
         steady_text = f"{steady:,.0f}/s" if steady else "n/a"

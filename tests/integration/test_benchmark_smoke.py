@@ -40,7 +40,8 @@ def test_smoke_run_writes_results_report_and_plots(tmp_path: Path) -> None:
     assert [t["mode"] for t in results["throughput"]] == MODES
     for entry in results["throughput"]:
         assert isinstance(entry["events"], int) and entry["events"] > 0
-        for key in ("seconds", "eps", "pg_cpu_s", "relay_cpu_s", "relay_peak_rss_mb"):
+        for key in ("seconds", "eps", "pg_cpu_s", "relay_cpu_s", "relay_peak_rss_mb",
+                    "broker_cpu_us_per_event", "consumer_cpu_us_per_event"):
             assert _is_float(entry[key]), (key, entry[key])
 
     assert [(e["mode"], e["rate_eps"]) for e in results["latency"]] == [(m, 50) for m in MODES]
