@@ -175,8 +175,9 @@ class ModeRun:
             wait_event(ready, counter, "the counting consumer")
             progress.phase(name, "backlog throughput", n)
             pg_cpu_before = tree_cpu_seconds(postmaster)
-            consumer_cpu = cpu_seconds(counter.pid) if counter.pid else 0.0
-            broker_cpu = cpu_seconds(self.broker_pid) if self.broker_pid else float("nan")
+            assert counter.pid is not None  # started: wait_event saw it ready
+            consumer_from = cpu_seconds(counter.pid)
+            broker_from = cpu_seconds(self.broker_pid) if self.broker_pid else None
             relay = self._relay("throughput")
             spawned = relay.started
             deadline = time.monotonic() + max(300.0, n / 500)
@@ -187,10 +188,9 @@ class ModeRun:
                     raise RuntimeError(f"{name}: only {received.value} of {n} events arrived")
                 time.sleep(0.02)
             seconds = done_at.value - spawned
-            if counter.pid:  # it stays until told to stop
-                consumer_cpu = cpu_seconds(counter.pid) - consumer_cpu
-            if self.broker_pid:
-                broker_cpu = cpu_seconds(self.broker_pid) - broker_cpu
+            consumer_cpu = cpu_seconds(counter.pid) - consumer_from  # it stays until told to stop
+            broker_cpu = (float("nan") if self.broker_pid is None or broker_from is None
+                          else cpu_seconds(self.broker_pid) - broker_from)
             self._wait_acked(backlog)
             acked_s = time.time() - spawned
             pg_cpu = tree_cpu_seconds(postmaster) - pg_cpu_before
