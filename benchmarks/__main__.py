@@ -1,7 +1,9 @@
-"""``python -m benchmarks run|report``: the benchmark's command line.
+"""``python -m benchmarks run|report|instructions``: the benchmark's command line.
 
 ``run`` measures (see benchmarks/README.md) and writes DIR/results.json, report.md and
-the plots; ``report`` redraws report.md and the plots from an existing results.json.
+the plots; ``report`` redraws report.md and the plots from an existing results.json;
+``instructions`` counts the relay's instructions per event under callgrind
+(benchmarks/instructions.py).
 Exit code 0 when every mode was measured, 1 when one failed (the others are still
 reported), 130 on Ctrl-C (everything started is stopped).
 """
@@ -21,6 +23,8 @@ from typing import Any
 
 import click
 
+from benchmarks.instructions import PLUGINS
+from benchmarks.instructions import run as count_instructions
 from benchmarks.kafka_side import FETCH_WAIT_MS
 from benchmarks.limits import broker_floor, producer_limit, recvlogical_limits
 from benchmarks.machine import load_average, machine_info
@@ -49,6 +53,7 @@ from cdc_relay.errors import LocalServiceError
 from cdc_relay.local.postgres import PostgresCluster
 
 SMOKE_MODES = "wal-wal2json,poll-notify,poll-classic"
+INSTRUCTION_EVENTS = 20_000  # enough that start-up's variation is well under 1 %
 RELAY_LINGER_MS = 5  # the relay's default linger.ms: the floor at every rate uses it
 
 
@@ -218,6 +223,32 @@ def _fold(results: dict[str, Any]) -> None:
     for one in rounds:  # the folded entries keep a CDF; the rounds' copies would only bloat
         for entry in (*one["latency"], *one["latency_floor"]):
             entry.pop("cdf_ms", None)
+
+
+@main.command()
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Directory for instructions.json and logs/ (callgrind's files).")
+@click.option("--events", type=click.IntRange(1_000), default=INSTRUCTION_EVENTS, show_default=True,
+              help="Backlog size.")
+@click.option("--plugins", default=",".join(PLUGINS), show_default=True,
+              help="Comma-separated subset of: wal2json, pgoutput.")
+def instructions(out: Path, events: int, plugins: str) -> None:
+    """Count the relay's instructions per event under callgrind (about a minute).
+
+    A cost that does not move with the machine's speed: compare two commits by it.
+    """
+    chosen = tuple(p.strip() for p in plugins.split(",") if p.strip())
+    unknown = [p for p in chosen if p not in PLUGINS]
+    if not chosen or unknown:
+        raise click.BadParameter(f"choose from {', '.join(PLUGINS)}", param_hint="--plugins")
+    _interrupt_on_signals()
+    try:
+        click.echo(count_instructions(events, chosen, out))
+    except (LocalServiceError, RuntimeError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    except KeyboardInterrupt:
+        click.echo("interrupted: everything the benchmark started has been stopped", err=True)
+        sys.exit(130)
 
 
 @main.command()

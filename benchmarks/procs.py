@@ -97,12 +97,14 @@ def run_cli(args: Sequence[str], log: Path, timeout: float = 120.0) -> None:
 class RelayProcess:
     """The relay under test: ``cdc-relay run|poll …`` as a subprocess, logging to a file."""
 
-    def __init__(self, args: Sequence[str], log: Path, module: str = "cdc_relay") -> None:
+    def __init__(self, args: Sequence[str], log: Path, module: str = "cdc_relay", *,
+                 wrapper: Sequence[str] = ()) -> None:
+        """``wrapper``: a command the relay runs under (valgrind: instructions.py)."""
         self.log = log
         self.started = time.time()
         with open(log, "ab") as out:
-            self.proc = subprocess.Popen(cli(*args, module=module), stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen([*wrapper, *cli(*args, module=module)], stdout=out,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     @property
     def pid(self) -> int:

@@ -8,7 +8,8 @@
 #   * Prometheus (promtool for the alert-rule tests, the server for the live alert test),
 #     from Debian's `prometheus` package; its service is never started. Not being root
 #     is no failure here: $VENV/.prometheus-unavailable records why, and only the tests
-#     that need it skip.
+#     that need it skip;
+#   * valgrind (`python -m benchmarks instructions`), from Debian's package, as root.
 # Idempotent and non-interactive: `make test`, `make demo`, `make bench` and CI run it.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -106,6 +107,16 @@ install_prometheus() {
     /etc/init.d/prometheus stop >/dev/null 2>&1 || true
   fi
 }
+# --- valgrind: `python -m benchmarks instructions` counts with callgrind (its smoke test
+# skips without it). Not being root is no failure here either.
+if ! command -v valgrind >/dev/null; then
+  if [ "$(id -u)" = 0 ]; then
+    apt_install valgrind
+  else
+    say "missing: valgrind. 'benchmarks instructions' needs it; install it (as root): apt-get install valgrind"
+  fi
+fi
+
 if command -v promtool >/dev/null && command -v prometheus >/dev/null; then
   rm -f "$PROM_MARKER"
 elif [ "$(id -u)" != 0 ]; then

@@ -2,12 +2,14 @@
 
 No figure is asserted (benchmarks are not tests): only that ``python -m benchmarks run``
 exits 0 and that results.json has the documented shape, report.md its sections, and the
-plots exist. The harness starts its own PostgreSQL cluster and brokers.
+plots exist; and that ``python -m benchmarks instructions`` counts a relay under
+callgrind. The harness starts its own PostgreSQL cluster and brokers.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -58,3 +60,20 @@ def test_smoke_run_writes_results_report_and_plots(tmp_path: Path) -> None:
     assert "- wal-wal2json, 500 events: " in report, "the targets are checked per backlog size"
     for plot in ("throughput.png", "latency_cdf_wal-wal2json.png", "latency_cdf_poll-notify.png"):
         assert (out / plot).stat().st_size > 1000, plot
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+def test_instruction_count_runs_the_relay_under_callgrind(tmp_path: Path) -> None:
+    out = tmp_path / "ir"
+    done = subprocess.run([sys.executable, "-m", "benchmarks", "instructions", "--events", "1000",
+                           "--plugins", "pgoutput", "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    counted = json.loads((out / "instructions.json").read_text())
+    assert counted["events"] == 1000 and list(counted["plugins"]) == ["pgoutput"]
+    pgoutput = counted["plugins"]["pgoutput"]
+    assert pgoutput["backlog"]["main"] > pgoutput["idle"]["main"] > 0
+    assert pgoutput["backlog"]["threads"] > 1, "librdkafka's threads are counted apart"
+    assert 0 < pgoutput["main_per_event"] <= pgoutput["process_per_event"]
+    assert "| pgoutput |" in done.stdout
