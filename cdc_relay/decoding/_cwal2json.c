@@ -147,9 +147,11 @@ static int utf8_len(const unsigned char *p, const unsigned char *end)
     return n;
 }
 
-/* Whether any of the 8 bytes at p needs a look: a control character, a byte of a
- * multi-byte sequence, a quote or a backslash (exact for "none": no false negatives). */
-static inline int special8(const unsigned char *p)
+/* The bytes among the 8 at p that need a look - a control character, a byte of a
+ * multi-byte sequence, a quote or a backslash - marked by their high bit (0: none).
+ * Exact up to the first marked byte: a subtraction's borrow can only mark bytes after
+ * one that is marked already, and only the first is ever used. */
+static inline uint64_t special8(const unsigned char *p)
 {
     const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
     uint64_t v, quote, slash;
@@ -157,7 +159,20 @@ static inline int special8(const unsigned char *p)
     quote = v ^ (ones * '"');
     slash = v ^ (ones * '\\');
     return (((v - ones * 0x20) & ~v) | ((quote - ones) & ~quote) | ((slash - ones) & ~slash)
-            | v) & high ? 1 : 0;
+            | v) & high;
+}
+
+/* How many bytes precede the first one special8 marked in ``mask`` (not 0). Where the
+ * first byte in memory is not the lowest of the word, 0: the byte loop that follows
+ * finds it. */
+static inline int unmarked_prefix(uint64_t mask)
+{
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    return __builtin_ctzll(mask) >> 3;
+#else
+    (void)mask;
+    return 0;
+#endif
 }
 
 /* A string at sc->p (on its opening quote): validate it, record its raw content. */
@@ -166,8 +181,11 @@ static int scan_string(Scan *sc, Value *v)
     const unsigned char *p = sc->p + 1, *end = sc->end, *start = p;
     int escaped = 0;
     for (;;) {
-        while (end - p >= 8 && !special8(p))
+        uint64_t marked = 0;
+        while (end - p >= 8 && (marked = special8(p)) == 0)
             p += 8;
+        if (marked)
+            p += unmarked_prefix(marked);  /* straight to the byte that needs a look */
         while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\')
             p++;
         if (p >= end)

@@ -174,6 +174,21 @@ def test_row_takes_any_spelling_of_the_common_insert(payload: bytes) -> None:
     assert hit == pure
 
 
+@pytest.mark.parametrize("special", ['\\"', "\\\\", "\\u00e9", "é", "\U0001f600", "\x01"],
+                         ids=["quote", "backslash", "u-escape", "utf8-2", "utf8-4", "control"])
+def test_a_string_is_scanned_alike_whatever_byte_of_a_word_needs_a_look(special: str) -> None:
+    # The scan skips a string 8 bytes at a time and jumps to the first byte of a word that
+    # needs a look: that byte at every offset, with a word before it and at the end.
+    for before in range(18):
+        for after in (0, 1, 7, 8, 9):
+            value = "a" * before + special + "b" * after
+            payload = good(COLUMNS.replace('"o-1"', f'"{value}"'))
+            assert_same(OutboxColumns(), [good(), payload])
+            if special != "\x01":  # a raw control character is the pure path's to refuse
+                hit = take(payload)
+                assert hit is not None and hit.aggregate_id == orjson.loads(f'"{value}"'), value
+
+
 def test_row_takes_integer_ids_as_their_decimal_text_and_reads_any_buffer() -> None:
     payload = good(COLUMNS.replace('"7616f707"', "-1234567").replace('"o-1"', "0"))
     hit = take(payload)
