@@ -10,7 +10,7 @@ one (else the producer's partitioner hashes the serialized key) and the timestam
 (``created_at`` in epoch ms). It also builds the dead-letter form of a message.
 
 It is pure and on the hot path: one dict lookup per event finds the formatted, validated
-topic and the encoded header values of its ``(aggregate_type, event_type)`` pair; only
+topic and the two header tuples of its ``(aggregate_type, event_type)`` pair; only
 the key, the id header and the Message itself are built per event.
 
 It must not do I/O or decide what happens to a bad event. An event whose topic is not a
@@ -76,8 +76,10 @@ def topic_problem(name: str) -> str | None:
     return None
 
 
-# One cache entry: topic, problem (None if legal), aggregate_type and event_type as bytes.
-_Route = tuple[str, str | None, bytes, bytes]
+# One cache entry: topic, problem (None if legal), and the event_type and aggregate_type
+# headers, ready to go into every message's header list (tuples: shared, never changed).
+_Header = tuple[str, bytes]
+_Route = tuple[str, str | None, _Header, _Header]
 
 
 class Router:
@@ -137,7 +139,7 @@ class Router:
         entry = self._cache.get(pair)
         if entry is None:
             entry = self._resolve(pair)
-        topic, problem, aggregate_type, event_type = entry
+        topic, problem, event_type, aggregate_type = entry
         if problem is not None:
             raise RoutingError(problem, topic)
         try:
@@ -146,7 +148,7 @@ class Router:
             event_id = event.id.encode()
         except ValueError as exc:  # lone surrogates, or a payload that is not UTF-8
             raise RoutingError(f"event {event.id!r} is not valid UTF-8: {exc}", topic) from exc
-        headers = [("id", event_id), ("event_type", event_type), ("aggregate_type", aggregate_type)]
+        headers = [("id", event_id), event_type, aggregate_type]
         partition = None
         if event.extra:
             self._add_column_headers(event, headers)
@@ -229,8 +231,8 @@ class Router:
         entry: _Route = (
             topic,
             topic_problem(topic),
-            _encode(aggregate_type),
-            _encode(event_type),
+            ("event_type", _encode(event_type)),
+            ("aggregate_type", _encode(aggregate_type)),
         )
         if len(self._cache) >= _CACHE_LIMIT:
             self._cache.clear()
