@@ -46,6 +46,7 @@ typedef struct {
     PyObject *created_ms;          /* created_text's milliseconds (int or None); NULL: none */
     Py_ssize_t created_len;
     char created_text[TS_MAX_TEXT];
+    PyObject *repeated[2];         /* the last aggregate_type and event_type (str); NULL: none */
 } Outbox;
 
 static void outbox_clear(Outbox *o)
@@ -53,6 +54,28 @@ static void outbox_clear(Outbox *o)
     Py_CLEAR(o->type);
     Py_CLEAR(o->attempt);
     Py_CLEAR(o->created_ms);
+    Py_CLEAR(o->repeated[0]);
+    Py_CLEAR(o->repeated[1]);
+}
+
+/* The str of UTF-8 text that mostly repeats from row to row (``which``: 0 aggregate_type,
+ * 1 event_type): when the bytes are those of the last one (ASCII), that str again - nothing
+ * allocated, and its hash, which the router's cache lookup needs, already computed; else
+ * a new one, kept for the next row. NULL with no exception set: not UTF-8 (decline). */
+static inline PyObject *outbox_repeated_text(Outbox *o, int which, const char *s, Py_ssize_t n)
+{
+    PyObject *last = o->repeated[which];
+    if (last != NULL && PyUnicode_IS_COMPACT_ASCII(last) && PyUnicode_GET_LENGTH(last) == n
+        && memcmp(PyUnicode_DATA(last), s, (size_t)n) == 0)
+        return Py_NewRef(last);
+    PyObject *text = PyUnicode_DecodeUTF8(s, n, NULL);
+    if (text == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+            PyErr_Clear();
+        return NULL;
+    }
+    Py_XSETREF(o->repeated[which], Py_NewRef(text));
+    return text;
 }
 
 /* The slot offset of field ``k`` of ``type`` into o->offset[k]: 0, or -1 (TypeError). */

@@ -149,6 +149,9 @@ static PyObject *event(Reader *self, const Span *spans, long nfields, PyObject *
         if (field == PAYLOAD)
             fields[field] = PyBytes_FromStringAndSize((const char *)spans[field].at,
                                                       spans[field].len);
+        else if (field == EV_AGGREGATE_TYPE || field == EV_EVENT_TYPE)
+            fields[field] = outbox_repeated_text(&self->outbox, field == EV_EVENT_TYPE,
+                                                 (const char *)spans[field].at, spans[field].len);
         else
             fields[field] = text(spans[field]);
         if (fields[field] == NULL) status = PyErr_Occurred() ? -1 : 1;

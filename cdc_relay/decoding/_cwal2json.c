@@ -667,13 +667,24 @@ static int created_at_of(Reader *self, PyObject **out)
     return status < 0 ? -1 : status == 0;
 }
 
-/* The mapped values into fields[EV_ID..EV_PAYLOAD]: 0, 1 to decline, -1 on an error. */
-static int build_mapped(const Want *w, PyObject **fields)
+/* The mapped values into fields[EV_ID..EV_PAYLOAD]: 0, 1 to decline, -1 on an error.
+ * aggregate_type and event_type mostly repeat from row to row (outbox_repeated_text). */
+static int build_mapped(Reader *self, PyObject **fields)
 {
+    const Want *w = &self->want;
     int status;
-    for (int k = EV_ID; k <= EV_PAYLOAD; k++)
-        if ((status = text_of(&w->slots[k].value, k == EV_PAYLOAD, &fields[k])) != 0)
+    for (int k = EV_ID; k <= EV_PAYLOAD; k++) {
+        const Value *v = &w->slots[k].value;
+        if ((k == EV_AGGREGATE_TYPE || k == EV_EVENT_TYPE) && v->kind == K_STRING
+            && !v->escaped) {
+            fields[k] = outbox_repeated_text(&self->outbox, k == EV_EVENT_TYPE,
+                                             (const char *)v->s, v->n);
+            if (fields[k] == NULL)
+                return PyErr_Occurred() ? -1 : 1;
+        }
+        else if ((status = text_of(v, k == EV_PAYLOAD, &fields[k])) != 0)
             return status;
+    }
     return 0;
 }
 
@@ -704,7 +715,7 @@ static PyObject *build(Reader *self, PyObject *wal_start)
     int status;
     /* created_at first: a declined timestamp then costs no other object */
     if ((status = created_at_of(self, &fields[EV_CREATED_AT_MS])) != 0
-        || (status = build_mapped(&self->want, fields)) != 0
+        || (status = build_mapped(self, fields)) != 0
         || (status = build_carried(&self->want, fields)) != 0) {
         outbox_discard(fields);
         return status < 0 ? NULL : Py_NewRef(Py_None);

@@ -259,6 +259,25 @@ def test_c_insert_returns_the_finished_event() -> None:
     assert c_insert(memoryview(b"xx" + VALID + b"trailing")[2:]) == event
 
 
+def test_a_repeated_aggregate_type_and_event_type_is_the_same_str_again() -> None:
+    # The reader keeps the last aggregate_type and event_type: a row that repeats them gets
+    # those very str objects (no allocation, the router's hash cached); any other text,
+    # shorter, longer, non-ASCII, is decoded anew and kept in turn.
+    assert _cpgoutput is not None
+    reader = _cpgoutput.Reader(PLANS, OutboxEvent)
+    rows = [(b"order", b"OrderCreated"), (b"order", b"OrderCreated"), (b"ord", b"OrderCreatedX"),
+            (b"order", b"OrderCreated"), ("caf\u00e9".encode(), "\u00e9v".encode()),
+            ("caf\u00e9".encode(), "\u00e9v".encode()), (b"order", b"Order\x00")]
+    events = [reader.insert(insert(RELID, outbox_values(aggregate_type=a, event_type=e)), AT)
+              for a, e in rows]
+    assert [(e.aggregate_type, e.event_type) for e in events] == [
+        (a.decode(), e.decode()) for a, e in rows]
+    assert events[1].aggregate_type is events[0].aggregate_type
+    assert events[1].event_type is events[0].event_type
+    assert events[3].aggregate_type is not events[0].aggregate_type, "'ord' came between"
+    assert events[4].aggregate_type is not events[3].aggregate_type
+
+
 def test_the_reader_reads_the_plans_the_decoder_keeps_adding() -> None:
     assert _cpgoutput is not None
     plans: dict[int, Any] = {}

@@ -189,6 +189,22 @@ def test_a_string_is_scanned_alike_whatever_byte_of_a_word_needs_a_look(special:
                 assert hit is not None and hit.aggregate_id == orjson.loads(f'"{value}"'), value
 
 
+def test_a_repeated_aggregate_type_and_event_type_is_the_same_str_again() -> None:
+    # As on the pgoutput path: the reader keeps the last two texts; a repeat is the same
+    # str, anything else (an escaped spelling included) is decoded and compared anew.
+    row = reader().row
+    spellings = [("order", "Placed"), ("order", "Placed"), ("orders", "Place"),
+                 ("\\u006frder", "Placed"), ("order", "Placed"), ("caf\u00e9", "Placed")]
+    events = [row(good(COLUMNS.replace('"order"', f'"{a}"').replace('"Placed"', f'"{e}"')),
+                  AT, PLAN, (), 6) for a, e in spellings]
+    assert [(e.aggregate_type, e.event_type) for e in events] == [
+        ("order", "Placed"), ("order", "Placed"), ("orders", "Place"), ("order", "Placed"),
+        ("order", "Placed"), ("caf\u00e9", "Placed")]
+    assert events[1].aggregate_type is events[0].aggregate_type
+    assert events[1].event_type is events[0].event_type
+    assert events[3].aggregate_type is not events[1].aggregate_type, "escaped: decoded anew"
+
+
 def test_row_takes_integer_ids_as_their_decimal_text_and_reads_any_buffer() -> None:
     payload = good(COLUMNS.replace('"7616f707"', "-1234567").replace('"o-1"', "0"))
     hit = take(payload)
