@@ -189,6 +189,22 @@ def test_a_string_is_scanned_alike_whatever_byte_of_a_word_needs_a_look(special:
                 assert hit is not None and hit.aggregate_id == orjson.loads(f'"{value}"'), value
 
 
+@pytest.mark.parametrize("special", ["", '\\"', "\\u0061", "é", "\x7f", "\x01"],
+                         ids=["plain", "quote", "u-escape", "utf8", "del", "control"])
+def test_a_key_is_read_alike_whatever_its_length_and_where_a_byte_needs_a_look(
+        special: str) -> None:
+    # A short plain key is read without the general string scan when its closing quote is
+    # the first byte of the next word that needs a look; every other key takes the scan.
+    for before in range(11):
+        for after in (0, 1, 7):
+            key = "k" * before + special + "y" * after
+            top = good(template=GOOD.replace('"xid":7', f'"{key}":1,"xid":7'))
+            column = good(COLUMNS.replace('{"name":"id",', f'{{"{key}":0,"name":"id",'))
+            assert_same(OutboxColumns(), [good(), top, column])
+            if special in ("", "é", "\x7f"):  # plain keys of any length are taken
+                assert take(top) is not None and take(column) is not None, key
+
+
 def test_a_repeated_aggregate_type_and_event_type_is_the_same_str_again() -> None:
     # As on the pgoutput path: the reader keeps the last two texts; a repeat is the same
     # str, anything else (an escaped spelling included) is decoded and compared anew.
