@@ -42,6 +42,7 @@ from benchmarks.kafka_side import create_topics
 from benchmarks.machine import machine_info
 from benchmarks.plan import EVENTS_PER_BACKLOG_TXN
 from benchmarks.procs import RelayProcess, byte_compile, code_under_test, run_cli
+from benchmarks.runner import scalar
 from benchmarks.workload import preload
 from cdc_relay.local.broker import Broker
 from cdc_relay.local.postgres import PostgresCluster
@@ -100,7 +101,7 @@ def measure(events: int, plugins: tuple[str, ...], out: Path) -> dict[str, Any]:
                      "--slot", f"ir_{plugin}_idle"], init)
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("CHECKPOINT")
-            end = str(_one(conn, "SELECT pg_current_wal_insert_lsn()::text"))
+            end = str(scalar(conn, "SELECT pg_current_wal_insert_lsn()::text"))
             for plugin in plugins:
                 idle = _count(tool, conn, dsn, broker.bootstrap, plugin, f"ir_{plugin}_idle",
                               None, logs)
@@ -116,11 +117,6 @@ def measure(events: int, plugins: tuple[str, ...], out: Path) -> dict[str, Any]:
                 }
     (out / "instructions.json").write_text(json.dumps(results, indent=2) + "\n")
     return results
-
-
-def _one(conn: psycopg.Connection[Any], query: str, *args: Any) -> Any:
-    row = conn.execute(query, args).fetchone()
-    return None if row is None else row[0]
 
 
 def _count(tool: str, conn: psycopg.Connection[Any], dsn: str, bootstrap: str, plugin: str,
@@ -156,7 +152,7 @@ def _done(conn: psycopg.Connection[Any], relay: RelayProcess, slot: str, until: 
         return False
     if until is None:
         return True
-    return bool(_one(conn, "SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots"
+    return bool(scalar(conn, "SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots"
                            " WHERE slot_name = %s", until, slot))
 
 

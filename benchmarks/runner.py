@@ -59,7 +59,7 @@ BACKLOG = "backlog"  # aggregate_type (and topic suffix) of the backlog events
 _TABLE_NAME = TABLE.split(".")[1]
 
 
-def _one(conn: psycopg.Connection[Any], query: str, *args: Any) -> Any:
+def scalar(conn: psycopg.Connection[Any], query: str, *args: Any) -> Any:
     """The first column of the first row (None for a statement that returns none)."""
     cur = conn.execute(query, args)
     row = cur.fetchone() if cur.description is not None else None
@@ -67,7 +67,7 @@ def _one(conn: psycopg.Connection[Any], query: str, *args: Any) -> Any:
 
 
 def _rows_written(conn: psycopg.Connection[Any]) -> int:
-    return int(_one(conn, "SELECT n_tup_ins + n_tup_upd + n_tup_del FROM pg_stat_user_tables "
+    return int(scalar(conn, "SELECT n_tup_ins + n_tup_upd + n_tup_del FROM pg_stat_user_tables "
                           "WHERE relname = %s", _TABLE_NAME))
 
 
@@ -138,7 +138,7 @@ class ModeRun:
 
     def _one(self, query: str, *args: Any) -> Any:
         assert self.monitor is not None
-        return _one(self.monitor, query, *args)
+        return scalar(self.monitor, query, *args)
 
     def _log(self, what: str) -> Path:
         return self.workdir / f"{self.mode.name}-{what}.log"
