@@ -8,10 +8,12 @@ in pure Python, with the same results (the tests compare the two paths).
 from setuptools import Extension, setup
 
 _FLAGS = ["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter"]
-# The headers the extensions share (one copy of the created_at parse and of the
-# OutboxEvent construction): a change to one rebuilds its includers, and the sdist ships them.
+# The headers the extensions share (one copy of the created_at parse, of the
+# OutboxEvent construction and of the slots-dataclass check): a change to one rebuilds
+# its includers, and the sdist ships them.
 _TIMESTAMP = ["cdc_relay/decoding/_ctimestamp.h"]
-_DECODER = [*_TIMESTAMP, "cdc_relay/decoding/_coutbox.h"]
+_SLOTS = ["cdc_relay/decoding/_cslots.h"]
+_DECODER = [*_TIMESTAMP, *_SLOTS, "cdc_relay/decoding/_coutbox.h"]
 
 setup(
     ext_modules=[

@@ -5,7 +5,7 @@
  * cdc_relay.model.OutboxEvent straight from C (outbox_event: the object is allocated as
  * ``object.__new__`` does and its eleven slots are stored, so no Python code runs), the
  * check that the class is the slots dataclass of exactly those fields in that order
- * (outbox_setup), and created_at's epoch milliseconds from the row's raw bytes with a
+ * (outbox_setup, with _cslots.h), and created_at's epoch milliseconds from the row's raw bytes with a
  * one-entry cache of the last accepted text (outbox_created_at; the parse is
  * _ctimestamp.h's, shared with _ctimestamp.c). The cache holds only a pure function's
  * last answer, so a decline or a pure-path row in between never makes it stale. Also the
@@ -20,13 +20,8 @@
 #define CDC_RELAY_COUTBOX_H
 
 #include <string.h>
+#include "_cslots.h"
 #include "_ctimestamp.h"
-
-#ifndef Py_T_OBJECT_EX /* before Python 3.12 the member flags are in structmember.h */
-#include <structmember.h>
-#define Py_T_OBJECT_EX T_OBJECT_EX
-#define Py_READONLY READONLY
-#endif
 
 /* OutboxEvent's fields, in declaration order (cdc_relay/model.py). */
 enum {
@@ -78,65 +73,13 @@ static inline PyObject *outbox_repeated_text(Outbox *o, int which, const char *s
     return text;
 }
 
-/* The slot offset of field ``k`` of ``type`` into o->offset[k]: 0, or -1 (TypeError). */
-static int outbox_slot(Outbox *o, PyTypeObject *type, int k)
-{
-    PyObject *descr = PyDict_GetItemString(type->tp_dict, outbox_fields[k]); /* borrowed */
-    if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)
-        || ((PyDescrObject *)descr)->d_type != type) {
-        PyErr_Format(PyExc_TypeError, "%s.%s is not a slot of its own", type->tp_name,
-                     outbox_fields[k]);
-        return -1;
-    }
-    PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
-    if (member->type != Py_T_OBJECT_EX || (member->flags & Py_READONLY)) {
-        PyErr_Format(PyExc_TypeError, "%s.%s is not a writable object slot", type->tp_name,
-                     outbox_fields[k]);
-        return -1;
-    }
-    o->offset[k] = member->offset;
-    return 0;
-}
-
 /* Check ``cls`` and remember how to fill it: 0, or -1 with TypeError (a bug: the decoders
  * pass cdc_relay.model.OutboxEvent, and this must change with it). */
 static int outbox_setup(Outbox *o, PyObject *cls)
 {
     outbox_clear(o);
-    if (!PyType_Check(cls)) {
-        PyErr_SetString(PyExc_TypeError, "the event class must be a class (OutboxEvent)");
+    if (slots_class(cls, outbox_fields, EV_FIELDS, o->offset, "_coutbox.h") < 0)
         return -1;
-    }
-    PyTypeObject *type = (PyTypeObject *)cls;
-    PyObject *expected = PyTuple_New(EV_FIELDS), *slots;
-    if (expected == NULL)
-        return -1;
-    for (int k = 0; k < EV_FIELDS; k++) {
-        PyObject *name = PyUnicode_FromString(outbox_fields[k]);
-        if (name == NULL) {
-            Py_DECREF(expected);
-            return -1;
-        }
-        PyTuple_SET_ITEM(expected, k, name);
-    }
-    slots = PyDict_GetItemString(type->tp_dict, "__slots__"); /* borrowed */
-    int same = slots == NULL ? 0 : PyObject_RichCompareBool(slots, expected, Py_EQ);
-    Py_DECREF(expected);
-    if (same < 0)
-        return -1;
-    /* exactly these slots on a plain object base, no instance dict, object's __new__, and
-     * no __post_init__ that dataclass' __init__ would run */
-    if (!same || type->tp_base != &PyBaseObject_Type || type->tp_dictoffset != 0
-        || type->tp_new != PyBaseObject_Type.tp_new
-        || PyDict_GetItemString(type->tp_dict, "__post_init__") != NULL) {
-        PyErr_Format(PyExc_TypeError, "%s is not the slots dataclass of the fields "
-                     "_coutbox.h fills (id ... tracestate): update _coutbox.h with "
-                     "cdc_relay/model.py's OutboxEvent", type->tp_name);
-        return -1;
-    }
-    for (int k = 0; k < EV_FIELDS; k++)
-        if (outbox_slot(o, type, k) < 0)
-            return -1;
     if ((o->attempt = PyLong_FromLong(1)) == NULL)
         return -1;
     o->type = (PyTypeObject *)Py_NewRef(cls);
