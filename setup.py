@@ -1,6 +1,6 @@
 """Build of the optional compiled decoders (docs/design.md, "The compiled decoders").
 
-Everything else is in pyproject.toml. All three extensions are ``optional``: without a C
+Everything else is in pyproject.toml. All four extensions are ``optional``: without a C
 compiler and the Python headers the build goes on without them and cdc-relay decodes
 in pure Python, with the same results (the tests compare the two paths).
 """
@@ -21,6 +21,8 @@ setup(
                   depends=_DECODER, extra_compile_args=_FLAGS, optional=True),
         Extension("cdc_relay.decoding._cpgoutput", ["cdc_relay/decoding/_cpgoutput.c"],
                   depends=_DECODER, extra_compile_args=_FLAGS, optional=True),
+        Extension("cdc_relay.decoding._croute", ["cdc_relay/decoding/_croute.c"],
+                  depends=_SLOTS, extra_compile_args=_FLAGS, optional=True),
         Extension("cdc_relay.decoding._ctimestamp", ["cdc_relay/decoding/_ctimestamp.c"],
                   depends=_TIMESTAMP, extra_compile_args=_FLAGS, optional=True),
     ],

@@ -9,9 +9,13 @@ by ``--message-format`` (cdc_relay/formats.py), the headers ``id`` / ``event_typ
 one (else the producer's partitioner hashes the serialized key) and the timestamp
 (``created_at`` in epoch ms). It also builds the dead-letter form of a message.
 
-It is pure and on the hot path: one dict lookup per event finds the formatted, validated
-topic and the two header tuples of its ``(aggregate_type, event_type)`` pair; only
-the key, the id header and the Message itself are built per event.
+It is pure and on the hot path: two dict lookups per event (aggregate_type, then
+event_type) find the formatted, validated topic and the two header tuples of the pair;
+only the key, the id header and the Message itself are built per event. Where the
+compiled router is built (decoding/_croute.c) and the configuration is the plain one
+(the raw format, no ``--header`` or ``--partition-column``), ``route`` is its C
+function, which builds that same Message for the common event and hands every other one
+to the Python route (docs/design.md, "The compiled decoders").
 
 It must not do I/O or decide what happens to a bad event. An event whose topic is not a
 legal Kafka topic name raises RoutingError; the loops turn that into a dead letter and
@@ -23,8 +27,10 @@ ConfigError at construction instead, so it fails at start-up, not per event.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from cdc_relay.config import RouterConfig, TableRef
+from cdc_relay.decoding.compiled import compiled_extension
 from cdc_relay.errors import ConfigError
 from cdc_relay.formats import key_encoder, raw_values, value_encoder
 from cdc_relay.model import Message, OutboxEvent
@@ -87,17 +93,23 @@ class Router:
 
     ``table`` fills the ``{schema}`` and ``{table}`` placeholders of the pattern
     (default ``public.outbox_events``). Raises ConfigError if the dead-letter topic is
-    illegal or the pattern can never produce a legal topic.
+    illegal or the pattern can never produce a legal topic. ``compiled``: None uses the
+    compiled router where it is built and applies, False never, True requires it to be
+    built (as the decoders' setting, decoding/compiled.py).
     """
 
-    def __init__(self, config: RouterConfig, table: TableRef | None = None) -> None:
+    def __init__(self, config: RouterConfig, table: TableRef | None = None, *,
+                 compiled: bool | None = None) -> None:
         table = table if table is not None else TableRef()
         self._config = config
         self._pattern = config.topic_pattern
         self._schema = table.schema
         self._table = table.name
         self._dead_letter_topic = config.dead_letter_topic
-        self._cache: dict[tuple[str, str], _Route] = {}
+        # aggregate_type -> event_type -> route: two lookups of strs whose hashes are
+        # cached, where one lookup of a (str, str) key would build and hash a tuple.
+        self._cache: dict[str, dict[str, _Route]] = {}
+        self._cached = 0
         self._key = key_encoder(config.message_format)
         self._value = value_encoder(config.message_format)
         self._raw_values = raw_values(config.message_format)  # per event: no call when raw
@@ -122,23 +134,36 @@ class Router:
                 f"invalid topic pattern {config.topic_pattern!r}: {problem} "
                 "(e.g. use outbox.event.{aggregate_type})"
             )
+        # ``route``: the compiled router where it applies (the module docstring), else _route.
+        self.route: Callable[[OutboxEvent], Message] = self._route
+        if (config.message_format == "raw" and not self._header_slots
+                and self._partition_slot < 0):
+            module = compiled_extension("_croute", "router", compiled)
+            if module is not None:
+                self.route = module.Route(self._cache, self._route, OutboxEvent, Message).route
+
+    @property
+    def compiled(self) -> bool:
+        """True when ``route`` is the compiled router's."""
+        return self.route != self._route
 
     @property
     def config(self) -> RouterConfig:
         """The configuration this router was built from."""
         return self._config
 
-    def route(self, event: OutboxEvent) -> Message:
+    def _route(self, event: OutboxEvent) -> Message:
         """Return the message for ``event``; raise RoutingError if it has no legal topic.
 
         Also RoutingError (so a dead letter, never a crash) for text that cannot be
         serialized (lone surrogates, a payload that is not UTF-8) and for a partition
-        column value that is not a non-negative integer.
+        column value that is not a non-negative integer. (``route``: this, or the
+        compiled router, which gives the same answers.)
         """
-        pair = (event.aggregate_type, event.event_type)
-        entry = self._cache.get(pair)
+        by_event_type = self._cache.get(event.aggregate_type)
+        entry = None if by_event_type is None else by_event_type.get(event.event_type)
         if entry is None:
-            entry = self._resolve(pair)
+            entry = self._resolve(event.aggregate_type, event.event_type)
         topic, problem, event_type, aggregate_type = entry
         if problem is not None:
             raise RoutingError(problem, topic)
@@ -225,8 +250,7 @@ class Router:
             table=self._table,
         )
 
-    def _resolve(self, pair: tuple[str, str]) -> _Route:
-        aggregate_type, event_type = pair
+    def _resolve(self, aggregate_type: str, event_type: str) -> _Route:
         topic = self._format(aggregate_type, event_type)
         entry: _Route = (
             topic,
@@ -234,9 +258,11 @@ class Router:
             ("event_type", _encode(event_type)),
             ("aggregate_type", _encode(aggregate_type)),
         )
-        if len(self._cache) >= _CACHE_LIMIT:
-            self._cache.clear()
-        self._cache[pair] = entry
+        if self._cached >= _CACHE_LIMIT:
+            self._cache.clear()  # in place: the compiled router reads this dict
+            self._cached = 0
+        self._cache.setdefault(aggregate_type, {})[event_type] = entry
+        self._cached += 1
         return entry
 
 

@@ -109,8 +109,9 @@ def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mod
 @option("--max-inflight", type=click.IntRange(1), default=50_000, show_default=True,
         help="Stop reading WAL while this many events await broker acks.")
 @option("--pure-python-decoder", is_flag=True, default=False,
-        help="Decode in pure Python even where the compiled decoders are built (same "
-             "events, more CPU per event; for telling a decoder problem apart).")
+        help="Decode and route in pure Python even where the compiled fast paths are "
+             "built (same messages, more CPU per event; for telling a decoder problem "
+             "apart).")
 @message_options
 @option("--snapshot", type=click.Choice(["initial", "never"]), default="never", show_default=True,
         help="initial: when the relay creates the slot, first publish the rows pending in its "

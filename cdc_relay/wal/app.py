@@ -142,7 +142,7 @@ def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
     return WalRelay(
         source_factory=source_factory,
         decoder=decoder,
-        router=router or Router(settings.router, settings.outbox.table),
+        router=router or _router(settings),
         sink_factory=sink_factory or make_sink_factory(settings.kafka, settings.sink),
         flow=settings.flow,
         timings=LoopTimings(status_interval=repl.status_interval, reconnect_max=repl.reconnect_max),
@@ -244,7 +244,7 @@ def _backfill_then_stream(settings: WalSettings, stop: threading.Event) -> int:
     from cdc_relay.wal.setup import ensure_replication
 
     repl = settings.replication
-    router = Router(settings.router, settings.outbox.table)
+    router = _router(settings)
     sink_factory = make_sink_factory(settings.kafka, settings.sink)
     stats, backfill = RelayStats(), BackfillStats()
     _log_start(settings)
@@ -269,6 +269,12 @@ def _log_start(settings: WalSettings) -> None:
              settings.outbox.table, sink, ", exactly once" if settings.exactly_once else "",
              extra={"slot": repl.slot, "plugin": repl.plugin, "table": str(settings.outbox.table),
                     "snapshot": settings.snapshot, "sink": sink})
+
+
+def _router(settings: WalSettings) -> Router:
+    """The router, compiled where built unless --pure-python-decoder (as the decoder)."""
+    return Router(settings.router, settings.outbox.table,
+                  compiled=None if settings.replication.compiled_decoder else False)
 
 
 def _log_decoder(repl: ReplicationConfig, decoder: Decoder) -> None:

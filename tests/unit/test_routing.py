@@ -1,6 +1,12 @@
-"""The router's message contract (docs/design.md): topic, key, value, headers, timestamp, dead letters."""
+"""The router's message contract (docs/design.md): topic, key, value, headers, timestamp, dead letters.
+
+Every test runs twice: on the pure-Python route and on the compiled one (decoding/_croute.c;
+test_routing_compiled.py compares the two directly and fails when it is not built).
+"""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import pytest
 
@@ -8,6 +14,7 @@ from cdc_relay.config import RouterConfig, TableRef
 from cdc_relay.errors import ConfigError
 from cdc_relay.model import Lsn, Message, OutboxEvent
 from cdc_relay.routing import Router, RoutingError, topic_problem
+from tests.unit.routing_fixtures import compiled_router_built
 
 
 def event(**overrides: object) -> OutboxEvent:
@@ -24,9 +31,24 @@ def event(**overrides: object) -> OutboxEvent:
     return OutboxEvent(**fields)  # type: ignore[arg-type]
 
 
+_COMPILED = [False]  # set per test by the path fixture
+
+
+@pytest.fixture(autouse=True, params=[False, pytest.param(True, marks=pytest.mark.skipif(
+    not compiled_router_built(), reason="cdc_relay.decoding._croute is not built"))],
+    ids=["pure", "compiled"])
+def path(request: pytest.FixtureRequest) -> Iterator[None]:
+    _COMPILED[0] = request.param
+    yield
+    _COMPILED[0] = False
+
+
 def router(pattern: str = "outbox.event.{aggregate_type}", dead: str = "outbox.dead-letters",
            table: TableRef | None = None) -> Router:
-    return Router(RouterConfig(topic_pattern=pattern, dead_letter_topic=dead), table)
+    made = Router(RouterConfig(topic_pattern=pattern, dead_letter_topic=dead), table,
+                  compiled=_COMPILED[0])
+    assert made.compiled is _COMPILED[0]
+    return made
 
 
 def test_default_pattern_routes_by_aggregate_type() -> None:
