@@ -1,8 +1,9 @@
-"""Build of the optional compiled decoders (docs/design.md, "The compiled decoders").
+"""Build of the optional compiled fast paths (docs/design.md, "The compiled decoders").
 
-Everything else is in pyproject.toml. All four extensions are ``optional``: without a C
-compiler and the Python headers the build goes on without them and cdc-relay decodes
-in pure Python, with the same results (the tests compare the two paths).
+Everything else is in pyproject.toml. All five extensions are ``optional``: without a C
+compiler and the Python headers the build goes on without them and cdc-relay decodes,
+routes and takes delivery reports in pure Python, with the same results (the tests
+compare the two paths).
 """
 
 from setuptools import Extension, setup
@@ -25,5 +26,7 @@ setup(
                   depends=_SLOTS, extra_compile_args=_FLAGS, optional=True),
         Extension("cdc_relay.decoding._ctimestamp", ["cdc_relay/decoding/_ctimestamp.c"],
                   depends=_TIMESTAMP, extra_compile_args=_FLAGS, optional=True),
+        Extension("cdc_relay.sink._creports", ["cdc_relay/sink/_creports.c"],
+                  extra_compile_args=_FLAGS, optional=True),
     ],
 )

@@ -11,6 +11,12 @@ error from ``error_cb`` - so it is noticed with nothing in flight - and by a rep
 ``produce()`` error that is ``err.fatal()``, ``_FATAL`` or ``_FENCED``. A timed-out
 message is FATAL for that message only: the loop replaces the producer anyway.
 
+Delivery reports: each message's callback comes from the sink's ``Reports`` - the
+compiled one of sink/_creports.c where it is built, else the pure ``Reports`` below,
+which does the same - so a success reaches the current handler without a Python frame
+of the sink's, and a failure reaches ``_on_failure`` (docs/design.md, "The compiled
+delivery report").
+
 Generations: every sink built by the factory owns one Producer and carries the
 factory's generation number (1, 2, ...). Its delivery callbacks are bound to it, so a
 report can only reach the handler while *this* sink is polled. ``close()`` flushes
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
@@ -39,6 +46,7 @@ import confluent_kafka.admin  # noqa: F401
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from cdc_relay.config import KafkaConfig
+from cdc_relay.decoding.compiled import compiled_extension
 from cdc_relay.errors import BrokerError, mask_secrets
 from cdc_relay.model import Message
 from cdc_relay.sink.base import (
@@ -62,17 +70,56 @@ from cdc_relay.sink.kafka_client import (
 
 _log = logging.getLogger("cdc_relay.sink.kafka")
 
+# One message's delivery callback, as confluent-kafka calls it: (error, message).
+ReportCallback = Callable[[KafkaError | None, object], None]
+
+
+class Reports:
+    """A sink's delivery reports: the pure twin of sink/_creports.c's ``Reports``.
+
+    ``callback(token)`` is the message's delivery callback. A success is counted in
+    ``delivered`` and handed to ``handler`` as ``handler(token, None)`` - the handler
+    current when the report is served, not when the message was produced; anything else
+    goes to ``failure(token, error, message)``.
+    """
+
+    __slots__ = ("callback", "delivered", "failure", "handler")
+
+    def __init__(self, handler: DeliveryHandler,
+                 failure: Callable[[int, KafkaError, object], None]) -> None:
+        self.handler = handler
+        self.failure = failure
+        self.delivered = 0
+        # partial(partial, f)(token) is partial(f, token): no Python frame per message
+        self.callback: Callable[[int], ReportCallback] = partial(partial, self._report)
+
+    def _report(self, token: int, error: KafkaError | None, message: object) -> None:
+        if error is None:
+            self.delivered += 1
+            self.handler(token, None)
+        else:
+            self.failure(token, error, message)
+
+
+def reports_class(compiled: bool | None = None) -> type[Reports]:
+    """The compiled Reports where built (per ``compiled``, as the decoders'), else the pure one."""
+    module = compiled_extension("_creports", "delivery reports", compiled,
+                                package="cdc_relay.sink")
+    return Reports if module is None else module.Reports
+
 
 class KafkaSink:
     """One confluent-kafka Producer (one generation) as a Sink; see the module docstring."""
 
     def __init__(self, config: KafkaConfig, on_delivery: DeliveryHandler, *,
-                 generation: int = 1, logger: logging.Logger | None = None) -> None:
+                 generation: int = 1, logger: logging.Logger | None = None,
+                 compiled: bool | None = None) -> None:
         self.generation = generation
         self._log = logger or _log
-        self._handler = on_delivery
+        # Where each report goes; ``delivered`` counts those handed over (poll's delta).
+        self._reports = reports_class(compiled)(on_delivery, self._on_failure)
+        self._callback = self._reports.callback
         self._open = True
-        self._delivered = 0  # reports handed to the handler (poll/flush return deltas)
         self._suppressed = 0
         self._fatal: DeliveryError | None = None
         self._brokers = config.brokers
@@ -82,7 +129,6 @@ class KafkaSink:
         self._producer: Producer | None = new_producer(settings, self._log,
                                                         error_cb=self._on_error)
         self._produce = self._producer.produce
-        self._report = self._on_delivery
 
     @property
     def fatal_error(self) -> DeliveryError | None:
@@ -102,7 +148,7 @@ class KafkaSink:
                 message.value,
                 message.key,
                 -1 if message.partition is None else message.partition,
-                partial(self._report, token),
+                self._callback(token),
                 None,
                 message.timestamp_ms or 0,
                 message.headers,  # type: ignore[arg-type]  # list is invariant
@@ -124,9 +170,10 @@ class KafkaSink:
         """Serve delivery reports (and librdkafka logs/errors) for up to ``timeout`` s."""
         if self._producer is None:
             return 0
-        before = self._delivered
+        reports = self._reports
+        before = reports.delivered
         self._producer.poll(timeout)
-        return self._delivered - before
+        return reports.delivered - before
 
     def flush(self, timeout: float) -> int:
         """Wait up to ``timeout`` s for everything queued to be reported; return what remains."""
@@ -140,7 +187,7 @@ class KafkaSink:
 
     def set_handler(self, handler: DeliveryHandler) -> None:
         """Hand the reports served from now on to ``handler``."""
-        self._handler = handler
+        self._reports.handler = handler
 
     def warm_up(self, timeout: float) -> None:
         """Connect and get the idempotent producer its id before the first message.
@@ -195,19 +242,17 @@ class KafkaSink:
         raise ProduceRejected(DeliveryError(
             ErrorKind.FATAL, f"Kafka producer generation {self.generation} is closed"))
 
-    def _on_delivery(self, token: int, error: KafkaError | None, _message: object) -> None:
-        if error is None:
-            self._delivered += 1
-            self._handler(token, None)
-            return
+    def _on_failure(self, token: int, error: KafkaError, _message: object) -> None:
+        """A report with an error (a success never comes here: see ``Reports``)."""
         if not self._open:
             self._suppressed += 1
             return
         failure = classify(error)
         if kills_producer(error):
             self._set_fatal(failure)
-        self._delivered += 1
-        self._handler(token, failure)
+        reports = self._reports
+        reports.delivered += 1
+        reports.handler(token, failure)
 
     def _on_error(self, error: KafkaError) -> None:
         if error.fatal():

@@ -14,7 +14,7 @@ from cdc_relay.errors import BrokerError
 from cdc_relay.local.broker import Broker
 from cdc_relay.model import Message
 from cdc_relay.sink.base import Cause, Delivery, ErrorKind, ProduceRejected, collect, ignore_reports
-from cdc_relay.sink.kafka import KafkaSink, kafka_sink_factory
+from cdc_relay.sink.kafka import KafkaSink, Reports, kafka_sink_factory
 from cdc_relay.sink.kafka_client import check_brokers, classify, describe_settings, producer_settings
 from tests.support import KafkaCollector
 
@@ -89,6 +89,32 @@ def test_set_handler_sends_the_later_reports_to_the_new_handler(broker: Broker,
     finally:
         sink.close(5.0)
     assert first == [Delivery(1)] and second == [Delivery(2)]
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["pure-reports", "compiled-reports"])
+def test_both_report_paths_hand_over_successes_and_failures_alike(
+        broker: Broker, topic_prefix: str, compiled: bool) -> None:
+    got: list[Delivery] = []
+    later: list[Delivery] = []
+    sink = KafkaSink(KafkaConfig(broker.bootstrap), collect(got), compiled=compiled)
+    assert (type(sink._reports) is not Reports) is compiled
+    try:
+        sink.produce(Message(f"{topic_prefix}.t", b"k", b"v"), 1)
+        sink.produce(Message("not a topic/name", b"k", b"v"), 2)  # fails at delivery
+        serve_until(sink, lambda: len(got) == 2)
+        sink.set_handler(collect(later))
+        sink.produce(Message(f"{topic_prefix}.t", b"k", b"w"), 3)
+        served = 0
+        deadline = time.monotonic() + 30.0
+        while not later and time.monotonic() < deadline:
+            served += sink.poll(0.05)
+    finally:
+        sink.close(5.0)
+    by_token = {delivery.token: delivery for delivery in got}
+    assert by_token[1] == Delivery(1)
+    failed = by_token[2].error
+    assert failed is not None and failed.kind is ErrorKind.PERMANENT
+    assert later == [Delivery(3)] and served == 1
 
 
 def test_oversized_message_is_permanent(broker: Broker, topic_prefix: str) -> None:
