@@ -15,7 +15,7 @@ only the key, the id header and the Message itself are built per event. Where th
 compiled router is built (decoding/_croute.c) and the configuration is the plain one
 (the raw format, no ``--header`` or ``--partition-column``), ``route`` is its C
 function, which builds that same Message for the common event and hands every other one
-to the Python route (docs/design.md, "The compiled decoders").
+to the Python route (docs/design.md, "The compiled router").
 
 It must not do I/O or decide what happens to a bad event. An event whose topic is not a
 legal Kafka topic name raises RoutingError; the loops turn that into a dead letter and

@@ -1,5 +1,5 @@
 /* The compiled fast path of cdc_relay.routing.Router (docs/design.md, "The compiled
- * decoders").
+ * router").
  *
  * Owns: Route, whose ``route`` the Router installs as its own when the configuration
  * allows it (the raw message format, no --header and no --partition-column columns). For
@@ -192,7 +192,7 @@ static PyTypeObject RouteType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "cdc_relay.decoding._croute.Route",
     .tp_doc = PyDoc_STR("Route(cache, fallback, event_class, message_class): the Router's "
-                        "per-event common case (docs/design.md, \"The compiled decoders\")."),
+                        "per-event common case (docs/design.md, \"The compiled router\")."),
     .tp_basicsize = sizeof(Route),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = PyType_GenericNew,
