@@ -84,7 +84,7 @@ class OutboxEvent:
 
     Treat it as immutable. It is not ``frozen`` only because a frozen dataclass costs
     ~0.7 µs more per construction, on a path that runs 100k times a second. The compiled
-    decoders build it in C without calling ``__init__`` (cdc_relay/decoding/_coutbox.h
+    decoders build it in C without calling ``__init__`` (cdc_relay/decoding/_cslots.h
     lists these fields and refuses, at decoder construction, a class with other ones):
     a field added here must be added there too.
     """
@@ -158,6 +158,8 @@ class Message:
     """A broker-neutral message: what the router makes of an OutboxEvent.
 
     Treat it as immutable (not ``frozen`` for the same per-event cost as OutboxEvent).
+    The compiled router builds it in C, as the decoders build OutboxEvent: a field added
+    here must be added to cdc_relay/decoding/_cslots.h too.
     """
 
     topic: str

@@ -23,17 +23,6 @@
 #include "_cslots.h"
 #include "_ctimestamp.h"
 
-/* OutboxEvent's fields, in declaration order (cdc_relay/model.py). */
-enum {
-    EV_ID, EV_AGGREGATE_TYPE, EV_AGGREGATE_ID, EV_EVENT_TYPE, EV_PAYLOAD, EV_CREATED_AT_MS,
-    EV_LSN, EV_ATTEMPT, EV_EXTRA, EV_TRACEPARENT, EV_TRACESTATE, EV_FIELDS
-};
-
-static const char *const outbox_fields[EV_FIELDS] = {
-    "id", "aggregate_type", "aggregate_id", "event_type", "payload", "created_at_ms", "lsn",
-    "attempt", "extra", "traceparent", "tracestate",
-};
-
 typedef struct {
     PyTypeObject *type;            /* OutboxEvent (a strong reference); NULL: not set up */
     Py_ssize_t offset[EV_FIELDS];  /* each field's slot in the instance */

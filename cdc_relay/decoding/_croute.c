@@ -20,26 +20,12 @@
 #include <Python.h>
 #include "_cslots.h"
 
-/* The OutboxEvent fields read here, by name (the class is checked with _cslots.h). */
-enum { E_ID, E_AGGREGATE_TYPE, E_AGGREGATE_ID, E_EVENT_TYPE, E_PAYLOAD, E_CREATED_AT_MS, E_LSN,
-       E_ATTEMPT, E_EXTRA, E_TRACEPARENT, E_TRACESTATE, E_FIELDS };
-static const char *const event_fields[E_FIELDS] = {
-    "id", "aggregate_type", "aggregate_id", "event_type", "payload", "created_at_ms", "lsn",
-    "attempt", "extra", "traceparent", "tracestate",
-};
-
-/* Message's fields, in declaration order (cdc_relay/model.py). */
-enum { M_TOPIC, M_KEY, M_VALUE, M_HEADERS, M_TIMESTAMP_MS, M_PARTITION, M_FIELDS };
-static const char *const message_fields[M_FIELDS] = {
-    "topic", "key", "value", "headers", "timestamp_ms", "partition",
-};
-
 typedef struct {
     PyObject_HEAD
     PyObject *cache;              /* the Router's: aggregate_type -> {event_type -> route} */
     PyObject *fallback;           /* the Python route */
     PyTypeObject *event;          /* OutboxEvent */
-    Py_ssize_t event_offset[E_FIELDS];
+    Py_ssize_t event_offset[EV_FIELDS];
     PyTypeObject *message;        /* Message */
     Py_ssize_t message_offset[M_FIELDS];
     PyObject *id_name;            /* "id", the first header's name */
@@ -80,23 +66,23 @@ static PyObject *route_route(Route *self, PyObject *event)
 {
     if (!Py_IS_TYPE(event, self->event))
         return PyObject_CallOneArg(self->fallback, event);
-    PyObject *f[E_FIELDS];
-    for (int k = 0; k < E_FIELDS; k++)
+    PyObject *f[EV_FIELDS];
+    for (int k = 0; k < EV_FIELDS; k++)
         if ((f[k] = FIELD(event, self->event_offset[k])) == NULL) /* unset: let Python say */
             return PyObject_CallOneArg(self->fallback, event);
-    if (f[E_TRACEPARENT] != Py_None || !PyTuple_CheckExact(f[E_EXTRA])
-        || PyTuple_GET_SIZE(f[E_EXTRA]) != 0 || !PyUnicode_CheckExact(f[E_AGGREGATE_TYPE])
-        || !PyUnicode_CheckExact(f[E_EVENT_TYPE]) || !PyUnicode_CheckExact(f[E_ID])
-        || !PyUnicode_CheckExact(f[E_AGGREGATE_ID]))
+    if (f[EV_TRACEPARENT] != Py_None || !PyTuple_CheckExact(f[EV_EXTRA])
+        || PyTuple_GET_SIZE(f[EV_EXTRA]) != 0 || !PyUnicode_CheckExact(f[EV_AGGREGATE_TYPE])
+        || !PyUnicode_CheckExact(f[EV_EVENT_TYPE]) || !PyUnicode_CheckExact(f[EV_ID])
+        || !PyUnicode_CheckExact(f[EV_AGGREGATE_ID]))
         return PyObject_CallOneArg(self->fallback, event);
-    PyObject *entry = cached(self, f[E_AGGREGATE_TYPE], f[E_EVENT_TYPE]);
+    PyObject *entry = cached(self, f[EV_AGGREGATE_TYPE], f[EV_EVENT_TYPE]);
     if (entry == NULL) {
         if (PyErr_Occurred())
             return NULL;
         return PyObject_CallOneArg(self->fallback, event);
     }
-    PyObject *key = utf8(f[E_AGGREGATE_ID]), *id = NULL, *id_header = NULL, *headers = NULL;
-    if (key == NULL || (id = utf8(f[E_ID])) == NULL) {
+    PyObject *key = utf8(f[EV_AGGREGATE_ID]), *id = NULL, *id_header = NULL, *headers = NULL;
+    if (key == NULL || (id = utf8(f[EV_ID])) == NULL) {
         Py_XDECREF(key);
         if (PyErr_Occurred())
             return NULL;
@@ -116,9 +102,9 @@ static PyObject *route_route(Route *self, PyObject *event)
     const Py_ssize_t *at = self->message_offset;
     FIELD(message, at[M_TOPIC]) = Py_NewRef(PyTuple_GET_ITEM(entry, 0));
     FIELD(message, at[M_KEY]) = key;
-    FIELD(message, at[M_VALUE]) = Py_NewRef(f[E_PAYLOAD]);
+    FIELD(message, at[M_VALUE]) = Py_NewRef(f[EV_PAYLOAD]);
     FIELD(message, at[M_HEADERS]) = headers;
-    FIELD(message, at[M_TIMESTAMP_MS]) = Py_NewRef(f[E_CREATED_AT_MS]);
+    FIELD(message, at[M_TIMESTAMP_MS]) = Py_NewRef(f[EV_CREATED_AT_MS]);
     FIELD(message, at[M_PARTITION]) = Py_NewRef(Py_None);
     return message;
 error:
@@ -140,7 +126,7 @@ static int route_init(Route *self, PyObject *args, PyObject *kwargs)
         PyErr_SetString(PyExc_TypeError, "Route: fallback must be callable (the Python route)");
         return -1;
     }
-    if (slots_class(event_class, event_fields, E_FIELDS, self->event_offset, "_croute.c") < 0
+    if (slots_class(event_class, outbox_fields, EV_FIELDS, self->event_offset, "_croute.c") < 0
         || slots_class(message_class, message_fields, M_FIELDS, self->message_offset,
                        "_croute.c") < 0)
         return -1;

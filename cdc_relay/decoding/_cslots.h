@@ -2,7 +2,9 @@
  * decoders").
  *
  * Owns, for _coutbox.h (the OutboxEvent the decoders build) and _croute.c (the Message
- * the router builds, from the OutboxEvent it reads): the check that a class is a slots
+ * the router builds, from the OutboxEvent it reads): the field lists of those two classes
+ * of cdc_relay/model.py, in declaration order (the one place C mirrors them), the check
+ * that a class is a slots
  * dataclass of exactly the given fields, in that order, that object.__new__ creates and
  * no __post_init__ completes (slots_class), and where each field's slot lies in an
  * instance (slot_offset). An instance allocated as object.__new__ does and given every
@@ -20,6 +22,24 @@
 #define Py_T_OBJECT_EX T_OBJECT_EX
 #define Py_READONLY READONLY
 #endif
+
+/* OutboxEvent's fields, in declaration order (cdc_relay/model.py). */
+enum {
+    EV_ID, EV_AGGREGATE_TYPE, EV_AGGREGATE_ID, EV_EVENT_TYPE, EV_PAYLOAD, EV_CREATED_AT_MS,
+    EV_LSN, EV_ATTEMPT, EV_EXTRA, EV_TRACEPARENT, EV_TRACESTATE, EV_FIELDS
+};
+
+static const char *const outbox_fields[EV_FIELDS] = {
+    "id", "aggregate_type", "aggregate_id", "event_type", "payload", "created_at_ms", "lsn",
+    "attempt", "extra", "traceparent", "tracestate",
+};
+
+/* Message's fields, in declaration order (cdc_relay/model.py). */
+enum { M_TOPIC, M_KEY, M_VALUE, M_HEADERS, M_TIMESTAMP_MS, M_PARTITION, M_FIELDS };
+
+static const char *const message_fields[M_FIELDS] = {
+    "topic", "key", "value", "headers", "timestamp_ms", "partition",
+};
 
 /* The offset in an instance of ``type``'s own writable object slot ``name``, or -1 with
  * TypeError. */
