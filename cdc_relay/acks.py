@@ -26,6 +26,7 @@ is never delivered simply holds the watermark, and the relay replays from ``conf
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 
 from cdc_relay.model import ZERO_LSN, Lsn
 
@@ -92,17 +93,24 @@ class AckTracker:
 
     def delivered(self, seq: int) -> None:
         """The broker acknowledged event ``seq``. Duplicate or unknown reports are ignored."""
-        if seq == self._low:
-            low = seq + 1
-            ahead = self._ahead
-            while low in ahead:
-                ahead.remove(low)
+        self.delivered_all((seq,))
+
+    def delivered_all(self, seqs: Iterable[int]) -> None:
+        """``delivered(seq)`` for each of ``seqs`` in turn (a sink's batch of reports), in one
+        call: the watermark is stored, and commits it passed released, once at the end."""
+        low, ahead, end = self._low, self._ahead, self._next_seq
+        for seq in seqs:
+            if seq == low and seq < end:
                 low += 1
+                while low in ahead:
+                    ahead.remove(low)
+                    low += 1
+            elif low < seq < end:
+                ahead.add(seq)
+        if low != self._low:
             self._low = low
             if self._commits:
                 self._advance()
-        elif self._low < seq < self._next_seq:
-            self._ahead.add(seq)
 
     def delivered_through(self, seq: int) -> None:
         """Every event up to and including ``seq`` is durable (e.g. a committed Kafka txn)."""

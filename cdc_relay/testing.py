@@ -32,6 +32,9 @@ Failure knobs take an ``ErrorKind`` (a generic reason is made up) or a whole
 * ``max_per_poll`` - at most that many deliveries per ``poll`` (``flush`` ignores it).
 * ``fail_producer(reason)`` sets ``fatal_error`` as a fatal librdkafka error would.
 * ``unreachable``  - ``warm_up`` raises BrokerError, as with no broker answering.
+* ``batch_reports`` - successes of one poll go to the ``delivered(tokens)`` handler
+  ``set_handler`` was given, as the Kafka sink hands them over (a failure first hands
+  over the successes served before it); ``FakeSink.batch_reports_default`` when not given.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from cdc_relay.errors import BrokerError, SlotBusy
 from cdc_relay.model import Lsn, Message, OutboxEvent
 from cdc_relay.polling.settlement import AttemptFailure, Completion
 from cdc_relay.sink.base import (
+    BatchHandler,
     Delivery,
     DeliveryError,
     DeliveryHandler,
@@ -85,6 +89,8 @@ def reverse(tokens: list[int]) -> list[int]:
 class FakeSink:
     """An in-memory Sink; see the module docstring for its knobs."""
 
+    batch_reports_default = False  # ``batch_reports`` when not given (a test may flip it)
+
     def __init__(
         self,
         on_delivery: DeliveryHandler,
@@ -98,8 +104,10 @@ class FakeSink:
         reorder: Reorder | None = None,
         max_per_poll: int | None = None,
         unreachable: bool = False,
+        batch_reports: bool | None = None,
     ) -> None:
         self.generation = generation
+        self.batch_reports = self.batch_reports_default if batch_reports is None else batch_reports
         self.fail_tokens: dict[int, Failure] = dict(fail_tokens or {})
         self.fail_topics: dict[str, Failure] = dict(fail_topics or {})
         self.reject_topics: dict[str, Failure] = dict(reject_topics or {})
@@ -115,6 +123,7 @@ class FakeSink:
         self.delivered: list[Delivery] = []  # every report handed to the handler, in order
         self.dropped: list[tuple[int, Message]] = []  # what close() dropped unreported
         self._handler = on_delivery
+        self._batch: BatchHandler | None = None
         self._queue: list[tuple[int, Message]] = []
         self._released: set[int] = set()
 
@@ -158,9 +167,11 @@ class FakeSink:
         self._queue.clear()
         self.closed = True
 
-    def set_handler(self, handler: DeliveryHandler) -> None:
-        """Hand the reports served from now on to ``handler``."""
+    def set_handler(self, handler: DeliveryHandler, delivered: BatchHandler | None = None) -> None:
+        """Hand the reports served from now on to ``handler``; with ``batch_reports``, the
+        successes of each poll to ``delivered(tokens)`` when given (as the Kafka sink)."""
         self._handler = handler
+        self._batch = delivered if self.batch_reports else None
 
     def warm_up(self, timeout: float) -> None:
         """Record the call; raise BrokerError if ``unreachable``."""
@@ -191,13 +202,22 @@ class FakeSink:
             ready = chosen
         if limit is not None:
             ready = ready[:limit]
+        batch, kept = self._batch, []
         for token in ready:
             index = next(i for i, (queued, _) in enumerate(self._queue) if queued == token)
             _, message = self._queue.pop(index)
             self._released.discard(token)
             error = self._failure(token, message)
             self.delivered.append(Delivery(token, error))
+            if batch is not None and error is None:
+                kept.append(token)
+                continue
+            if kept:  # successes served before a failure are handed over before it
+                batch(kept)  # type: ignore[misc]  # kept only with a batch handler
+                kept = []
             self._handler(token, error)
+        if kept:
+            batch(kept)  # type: ignore[misc]
         return len(ready)
 
     def _failure(self, token: int, message: Message) -> DeliveryError | None:

@@ -3,15 +3,18 @@
  *
  * Owns: Reports, one per KafkaSink, and the callback it hands out per message
  * (``Reports.callback(token)``), which confluent-kafka calls with (error, message) once
- * the broker answered. A success goes straight to the handler the sink points at when the
- * report is served - ``handler(token, None)`` - and is counted in ``delivered``; a failure
- * goes to ``failure(token, error, message)``, the sink's Python code, which classifies
- * it. That is what cdc_relay.sink.kafka.Reports, the pure twin, does, without a Python
- * frame and a functools.partial per report.
+ * the broker answered. A success is counted in ``delivered`` and goes to what the sink
+ * points at when the report is served: with a ``batch`` handler, its token is kept in a
+ * list that ``hand_over()`` passes to ``batch(tokens)`` once the sink's poll returns -
+ * one Python call per poll, not per report; else straight to ``handler(token, None)``.
+ * A failure first hands over the successes kept before it (reports reach Python in the
+ * order they were served), then goes to ``failure(token, error, message)``, the sink's
+ * Python code, which classifies it. That is what cdc_relay.sink.kafka.Reports, the pure
+ * twin, does, without a Python frame and a functools.partial per report.
  *
  * Must not: look into a failure (the sink classifies it), keep the handler a message had
  * when it was produced (a session that has ended must get no report: the sink points
- * ``handler`` elsewhere), or do anything else per success.
+ * ``handler`` elsewhere, handing over first), or do anything else per success.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -28,8 +31,30 @@ typedef struct {
     PyObject_HEAD
     PyObject *handler;    /* handler(token, None): a success */
     PyObject *failure;    /* failure(token, error, message): anything else */
-    Py_ssize_t delivered; /* successes handed to a handler */
+    PyObject *batch;      /* batch(tokens): the successes of a poll, or NULL: per report */
+    PyObject *done;       /* with a batch handler: the successes not yet handed over */
+    Py_ssize_t delivered; /* successes served (with a batch handler, not yet all handed over) */
 } Reports;
+
+/* Pass the kept successes to the batch handler (a fresh list: it may keep the old). */
+static int hand_over(Reports *self)
+{
+    if (self->done == NULL || PyList_GET_SIZE(self->done) == 0)
+        return 0;
+    PyObject *tokens = self->done, *batch = self->batch, *result;
+    if ((self->done = PyList_New(0)) == NULL) {
+        self->done = tokens;
+        return -1;
+    }
+    Py_INCREF(batch); /* the batch handler may point the sink elsewhere */
+    result = PyObject_CallOneArg(batch, tokens);
+    Py_DECREF(batch);
+    Py_DECREF(tokens);
+    if (result == NULL)
+        return -1;
+    Py_DECREF(result);
+    return 0;
+}
 
 typedef struct {
     PyObject_HEAD
@@ -51,9 +76,16 @@ static PyObject *report_call(Report *self, PyObject *const *args, size_t nargsf,
     size_t count = 2;
     if (args[0] == Py_None) {
         owner->delivered++;
+        if (owner->batch != NULL) {
+            if (PyList_Append(owner->done, self->token) < 0)
+                return NULL;
+            Py_RETURN_NONE;
+        }
         target = Py_NewRef(owner->handler); /* the handler may point the sink elsewhere */
     }
     else {
+        if (hand_over(owner) < 0)
+            return NULL;
         call[2] = args[0];
         call[3] = args[1];
         count = 3;
@@ -111,8 +143,10 @@ static int reports_init(Reports *self, PyObject *args, PyObject *kwargs)
     }
     Py_XSETREF(self->handler, Py_NewRef(handler));
     Py_XSETREF(self->failure, Py_NewRef(failure));
+    Py_CLEAR(self->batch);
+    Py_XSETREF(self->done, PyList_New(0));
     self->delivered = 0;
-    return 0;
+    return self->done == NULL ? -1 : 0;
 }
 
 static PyObject *reports_get_handler(Reports *self, void *closure)
@@ -130,12 +164,48 @@ static int reports_set_handler(Reports *self, PyObject *value, void *closure)
     return 0;
 }
 
+static PyObject *reports_get_batch(Reports *self, void *closure)
+{
+    return Py_NewRef(self->batch != NULL ? self->batch : Py_None);
+}
+
+/* Set only after hand_over(): the kept successes belong to the batch handler before. */
+static int reports_set_batch(Reports *self, PyObject *value, void *closure)
+{
+    if (value != NULL && value != Py_None && !PyCallable_Check(value)) {
+        PyErr_SetString(PyExc_TypeError, "Reports.batch must be callable or None");
+        return -1;
+    }
+    if (self->done != NULL && PyList_GET_SIZE(self->done) > 0) {
+        PyErr_SetString(PyExc_RuntimeError, "Reports.batch changed with successes not handed "
+                        "over: call hand_over() first");
+        return -1;
+    }
+    if (self->done == NULL && (self->done = PyList_New(0)) == NULL)
+        return -1; /* not initialised: the list the callbacks append to */
+    Py_XSETREF(self->batch, value == NULL || value == Py_None ? NULL : Py_NewRef(value));
+    return 0;
+}
+
+PyDoc_STRVAR(hand_over_doc,
+"hand_over()\n--\n\n"
+"Pass the successes kept since the last hand-over to ``batch(tokens)``, if any.");
+
+static PyObject *reports_hand_over(Reports *self, PyObject *unused)
+{
+    if (hand_over(self) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 /* The handler is usually a bound method of a session that holds the sink that holds
  * this: a cycle, which the garbage collector must be able to see and break. */
 static int reports_traverse(Reports *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->handler);
     Py_VISIT(self->failure);
+    Py_VISIT(self->batch);
+    Py_VISIT(self->done);
     return 0;
 }
 
@@ -143,6 +213,8 @@ static int reports_clear(Reports *self)
 {
     Py_CLEAR(self->handler);
     Py_CLEAR(self->failure);
+    Py_CLEAR(self->batch);
+    Py_CLEAR(self->done);
     return 0;
 }
 
@@ -155,6 +227,7 @@ static void reports_dealloc(Reports *self)
 
 static PyMethodDef reports_methods[] = {
     {"callback", (PyCFunction)reports_callback, METH_O, callback_doc},
+    {"hand_over", (PyCFunction)reports_hand_over, METH_NOARGS, hand_over_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -162,13 +235,17 @@ static PyMemberDef reports_members[] = {
     {"failure", Py_T_OBJECT_EX, offsetof(Reports, failure), Py_READONLY,
      "failure(token, error, message): what a failed report is handed to."},
     {"delivered", Py_T_PYSSIZET, offsetof(Reports, delivered), 0,
-     "How many successes were handed to a handler (the sink counts its failures in)."},
+     "How many successes were served (the sink counts its failures in)."},
     {NULL, 0, 0, 0, NULL},
 };
 
 static PyGetSetDef reports_getset[] = {
     {"handler", (getter)reports_get_handler, (setter)reports_set_handler,
-     "handler(token, None): what a success is handed to, when its report is served.", NULL},
+     "handler(token, None): what a success is handed to, when its report is served "
+     "(without a batch handler).", NULL},
+    {"batch", (getter)reports_get_batch, (setter)reports_set_batch,
+     "batch(tokens) or None: what the successes of a poll are handed to, by hand_over().",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

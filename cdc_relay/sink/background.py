@@ -33,6 +33,7 @@ from collections.abc import Callable
 
 from cdc_relay.model import Message
 from cdc_relay.sink.base import (
+    BatchHandler,
     DeliveryError,
     DeliveryHandler,
     ErrorKind,
@@ -122,8 +123,9 @@ class BackgroundSink:
         """Messages produced and not yet reported."""
         return len(self._pending)
 
-    def set_handler(self, handler: DeliveryHandler) -> None:
-        """Hand the reports served from now on (by ``poll``/``flush``) to ``handler``."""
+    def set_handler(self, handler: DeliveryHandler, delivered: BatchHandler | None = None) -> None:
+        """Hand the reports served from now on (by ``poll``/``flush``) to ``handler``, one
+        at a time (``delivered`` is not used: these brokers' own round trips dwarf a call)."""
         self._handler = handler
 
     def close(self, timeout: float) -> None:

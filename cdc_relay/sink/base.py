@@ -79,6 +79,9 @@ class ProduceRejected(Exception):
 
 # handler(token, error): error is None when the broker acknowledged the message.
 DeliveryHandler = Callable[[int, DeliveryError | None], None]
+# delivered(tokens): the broker acknowledged each of these, in the order reported - what
+# handler(token, None) says of one, for a sink that hands a poll's successes over at once.
+BatchHandler = Callable[[list[int]], None]
 
 
 def collect(into: list[Delivery]) -> DeliveryHandler:
@@ -120,9 +123,12 @@ class Sink(Protocol):
     def warm_up(self, timeout: float) -> None:
         """Get ready to deliver (connections, producer id); raise BrokerError if unreachable."""
 
-    def set_handler(self, handler: DeliveryHandler) -> None:
+    def set_handler(self, handler: DeliveryHandler, delivered: BatchHandler | None = None) -> None:
         """Hand later reports to ``handler`` instead (WAL mode points a producer it keeps
-        across a reconnect at each new session: no hop per report)."""
+        across a reconnect at each new session: no hop per report). A sink may hand the
+        successes it serves in one poll to ``delivered(tokens)``, when given, instead of
+        calling ``handler(token, None)`` for each - before it serves any later report, and
+        before the poll (or flush, close) returns."""
 
 
 class SinkFactory(Protocol):

@@ -50,6 +50,7 @@ from cdc_relay.decoding.compiled import compiled_extension
 from cdc_relay.errors import BrokerError, mask_secrets
 from cdc_relay.model import Message
 from cdc_relay.sink.base import (
+    BatchHandler,
     DeliveryError,
     DeliveryHandler,
     ErrorKind,
@@ -78,26 +79,53 @@ class Reports:
     """A sink's delivery reports: the pure twin of sink/_creports.c's ``Reports``.
 
     ``callback(token)`` is the message's delivery callback. A success is counted in
-    ``delivered`` and handed to ``handler`` as ``handler(token, None)`` - the handler
-    current when the report is served, not when the message was produced; anything else
-    goes to ``failure(token, error, message)``.
+    ``delivered`` and goes to what is current when the report is served, not when the
+    message was produced: with a ``batch`` handler its token is kept, and ``hand_over()``
+    (the sink calls it once its poll returns) passes the kept tokens to ``batch(tokens)``;
+    else ``handler(token, None)``. Anything else first hands over the successes kept
+    before it, then goes to ``failure(token, error, message)``.
     """
 
-    __slots__ = ("callback", "delivered", "failure", "handler")
+    __slots__ = ("_batch", "_done", "callback", "delivered", "failure", "handler")
 
     def __init__(self, handler: DeliveryHandler,
                  failure: Callable[[int, KafkaError, object], None]) -> None:
         self.handler = handler
         self.failure = failure
         self.delivered = 0
+        self._batch: BatchHandler | None = None
+        self._done: list[int] = []
         # partial(partial, f)(token) is partial(f, token): no Python frame per message
         self.callback: Callable[[int], ReportCallback] = partial(partial, self._report)
+
+    @property
+    def batch(self) -> BatchHandler | None:
+        """batch(tokens), or None: what the successes of a poll are handed to."""
+        return self._batch
+
+    @batch.setter
+    def batch(self, batch: BatchHandler | None) -> None:
+        if self._done:
+            raise RuntimeError("Reports.batch changed with successes not handed over: "
+                               "call hand_over() first")
+        self._batch = batch
+
+    def hand_over(self) -> None:
+        """Pass the successes kept since the last hand-over to ``batch(tokens)``, if any."""
+        done = self._done
+        if done:
+            self._done = []
+            self._batch(done)  # type: ignore[misc]  # kept only with a batch handler
 
     def _report(self, token: int, error: KafkaError | None, message: object) -> None:
         if error is None:
             self.delivered += 1
-            self.handler(token, None)
+            if self._batch is not None:
+                self._done.append(token)
+            else:
+                self.handler(token, None)
         else:
+            self.hand_over()
             self.failure(token, error, message)
 
 
@@ -172,22 +200,32 @@ class KafkaSink:
             return 0
         reports = self._reports
         before = reports.delivered
-        self._producer.poll(timeout)
+        try:
+            self._producer.poll(timeout)
+        finally:
+            reports.hand_over()
         return reports.delivered - before
 
     def flush(self, timeout: float) -> int:
         """Wait up to ``timeout`` s for everything queued to be reported; return what remains."""
         if self._producer is None:
             return 0
-        return self._producer.flush(timeout)
+        try:
+            return self._producer.flush(timeout)
+        finally:
+            self._reports.hand_over()
 
     def pending(self) -> int:
         """Messages queued or in flight (including reports not yet served)."""
         return len(self._producer) if self._producer is not None else 0
 
-    def set_handler(self, handler: DeliveryHandler) -> None:
-        """Hand the reports served from now on to ``handler``."""
-        self._reports.handler = handler
+    def set_handler(self, handler: DeliveryHandler, delivered: BatchHandler | None = None) -> None:
+        """Hand the reports served from now on to ``handler``, the successes of each poll
+        to ``delivered(tokens)`` when given."""
+        reports = self._reports
+        reports.hand_over()  # none are kept between polls; this keeps it so
+        reports.handler = handler
+        reports.batch = delivered
 
     def warm_up(self, timeout: float) -> None:
         """Connect and get the idempotent producer its id before the first message.
@@ -223,11 +261,17 @@ class KafkaSink:
         producer = self._producer
         if producer is None:
             return
-        remaining = producer.flush(timeout)
+        try:
+            remaining = producer.flush(timeout)
+        finally:
+            self._reports.hand_over()
         self._open = False
         if remaining:
             producer.purge(in_queue=True, in_flight=True, blocking=True)
-            producer.poll(0)  # acks already received still count; purge reports are dropped
+            try:
+                producer.poll(0)  # acks already received still count; purge reports are dropped
+            finally:
+                self._reports.hand_over()
         self._producer = None
         self._produce = self._produce_after_close
         unreported = len(producer)

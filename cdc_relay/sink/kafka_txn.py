@@ -160,6 +160,8 @@ class TransactionalKafkaSink(KafkaSink):
         except KafkaException as exc:
             # Still open: retry the commit (retriable) or abort it (abortable).
             raise _txn_error(exc, "commit_transaction failed") from exc
+        finally:
+            self._reports.hand_over()  # the commit's flush served reports, as a poll
         self._in_txn = False
 
     def abort_transaction(self, timeout: float) -> None:
@@ -174,6 +176,7 @@ class TransactionalKafkaSink(KafkaSink):
         except KafkaException as exc:
             raise _txn_error(exc, "abort_transaction failed") from exc
         finally:
+            self._reports.hand_over()
             self._open = True
         self._in_txn = False
 

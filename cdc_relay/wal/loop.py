@@ -15,7 +15,8 @@ when the session ends early, decides what comes next:
 Start-up overlaps its waits: ``SinkWarmUp`` warms the first producer (connect, get a
 producer id) on a thread while ``cdc-relay run`` does its PostgreSQL checks, and the
 relay takes that sink for its first session. A sink is built reporting nowhere
-(``ignore_reports``); each session points it at its own ``on_delivery`` for as long as it
+(``ignore_reports``); each session points it at its own ``on_delivery`` (and
+``on_delivered``, for the successes a sink hands over per poll) for as long as it
 streams (``Sink.set_handler``), so a report takes no extra hop per event, and a report
 of a session that has ended reaches nobody.
 
@@ -276,7 +277,7 @@ class WalRelay:
             start = source.open()
             self._decoder.reset()
             session = Session(self._parts, source, sink, start, stop)
-            sink.set_handler(session.on_delivery)
+            sink.set_handler(session.on_delivery, session.on_delivered)
             self.stats.streaming = True
             self.stats.confirmed_lsn = int(start)
             self._backoff.healthy(self._clock())

@@ -200,6 +200,28 @@ class Session:
             return
         self._fail(self._failure(event, error))
 
+    def on_delivered(self, tokens: list[int]) -> None:
+        """Successes in bulk, from a sink that hands a poll's over at once: the same as
+        ``on_delivery(token, None)`` for each, in one Python call (docs/design.md, "The
+        compiled delivery report")."""
+        inflight, dead_lettered = self.inflight, self.dead_lettered
+        size = dead = 0
+        known: list[int] = []
+        for token in tokens:
+            event = inflight.pop(token, None)
+            if event is None:
+                continue  # as on_delivery: not in flight (any more), ignored
+            known.append(token)
+            size += len(event.payload)
+            if dead_lettered and dead_lettered.pop(token, None) is not None:
+                dead += 1
+        self.tracker.delivered_all(known)
+        self.inflight_bytes -= size
+        stats = self.stats
+        stats.published += len(known) - dead
+        if dead:
+            stats.dead_lettered += dead
+
     def _failure(self, event: OutboxEvent, error: DeliveryError) -> ProducerFailed:
         if error.cause in _TOPIC_CAUSES:
             return TopicUnavailable(

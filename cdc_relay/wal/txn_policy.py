@@ -19,6 +19,7 @@ Pure: no clock (callers pass ``now``), no broker, no database.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from cdc_relay.acks import AckTracker
@@ -142,10 +143,11 @@ class CommittedTracker(AckTracker):
         """Events produced and not yet acknowledged by the broker."""
         return max(0, super().inflight - self._acked)
 
-    def delivered(self, seq: int) -> None:
-        """A broker ack inside an open transaction proves nothing yet: only counted."""
-        if seq >= self._low:
-            self._acked += 1
+    def delivered_all(self, seqs: Iterable[int]) -> None:
+        """Broker acks inside an open transaction prove nothing yet: only counted
+        (``delivered(seq)`` comes here too)."""
+        low = self._low
+        self._acked += sum(1 for seq in seqs if seq >= low)
 
     @property
     def last_produced(self) -> int:

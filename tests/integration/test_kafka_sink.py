@@ -117,6 +117,40 @@ def test_both_report_paths_hand_over_successes_and_failures_alike(
     assert later == [Delivery(3)] and served == 1
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["pure-reports", "compiled-reports"])
+def test_a_batch_handler_gets_each_polls_successes_before_it_returns(
+        broker: Broker, topic_prefix: str, compiled: bool) -> None:
+    got: list[Delivery] = []
+    batches: list[list[int]] = []
+    sink = KafkaSink(KafkaConfig(broker.bootstrap), ignore_reports, compiled=compiled)
+    sink.set_handler(collect(got), batches.append)
+    try:
+        for token in range(20):
+            sink.produce(Message(f"{topic_prefix}.t", b"k%d" % (token % 3), b"v"), token)
+        served = 0
+        deadline = time.monotonic() + 30.0
+        while served < 20 and time.monotonic() < deadline:
+            before = len(batches)
+            count = sink.poll(0.05)
+            served += count
+            # what a poll served is handed over by the time it returns: one list, or none
+            assert len(batches) - before == (1 if count else 0)
+            assert sum(map(len, batches)) == served
+        sink.produce(Message("not a topic/name", b"k", b"v"), 20)  # fails at delivery
+        sink.produce(Message(f"{topic_prefix}.t", b"k", b"w"), 21)
+        assert sink.flush(30.0) == 0  # flush hands over too
+        sink.set_handler(collect(got))  # back to one call per success
+        sink.produce(Message(f"{topic_prefix}.t", b"k", b"x"), 22)
+        assert sink.flush(30.0) == 0
+    finally:
+        sink.close(5.0)
+    handed = [token for batch in batches for token in batch]
+    assert sorted(handed) == [*range(20), 21] and len(handed) == 21
+    assert [d.token for d in got] == [20, 22]
+    assert got[0].error is not None and got[0].error.kind is ErrorKind.PERMANENT
+    assert got[1] == Delivery(22)
+
+
 def test_oversized_message_is_permanent(broker: Broker, topic_prefix: str) -> None:
     got: list[Delivery] = []
     sink = kafka_sink_factory(KafkaConfig(broker.bootstrap))(collect(got))

@@ -180,3 +180,41 @@ def test_commits_with_events_behind_a_stuck_one_are_bounded_by_the_span() -> Non
     assert tracker.pending_commits <= tracker.inflight + 1
     tracker.delivered(stuck)
     assert tracker.confirmed == Lsn(21 + 2 * 999)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sizes=st.lists(st.integers(min_value=0, max_value=5), min_size=1, max_size=10),
+    data=st.data(),
+)
+def test_a_batch_of_reports_confirms_exactly_the_prefix_it_completes(
+    sizes: list[int], data: st.DataObject
+) -> None:
+    """delivered_all(batch) - a sink handing a poll's successes over at once - against a
+    model of the invariant: the watermark is the first event not yet reported, and every
+    commit whose events all lie below it is confirmed; duplicates and tokens never
+    produced change nothing."""
+    tracker = AckTracker(Lsn(10))
+    commits: list[tuple[int, Lsn]] = []  # (events produced before the commit, end LSN)
+    for i, size in enumerate(sizes):
+        tracker.begin()
+        for _ in range(size):
+            tracker.produced()
+        commits.append((tracker.inflight, Lsn(1000 * (i + 1))))
+        tracker.commit(commits[-1][1])
+    total = sum(sizes)
+    reports = [*data.draw(st.permutations(range(total))),
+               *data.draw(st.lists(st.integers(min_value=-2, max_value=total + 2), max_size=5))]
+    cuts = sorted(data.draw(st.lists(st.integers(min_value=0, max_value=len(reports)),
+                                     max_size=6)))
+    seen: set[int] = set()
+    start = 0
+    for end in [*cuts, len(reports)]:
+        batch = reports[start:end]
+        start = max(start, end)
+        tracker.delivered_all(batch)
+        seen.update(batch)
+        low = next((seq for seq in range(total) if seq not in seen), total)
+        confirmed = max([Lsn(10), *(lsn for before, lsn in commits if before <= low)])
+        assert (tracker.confirmed, tracker.inflight) == (confirmed, total - low)
+    assert tracker.confirmed == Lsn(1000 * len(sizes)) and tracker.idle

@@ -183,3 +183,20 @@ def test_committed_tracker_counts_broker_acks_out_of_flight() -> None:
     assert tracker.inflight == 0
     tracker.produced()
     assert tracker.inflight == 1
+
+
+def test_committed_tracker_counts_a_batch_of_acks_as_one_by_one_and_confirms_nothing() -> None:
+    tracker = CommittedTracker(Lsn(10))
+    tracker.begin()
+    tokens = [tracker.produced() for _ in range(4)]
+    tracker.commit(Lsn(50))
+    tracker.delivered_all([tokens[3], tokens[0]])  # a poll's successes, handed over at once
+    assert (tracker.inflight, tracker.confirmed) == (2, Lsn(10))
+    tracker.delivered_all([tokens[1], tokens[2]])
+    assert (tracker.inflight, tracker.confirmed) == (0, Lsn(10))  # acked, not committed
+    tracker.committed(tokens[3])
+    assert (tracker.inflight, tracker.confirmed) == (0, Lsn(50))
+    tracker.delivered_all([tokens[1]])  # behind the watermark now: not counted again
+    assert tracker.inflight == 0
+    tracker.produced()
+    assert tracker.inflight == 1

@@ -149,3 +149,19 @@ def test_set_handler_sends_the_reports_served_from_then_on_to_the_new_handler() 
     sink.set_handler(collect(second))
     assert sink.poll(0) == 2
     assert first == [] and second == [Delivery(0), Delivery(1)]
+
+
+def test_batch_reports_hand_a_polls_successes_over_at_once_failures_in_order() -> None:
+    order: list[object] = []
+    sink = FakeSink(ignore_reports, batch_reports=True, fail_tokens={2: ErrorKind.PERMANENT})
+    sink.set_handler(lambda token, error: order.append((token, error is None)), order.append)
+    for token in range(5):
+        sink.produce(Message("t", b"k", b"v"), token)
+    assert sink.poll(0) == 5
+    assert order == [[0, 1], (2, False), [3, 4]]
+    unbatched: list[object] = []
+    plain = FakeSink(ignore_reports)  # batch_reports off: the batch handler is not used
+    plain.set_handler(lambda token, error: unbatched.append(token), unbatched.append)
+    plain.produce(Message("t", b"k", b"v"), 7)
+    plain.poll(0)
+    assert unbatched == [7]

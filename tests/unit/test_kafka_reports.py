@@ -90,8 +90,13 @@ def test_reports_in_a_cycle_with_their_handler_are_collected(cls: type[Reports])
         def __init__(self) -> None:
             self.reports = cls(self.on_delivery, Recorder())
             self.reports.callback(1)(None, None)  # a callback lives until its report
+            self.reports.batch = self.on_delivered
+            self.reports.callback(2)(None, None)  # kept until handed over
 
         def on_delivery(self, token: int, error: object) -> None:
+            pass
+
+        def on_delivered(self, tokens: list[int]) -> None:
             pass
 
     session = Session()
@@ -101,9 +106,70 @@ def test_reports_in_a_cycle_with_their_handler_are_collected(cls: type[Reports])
     assert gone() is None
 
 
+@IMPLEMENTATIONS
+def test_with_a_batch_handler_successes_are_kept_until_handed_over(cls: type[Reports]) -> None:
+    handler, batch = Recorder(), Recorder()
+    reports = cls(handler, Recorder())
+    assert reports.batch is None
+    reports.batch = batch
+    for token in (4, 2, 9):
+        reports.callback(token)(None, "the message")
+    assert batch.calls == [] and handler.calls == []
+    assert reports.delivered == 3  # counted when served: poll's delta
+    reports.hand_over()
+    assert batch.calls == [([4, 2, 9],)]
+    reports.hand_over()  # nothing kept: no call
+    reports.callback(5)(None, None)
+    reports.hand_over()
+    assert batch.calls == [([4, 2, 9],), ([5],)] and handler.calls == []
+
+
+@IMPLEMENTATIONS
+def test_a_failure_hands_over_the_successes_served_before_it_first(cls: type[Reports]) -> None:
+    order: list[tuple[str, object]] = []
+    reports = cls(Recorder(), lambda token, error, message: order.append(("failure", token)))
+    reports.batch = lambda tokens: order.append(("batch", list(tokens)))
+    reports.callback(1)(None, None)
+    reports.callback(2)(None, None)
+    reports.callback(3)(object(), None)
+    reports.callback(4)(None, None)
+    reports.hand_over()
+    assert order == [("batch", [1, 2]), ("failure", 3), ("batch", [4])]
+
+
+@IMPLEMENTATIONS
+def test_the_batch_handler_changes_only_with_nothing_kept(cls: type[Reports]) -> None:
+    first, second, handler = Recorder(), Recorder(), Recorder()
+    reports = cls(handler, Recorder())
+    reports.batch = first
+    reports.callback(1)(None, None)
+    with pytest.raises(RuntimeError, match="hand_over"):
+        reports.batch = second
+    reports.hand_over()
+    reports.batch = None  # back to one call per success
+    reports.callback(2)(None, None)
+    assert (first.calls, handler.calls) == ([([1],)], [(2, None)])
+
+
+@IMPLEMENTATIONS
+def test_what_the_batch_handler_raises_reaches_the_caller_and_the_tokens_are_not_kept(
+        cls: type[Reports]) -> None:
+    def batch(tokens: list[int]) -> None:
+        raise RuntimeError(f"batch failed on {tokens}")
+
+    reports = cls(Recorder(), Recorder())
+    reports.batch = batch
+    reports.callback(6)(None, None)
+    with pytest.raises(RuntimeError, match=r"batch failed on \[6\]"):
+        reports.hand_over()
+    reports.batch = None  # nothing kept: the handler may change
+
+
 def test_compiled_reports_refuse_a_handler_that_cannot_be_called() -> None:
     with pytest.raises(TypeError):
         _creports.Reports(None, Recorder())  # type: ignore[arg-type]
     reports = _creports.Reports(Recorder(), Recorder())
     with pytest.raises(TypeError):
         reports.handler = None  # type: ignore[assignment]
+    with pytest.raises(TypeError):
+        reports.batch = 3  # type: ignore[assignment]

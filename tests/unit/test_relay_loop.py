@@ -10,7 +10,9 @@ from cdc_relay.model import Message
 from cdc_relay.sink.base import Cause, DeliveryError, DeliveryHandler, ErrorKind, ProduceRejected
 from cdc_relay.testing import FakeSink, FakeSinkFactory, shuffled
 from cdc_relay.wal.protocol import KEEPALIVE, XLOG_DATA, ServerMessage
-from tests.unit.wal_harness import Harness, Txn, txns
+from tests.unit.wal_harness import Harness, Txn, report_styles, txns
+
+__all__ = ["report_styles"]  # the autouse fixture: every test with both report styles
 
 
 def test_out_of_order_acks_confirm_only_complete_prefixes_and_everything_at_the_end() -> None:

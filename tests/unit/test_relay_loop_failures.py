@@ -20,7 +20,9 @@ from cdc_relay.sink.base import Cause, DeliveryError, ErrorKind
 from cdc_relay.testing import FakeSink, FakeSinkFactory
 from cdc_relay.wal.loop import LoopTimings, WalRelay
 from cdc_relay.wal.protocol import ServerMessage
-from tests.unit.wal_harness import FAST, TABLE, Harness, Txn, txns
+from tests.unit.wal_harness import FAST, TABLE, Harness, Txn, report_styles, txns
+
+__all__ = ["report_styles"]  # the autouse fixture: every test with both report styles
 
 DLQ_ROUTER = RouterConfig(topic_pattern="t.{aggregate_type}", dead_letter_topic="dlq")
 

@@ -7,18 +7,32 @@ sent; ``run`` stops once the slot confirmed the last transaction (``idle_hook``)
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+
+import pytest
 
 from cdc_relay.config import FlowConfig, RouterConfig, TableRef
 from cdc_relay.decoding.wal2json import Wal2JsonDecoder
 from cdc_relay.model import OutboxColumns
 from cdc_relay.routing import Router
-from cdc_relay.testing import FakeSinkFactory, FakeSlot, FakeSource, Txn, wal2json_insert
+from cdc_relay.testing import FakeSink, FakeSinkFactory, FakeSlot, FakeSource, Txn, wal2json_insert
 from cdc_relay.wal.loop import LoopTimings, SinkWarmUp, WalRelay
 
-__all__ = ["FAST", "TABLE", "Harness", "Txn", "txns"]
+__all__ = ["FAST", "TABLE", "Harness", "Txn", "report_styles", "txns"]
 
 TABLE = TableRef("public", "outbox_events")
+
+
+@pytest.fixture(params=[False, True], ids=["per-report", "batched"], autouse=True)
+def report_styles(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test of a module that imports this runs twice: the fake sinks hand successes to
+    the session one at a time (``on_delivery``), then a poll's at once (``on_delivered``)."""
+    saved = FakeSink.batch_reports_default
+    FakeSink.batch_reports_default = request.param
+    try:
+        yield
+    finally:
+        FakeSink.batch_reports_default = saved
 FAST = LoopTimings(status_interval=0.05, reconnect_min=0, reconnect_max=0, slot_busy_retry=0,
                    shutdown_timeout=1.0)
 
