@@ -27,6 +27,6 @@ setup(
         Extension("cdc_relay.decoding._ctimestamp", ["cdc_relay/decoding/_ctimestamp.c"],
                   depends=_TIMESTAMP, extra_compile_args=_FLAGS, optional=True),
         Extension("cdc_relay.sink._creports", ["cdc_relay/sink/_creports.c"],
-                  extra_compile_args=_FLAGS, optional=True),
+                  depends=_SLOTS, extra_compile_args=_FLAGS, optional=True),
     ],
 )

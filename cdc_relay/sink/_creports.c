@@ -12,6 +12,13 @@
  * Python code, which classifies it. That is what cdc_relay.sink.kafka.Reports, the pure
  * twin, does, without a Python frame and a functools.partial per report.
  *
+ * Also owns Sender, one per KafkaSink: ``send(message, token)`` is KafkaSink.produce
+ * without its Python frame - it reads an exact Message's slots (_cslots.h) and calls the
+ * producer's produce with them positionally and the token's callback. Any other message
+ * goes to ``slow(message, token)`` (KafkaSink's Python produce), and what produce
+ * raises goes to ``rejected(exception)``, the sink's Python code, which raises the
+ * Sink protocol's error for it.
+ *
  * Must not: look into a failure (the sink classifies it), keep the handler a message had
  * when it was produced (a session that has ended must get no report: the sink points
  * ``handler`` elsewhere, handing over first), or do anything else per success.
@@ -19,6 +26,25 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stddef.h>
+
+#include "../decoding/_cslots.h"
+
+/* The exception being raised, taken (a new reference; the error indicator is cleared). */
+static PyObject *PyErr_GetRaisedException_compat(void)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    return PyErr_GetRaisedException();
+#else
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyErr_NormalizeException(&type, &value, &traceback);
+    if (traceback != NULL && value != NULL)
+        PyException_SetTraceback(value, traceback);
+    Py_XDECREF(type);
+    Py_XDECREF(traceback);
+    return value;
+#endif
+}
 
 #ifndef Py_T_PYSSIZET /* before Python 3.12 the member types are in structmember.h */
 #include <structmember.h>
@@ -266,6 +292,176 @@ static PyTypeObject ReportsType = {
     .tp_getset = reports_getset,
 };
 
+/* ---- Sender: KafkaSink.produce in C ---------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *produce;       /* the producer's produce (or what raises once it is closed) */
+    Reports *reports;        /* whose callback(token) each message carries */
+    PyObject *message_class; /* cdc_relay.model.Message: read by its slots */
+    PyObject *slow;          /* slow(message, token): any other message */
+    PyObject *rejected;      /* rejected(exception): raises the sink's error for it */
+    PyObject *zero;          /* 0: the timestamp of a message without one */
+    Py_ssize_t at[M_FIELDS];
+} Sender;
+
+#define SLOT(object, offset) (*(PyObject **)((char *)(object) + (offset)))
+
+static PyObject *sender_send(Sender *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "send() takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *message = args[0], *token = args[1];
+    if ((PyObject *)Py_TYPE(message) != self->message_class)
+        return PyObject_Vectorcall(self->slow, args, 2, NULL);
+    PyObject *field[M_FIELDS];
+    for (int k = 0; k < M_FIELDS; k++)
+        if ((field[k] = SLOT(message, self->at[k])) == NULL) /* never set: the slow path */
+            return PyObject_Vectorcall(self->slow, args, 2, NULL);
+    PyObject *callback = reports_callback(self->reports, token);
+    if (callback == NULL)
+        return NULL;
+    PyObject *timestamp = field[M_TIMESTAMP_MS];
+    if (timestamp == Py_None)
+        timestamp = self->zero;
+    PyObject *partition = field[M_PARTITION];
+    PyObject *minus_one = NULL;
+    if (partition == Py_None && (partition = minus_one = PyLong_FromLong(-1)) == NULL) {
+        Py_DECREF(callback);
+        return NULL;
+    }
+    /* confluent-kafka's keyword order: topic, value, key, partition, callback,
+     * on_delivery, timestamp, headers (docs/design.md, WAL mode's hot path) */
+    PyObject *call[9] = {NULL, field[M_TOPIC], field[M_VALUE], field[M_KEY], partition,
+                         callback, Py_None, timestamp, field[M_HEADERS]};
+    PyObject *target = Py_NewRef(self->produce);
+    PyObject *result = PyObject_Vectorcall(target, call + 1, 8 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                           NULL);
+    Py_DECREF(target);
+    Py_XDECREF(minus_one);
+    Py_DECREF(callback);
+    if (result != NULL)
+        return result;
+    PyObject *exc = PyErr_GetRaisedException_compat();
+    result = PyObject_CallOneArg(self->rejected, exc);
+    if (result != NULL) { /* rejected() must raise: if it did not, the original stands */
+        Py_DECREF(result);
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+    }
+    Py_DECREF(exc);
+    return NULL;
+}
+
+static int sender_init(Sender *self, PyObject *args, PyObject *kwargs)
+{
+    PyObject *produce, *reports, *message_class, *slow, *rejected;
+    static char *keywords[] = {"produce", "reports", "message_class", "slow", "rejected", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!OOO:Sender", keywords, &produce,
+                                     &ReportsType, &reports, &message_class, &slow, &rejected))
+        return -1;
+    if (!PyCallable_Check(produce) || !PyCallable_Check(slow) || !PyCallable_Check(rejected)) {
+        PyErr_SetString(PyExc_TypeError, "Sender: produce, slow and rejected must be callable");
+        return -1;
+    }
+    if (slots_class(message_class, message_fields, M_FIELDS, self->at, "_creports.c") < 0)
+        return -1;
+    Py_XSETREF(self->produce, Py_NewRef(produce));
+    Py_XSETREF(self->reports, (Reports *)Py_NewRef(reports));
+    Py_XSETREF(self->message_class, Py_NewRef(message_class));
+    Py_XSETREF(self->slow, Py_NewRef(slow));
+    Py_XSETREF(self->rejected, Py_NewRef(rejected));
+    Py_XSETREF(self->zero, PyLong_FromLong(0));
+    return self->zero == NULL ? -1 : 0;
+}
+
+static PyObject *sender_get_produce(Sender *self, void *closure)
+{
+    return Py_NewRef(self->produce != NULL ? self->produce : Py_None);
+}
+
+static int sender_set_produce(Sender *self, PyObject *value, void *closure)
+{
+    if (value == NULL || !PyCallable_Check(value)) {
+        PyErr_SetString(PyExc_TypeError, "Sender.produce must be callable");
+        return -1;
+    }
+    Py_SETREF(self->produce, Py_NewRef(value));
+    return 0;
+}
+
+/* slow and rejected are bound methods of the sink that holds this: a cycle. */
+static int sender_traverse(Sender *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->produce);
+    Py_VISIT(self->reports);
+    Py_VISIT(self->message_class);
+    Py_VISIT(self->slow);
+    Py_VISIT(self->rejected);
+    return 0;
+}
+
+static int sender_clear(Sender *self)
+{
+    Py_CLEAR(self->produce);
+    Py_CLEAR(self->reports);
+    Py_CLEAR(self->message_class);
+    Py_CLEAR(self->slow);
+    Py_CLEAR(self->rejected);
+    Py_CLEAR(self->zero);
+    return 0;
+}
+
+static void sender_dealloc(Sender *self)
+{
+    PyObject_GC_UnTrack(self);
+    sender_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+PyDoc_STRVAR(send_doc,
+"send(message, token, /)\n--\n\n"
+"Queue ``message`` with the callback of ``token``, as KafkaSink.produce does.");
+
+static PyObject *sender_send_checked(Sender *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (self->produce == NULL) {
+        PyErr_SetString(PyExc_TypeError, "Sender.send(): the Sender is not initialised");
+        return NULL;
+    }
+    return sender_send(self, args, nargs);
+}
+
+static PyMethodDef sender_methods[] = {
+    {"send", (PyCFunction)(void (*)(void))sender_send_checked, METH_FASTCALL, send_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef sender_getset[] = {
+    {"produce", (getter)sender_get_produce, (setter)sender_set_produce,
+     "What send() calls: the producer's produce, or what raises once the sink is closed.",
+     NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject SenderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "cdc_relay.sink._creports.Sender",
+    .tp_doc = PyDoc_STR("Sender(produce, reports, message_class, slow, rejected): "
+                        "KafkaSink.produce in C (docs/design.md, \"The compiled delivery "
+                        "report\")."),
+    .tp_basicsize = sizeof(Sender),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)sender_init,
+    .tp_dealloc = (destructor)sender_dealloc,
+    .tp_traverse = (traverseproc)sender_traverse,
+    .tp_clear = (inquiry)sender_clear,
+    .tp_methods = sender_methods,
+    .tp_getset = sender_getset,
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_creports",
@@ -275,10 +471,12 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__creports(void)
 {
-    if (PyType_Ready(&ReportType) < 0 || PyType_Ready(&ReportsType) < 0)
+    if (PyType_Ready(&ReportType) < 0 || PyType_Ready(&ReportsType) < 0
+        || PyType_Ready(&SenderType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddObjectRef(m, "Reports", (PyObject *)&ReportsType) < 0)
+    if (m != NULL && (PyModule_AddObjectRef(m, "Reports", (PyObject *)&ReportsType) < 0
+                      || PyModule_AddObjectRef(m, "Sender", (PyObject *)&SenderType) < 0))
         Py_CLEAR(m);
     return m;
 }

@@ -35,7 +35,8 @@ import logging
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Protocol
+from types import MethodType, ModuleType
+from typing import TYPE_CHECKING, NoReturn, Protocol
 
 # warm_up's list_topics builds its answer from confluent_kafka.admin's classes, which the
 # C extension imports on first use: on the warm-up thread, while the main thread imports
@@ -129,10 +130,13 @@ class Reports:
             self.failure(token, error, message)
 
 
+def _compiled(compiled: bool | None) -> ModuleType | None:
+    return compiled_extension("_creports", "delivery reports", compiled, package="cdc_relay.sink")
+
+
 def reports_class(compiled: bool | None = None) -> type[Reports]:
     """The compiled Reports where built (per ``compiled``, as the decoders'), else the pure one."""
-    module = compiled_extension("_creports", "delivery reports", compiled,
-                                package="cdc_relay.sink")
+    module = _compiled(compiled)
     return Reports if module is None else module.Reports
 
 
@@ -145,7 +149,9 @@ class KafkaSink:
         self.generation = generation
         self._log = logger or _log
         # Where each report goes; ``delivered`` counts those handed over (poll's delta).
-        self._reports = reports_class(compiled)(on_delivery, self._on_failure)
+        module = _compiled(compiled)
+        self._reports = (Reports if module is None else module.Reports)(on_delivery,
+                                                                        self._on_failure)
         self._callback = self._reports.callback
         self._open = True
         self._suppressed = 0
@@ -157,6 +163,13 @@ class KafkaSink:
         self._producer: Producer | None = new_producer(settings, self._log,
                                                         error_cb=self._on_error)
         self._produce = self._producer.produce
+        # The compiled produce (sink/_creports.c, Sender): this class's produce without its
+        # Python frame, for an exact Message; it hands anything else to that method.
+        self._sender = None if module is None else module.Sender(
+            self._produce, self._reports, Message, MethodType(KafkaSink.produce, self),
+            self._rejected)
+        if self._sender is not None:
+            self.produce = self._sender.send  # type: ignore[method-assign]
 
     @property
     def fatal_error(self) -> DeliveryError | None:
@@ -181,18 +194,24 @@ class KafkaSink:
                 message.timestamp_ms or 0,
                 message.headers,  # type: ignore[arg-type]  # list is invariant
             )
-        except BufferError:
+        except (BufferError, KafkaException) as exc:
+            self._rejected(exc)
+
+    def _rejected(self, exc: BaseException) -> NoReturn:
+        """Raise the Sink protocol's error for what the producer's produce raised."""
+        if isinstance(exc, BufferError):
             raise QueueFull("the producer queue is full") from None
-        except KafkaException as exc:
-            error = exc.args[0] if exc.args else None
-            if not isinstance(error, KafkaError):
-                raise ProduceRejected(DeliveryError(ErrorKind.FATAL, str(exc))) from exc
-            if error.code() == KafkaError._QUEUE_FULL:
-                raise QueueFull("the producer queue is full") from exc
-            rejected = classify(error)
-            if kills_producer(error):
-                self._set_fatal(rejected)
-            raise ProduceRejected(rejected) from exc
+        if not isinstance(exc, KafkaException):
+            raise exc  # e.g. ProduceRejected once closed, or a TypeError: as it is
+        error = exc.args[0] if exc.args else None
+        if not isinstance(error, KafkaError):
+            raise ProduceRejected(DeliveryError(ErrorKind.FATAL, str(exc))) from exc
+        if error.code() == KafkaError._QUEUE_FULL:
+            raise QueueFull("the producer queue is full") from exc
+        rejected = classify(error)
+        if kills_producer(error):
+            self._set_fatal(rejected)
+        raise ProduceRejected(rejected) from exc
 
     def poll(self, timeout: float) -> int:
         """Serve delivery reports (and librdkafka logs/errors) for up to ``timeout`` s."""
@@ -274,6 +293,8 @@ class KafkaSink:
                 self._reports.hand_over()
         self._producer = None
         self._produce = self._produce_after_close
+        if self._sender is not None:
+            self._sender.produce = self._produce_after_close
         unreported = len(producer)
         if unreported == 0:  # Producer.close() flushes without a timeout: only when empty
             producer.close()
