@@ -9,7 +9,12 @@
  * one-entry cache of the last accepted text (outbox_created_at; the parse is
  * _ctimestamp.h's, shared with _ctimestamp.c). The cache holds only a pure function's
  * last answer, so a decline or a pure-path row in between never makes it stale. Also the
- * module set-up both share (outbox_module: the Reader type's common slots).
+ * module set-up both share (outbox_module: the Reader type's common slots), and Decode,
+ * the decoder's entry point both modules export: ``Decode(fast, slow, lsn_class)`` called
+ * with (payload, position) makes the position an Lsn (without Python code: a copy of the
+ * int's digits into an Lsn, as int's own subclass constructor does), remembers the last
+ * non-zero one (``position``: the decoder's errors name it for messages that carry none),
+ * and returns ``fast(payload, lsn)`` unless that is None, then ``slow(payload, lsn)``.
  *
  * Must not: accept a class whose fields differ from the ones listed here (a field added to
  * OutboxEvent would be left unset: outbox_setup raises instead), run Python code per
@@ -19,6 +24,7 @@
 #ifndef CDC_RELAY_COUTBOX_H
 #define CDC_RELAY_COUTBOX_H
 
+#include <stddef.h>
 #include <string.h>
 #include "_cslots.h"
 #include "_ctimestamp.h"
@@ -125,6 +131,160 @@ static int outbox_created_at(Outbox *o, const char *s, Py_ssize_t n, PyObject **
     return 1;
 }
 
+/* ---- Decode: the decoder's entry point ---------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *fast;     /* fast(payload, lsn): the event, or None */
+    PyObject *slow;     /* slow(payload, lsn): the pure decoder, for everything else */
+    PyTypeObject *lsn;  /* cdc_relay.model.Lsn: an int subclass with no fields of its own */
+    PyObject *position; /* the last non-zero position (an int) */
+} Decode;
+
+/* ``position`` (an int) as an Lsn: a new reference, NULL with an exception set. */
+static PyObject *decode_lsn(PyTypeObject *lsn, PyObject *position)
+{
+    if (Py_IS_TYPE(position, lsn))
+        return Py_NewRef(position);
+#if PY_VERSION_HEX < 0x030C0000 /* the digits layout of 3.11's PyLongObject */
+    if (PyLong_CheckExact(position)) {
+        Py_ssize_t size = Py_SIZE(position), n = size < 0 ? -size : size;
+        PyLongObject *out = (PyLongObject *)lsn->tp_alloc(lsn, n == 0 ? 1 : n);
+        if (out == NULL)
+            return NULL;
+        Py_SET_SIZE(out, size);
+        memcpy(out->ob_digit, ((PyLongObject *)position)->ob_digit,
+               (size_t)(n == 0 ? 1 : n) * sizeof(digit));
+        return (PyObject *)out;
+    }
+#endif
+    return PyObject_CallOneArg((PyObject *)lsn, position);
+}
+
+static PyObject *decode_call(Decode *self, PyObject *const *args, size_t nargsf,
+                             PyObject *kwnames)
+{
+    if (PyVectorcall_NARGS(nargsf) != 2 || kwnames != NULL) {
+        PyErr_SetString(PyExc_TypeError, "decode takes (payload, position)");
+        return NULL;
+    }
+    PyObject *position = args[1];
+    if (!PyLong_Check(position)) {
+        PyErr_Format(PyExc_TypeError, "decode: the position must be an int, not %.100s",
+                     Py_TYPE(position)->tp_name);
+        return NULL;
+    }
+    PyObject *lsn = decode_lsn(self->lsn, position);
+    if (lsn == NULL)
+        return NULL;
+    if (Py_SIZE(position) != 0)
+        Py_SETREF(self->position, Py_NewRef(lsn));
+    PyObject *call[3] = {NULL, args[0], lsn};
+    PyObject *out = PyObject_Vectorcall(self->fast, call + 1, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                        NULL);
+    if (out == Py_None) {
+        Py_DECREF(out);
+        out = PyObject_Vectorcall(self->slow, call + 1, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    }
+    Py_DECREF(lsn);
+    return out;
+}
+
+static int decode_init(Decode *self, PyObject *args, PyObject *kwargs)
+{
+    PyObject *fast, *slow;
+    PyTypeObject *lsn;
+    static char *keywords[] = {"fast", "slow", "lsn_class", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!:Decode", keywords, &fast, &slow,
+                                     &PyType_Type, &lsn))
+        return -1;
+    if (!PyCallable_Check(fast) || !PyCallable_Check(slow)) {
+        PyErr_SetString(PyExc_TypeError, "Decode: fast and slow must be callable");
+        return -1;
+    }
+    /* built as int's own subclasses are: only an int subclass without fields of its own */
+    if (!PyType_IsSubtype(lsn, &PyLong_Type) || lsn->tp_basicsize != PyLong_Type.tp_basicsize
+        || lsn->tp_itemsize != PyLong_Type.tp_itemsize || lsn->tp_dictoffset != 0) {
+        PyErr_Format(PyExc_TypeError, "Decode: %s is not an int subclass without fields",
+                     lsn->tp_name);
+        return -1;
+    }
+    self->vectorcall = (vectorcallfunc)decode_call;
+    Py_XSETREF(self->fast, Py_NewRef(fast));
+    Py_XSETREF(self->slow, Py_NewRef(slow));
+    Py_XSETREF(self->lsn, (PyTypeObject *)Py_NewRef(lsn));
+    PyObject *zero = PyLong_FromLong(0);
+    if (zero == NULL)
+        return -1;
+    Py_XSETREF(self->position, decode_lsn(lsn, zero));
+    Py_DECREF(zero);
+    return self->position == NULL ? -1 : 0;
+}
+
+/* slow is a bound method of the decoder that holds this: a cycle. */
+static int decode_traverse(Decode *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->fast);
+    Py_VISIT(self->slow);
+    Py_VISIT(self->lsn);
+    Py_VISIT(self->position);
+    return 0;
+}
+
+static int decode_clear(Decode *self)
+{
+    Py_CLEAR(self->fast);
+    Py_CLEAR(self->slow);
+    Py_CLEAR(self->lsn);
+    Py_CLEAR(self->position);
+    return 0;
+}
+
+static void decode_dealloc(Decode *self)
+{
+    PyObject_GC_UnTrack(self);
+    decode_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *decode_vectorcall_entry(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    if (((Decode *)self)->fast == NULL) {
+        PyErr_SetString(PyExc_TypeError, "Decode is not initialised");
+        return NULL;
+    }
+    return PyVectorcall_Call(self, args, kwargs);
+}
+
+static PyObject *decode_get_position(Decode *self, void *closure)
+{
+    return Py_NewRef(self->position != NULL ? self->position : Py_None);
+}
+
+static PyGetSetDef decode_getset[] = {
+    {"position", (getter)decode_get_position, NULL,
+     "The last non-zero position decoded (an Lsn; 0/0 before the first).", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject DecodeType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "Decode", /* named per module in outbox_module */
+    .tp_doc = PyDoc_STR("Decode(fast, slow, lsn_class): the decoder's entry point, "
+                        "decode(payload, position) (docs/design.md, \"The compiled decoders\")."),
+    .tp_basicsize = sizeof(Decode),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(Decode, vectorcall),
+    .tp_call = decode_vectorcall_entry,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)decode_init,
+    .tp_dealloc = (destructor)decode_dealloc,
+    .tp_traverse = (traverseproc)decode_traverse,
+    .tp_clear = (inquiry)decode_clear,
+    .tp_getset = decode_getset,
+};
+
 /* The module ``def`` describes, with its ``Reader`` type readied and added; ``type`` has
  * its name and doc, the rest of what both decoders' Readers share is filled in here. */
 static PyObject *outbox_module(struct PyModuleDef *def, PyTypeObject *type, Py_ssize_t size,
@@ -138,8 +298,16 @@ static PyObject *outbox_module(struct PyModuleDef *def, PyTypeObject *type, Py_s
     type->tp_methods = methods;
     if (PyType_Ready(type) < 0)
         return NULL;
+    if (!(DecodeType.tp_flags & Py_TPFLAGS_READY)) { /* once per process */
+        static char name[64];
+        PyOS_snprintf(name, sizeof name, "cdc_relay.decoding.%s.Decode", def->m_name);
+        DecodeType.tp_name = name;
+        if (PyType_Ready(&DecodeType) < 0)
+            return NULL;
+    }
     PyObject *m = PyModule_Create(def);
-    if (m != NULL && PyModule_AddObjectRef(m, "Reader", (PyObject *)type) < 0)
+    if (m != NULL && (PyModule_AddObjectRef(m, "Reader", (PyObject *)type) < 0
+                      || PyModule_AddObjectRef(m, "Decode", (PyObject *)&DecodeType) < 0))
         Py_CLEAR(m);
     return m;
 }

@@ -1,5 +1,6 @@
 """Type stub of the compiled pgoutput fast path (_cpgoutput.c; docs/design.md)."""
 
+from cdc_relay.decoding.compiled import DecodeClass
 from cdc_relay.model import Lsn, OutboxEvent
 
 class Reader:
@@ -16,3 +17,7 @@ class Reader:
     def insert(self, payload: bytes | bytearray | memoryview, wal_start: Lsn, /) -> OutboxEvent | None:
         """The OutboxEvent (``lsn`` = wal_start, attempt 1, created_at parsed, carried
         columns read) of an outbox Insert message, or None (the pure path decides)."""
+
+
+# Decode(fast, slow, Lsn): the decoder's entry point (_coutbox.h; compiled.py says what it is).
+Decode: DecodeClass

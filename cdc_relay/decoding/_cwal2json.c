@@ -650,6 +650,7 @@ typedef struct {
     PyObject *texts;   /* (schema, table, *names, *extras, *trace) */
     PyObject *plan;    /* the plan tuples the slots' positions were read from (a cache) */
     PyObject *carried;
+    Py_ssize_t ncols;  /* the column count the plans are for (-1: none yet), for row(2) */
     int timestamped;
     Want want;
     Outbox outbox;     /* the event class, and the last created_at */
@@ -786,6 +787,7 @@ static int reader_init(Reader *self, PyObject *args, PyObject *kwargs)
     Py_XSETREF(self->texts, all);
     Py_CLEAR(self->plan);
     Py_CLEAR(self->carried);
+    self->ncols = -1;
     self->timestamped = timestamped;
     Want *w = &self->want;
     Py_ssize_t nslots = PyTuple_GET_SIZE(all) - 2;
@@ -854,25 +856,36 @@ static int reader_plan(Reader *self, PyObject *plan, PyObject *carried)
     return 0;
 }
 
+/* The plans (and the column count they are for) row(payload, wal_start) reads by. */
+static int reader_set_plan(Reader *self, PyObject *plan, PyObject *carried, PyObject *ncols)
+{
+    Py_ssize_t count = PyLong_AsSsize_t(ncols);
+    if (count == -1 && PyErr_Occurred())
+        return -1;
+    if (reader_plan(self, plan, carried) < 0)
+        return -1;
+    self->ncols = count;
+    return 0;
+}
+
 static PyObject *reader_row(Reader *self, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_buffer view;
-    Py_ssize_t ncols = 0, planned_ncols;
+    Py_ssize_t ncols = 0;
     Want *w = &self->want;
-    if (nargs != 5) {
+    if (nargs != 5 && nargs != 2) {
         PyErr_SetString(PyExc_TypeError,
-                        "Reader.row() takes payload, wal_start, plan, carried and ncols");
+                        "Reader.row() takes payload, wal_start[, plan, carried, ncols]");
         return NULL;
     }
     if (self->texts == NULL || w->nslots == 0 || self->outbox.type == NULL) {
         PyErr_SetString(PyExc_TypeError, "Reader.row(): the Reader is not initialised");
         return NULL;
     }
-    if (reader_plan(self, args[2], args[3]) < 0)
+    if (nargs == 5 && reader_set_plan(self, args[2], args[3], args[4]) < 0)
         return NULL;
-    planned_ncols = PyLong_AsSsize_t(args[4]);
-    if (planned_ncols == -1 && PyErr_Occurred())
-        return NULL;
+    if (self->plan == NULL) /* row(payload, wal_start) before any plan: the pure path */
+        Py_RETURN_NONE;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
         PyErr_Clear(); /* not a contiguous buffer: the pure path decides */
         Py_RETURN_NONE;
@@ -883,12 +896,23 @@ static PyObject *reader_row(Reader *self, PyObject *const *args, Py_ssize_t narg
     PyObject *result;
     if (scan_document(&sc, w, &ncols) < 0)
         result = PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
-    else if (ncols != planned_ncols) /* another shape than the plans' (-1: none yet) */
+    else if (ncols != self->ncols) /* another shape than the plans' (-1: none yet) */
         result = Py_NewRef(Py_None);
     else
         result = build(self, args[1]);
     PyBuffer_Release(&view);
     return result;
+}
+
+static PyObject *reader_set_plan_method(Reader *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "Reader.set_plan() takes plan, carried and ncols");
+        return NULL;
+    }
+    if (reader_set_plan(self, args[0], args[1], args[2]) < 0)
+        return NULL;
+    Py_RETURN_NONE;
 }
 
 static void reader_dealloc(Reader *self)
@@ -908,7 +932,11 @@ static PyMethodDef reader_methods[] = {
      "``ncols`` columns (lsn ``wal_start``), or None to leave the message to the\n"
      "pure-Python decoder. ``plan``: the positions of the six names in \"columns\";\n"
      "``carried``: those of the extras and trace names (-1: absent), or () for none;\n"
-     "``ncols``: the column count both plans are for (-1: none yet)."},
+     "``ncols``: the column count both plans are for (-1: none yet). Without the\n"
+     "three, the ones last given (here or to set_plan), or None before any."},
+    {"set_plan", (PyCFunction)(void (*)(void))reader_set_plan_method, METH_FASTCALL,
+     "set_plan(plan, carried, ncols)\n--\n\n"
+     "The plans row(payload, wal_start) reads by, as row's last three arguments."},
     {NULL, NULL, 0, NULL},
 };
 

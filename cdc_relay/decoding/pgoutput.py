@@ -58,7 +58,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cdc_relay.config import TableRef
-from cdc_relay.decoding.compiled import compiled_extension
+from cdc_relay.decoding.compiled import CompiledDecode, DecodeFunction, compiled_extension
 from cdc_relay.decoding.envelope import decode_envelope
 from cdc_relay.decoding.values import TimestampParser
 from cdc_relay.errors import DecodeError
@@ -142,8 +142,8 @@ class _Relation:
 class PgOutputDecoder:
     """Decodes pgoutput v1 messages for one outbox table (see the module docstring)."""
 
-    __slots__ = ("_extra_count", "_fast", "_fields", "_plans", "_position", "_relations", "_table",
-                 "_timestamps", "_xid")
+    __slots__ = ("_compiled_entry", "_entry", "_extra_count", "_fast", "_fields", "_plans",
+                 "_position", "_relations", "_table", "_timestamps", "_xid")
 
     def __init__(self, table: TableRef, columns: OutboxColumns,
                  extra_columns: tuple[str, ...] = (), *, compiled: bool | None = None) -> None:
@@ -153,7 +153,8 @@ class PgOutputDecoder:
         # The fast path's view of the outbox relations; changed in place, never replaced
         # (the compiled Reader holds this dict).
         self._plans: dict[int, _Plan] = {}
-        self._fast = _compiled_insert(self._plans, compiled)
+        self._fast, self._compiled_entry = _compiled_insert(self._plans, self._decode, compiled)
+        self._entry: DecodeFunction = self._compiled_entry or self._decode
         # Column names in OutboxEvent field order; created_at sixth (may be "": none), then
         # the carried columns: the named extras (required), then the trace columns (optional).
         self._fields = (
@@ -186,15 +187,20 @@ class PgOutputDecoder:
         self._plans.clear()
         self._xid = None
 
-    def decode(self, payload: bytes | memoryview, wal_start: Lsn) -> Change | None:
-        """Decode one message; None for messages that are not outbox Changes."""
+    @property
+    def decode(self) -> DecodeFunction:
+        """``decode(payload, wal_start)``: one message (``wal_start`` an int or Lsn) as a
+        Change, or None for messages that are not outbox Changes. Where the compiled fast
+        path is built this is its entry point (``Decode``, no Python frame for a common
+        Insert), else the pure decoder (docs/design.md, "The compiled decoders")."""
+        return self._entry
+
+    def _decode(self, payload: bytes | memoryview, wal_start: int) -> Change | None:
+        """The pure decoder: every message, or those the compiled fast path declined."""
+        if type(wal_start) is not Lsn:
+            wal_start = Lsn(wal_start)
         if wal_start:
             self._position = wal_start
-        fast = self._fast
-        if fast is not None:
-            event = fast(payload, wal_start)
-            if event is not None:
-                return event
         buf = payload if type(payload) is bytes else bytes(payload)
         if not buf:
             raise self._error(wal_start, "empty message")
@@ -234,7 +240,8 @@ class PgOutputDecoder:
         raise self._error(wal_start, f"unknown message type {chr(kind)!r}")
 
     def _error(self, wal_start: Lsn, what: str) -> DecodeError:
-        return _error(wal_start, what, self._position)
+        entry = self._compiled_entry  # it saw the positions of the messages it decoded too
+        return _error(wal_start, what, self._position if entry is None else entry.position)
 
     def _plan(self, relid: int) -> None:
         """Give the fast path the plan of an outbox relation it can decode (not the others:
@@ -396,13 +403,16 @@ class PgOutputDecoder:
             raise self._error(wal_start, f"bad value in {relation.name}: {exc}") from exc
 
 
-def _compiled_insert(plans: dict[int, _Plan], compiled: bool | None) -> _CompiledInsert | None:
-    """The compiled fast path over ``plans`` per the ``compiled`` setting, or None."""
+def _compiled_insert(plans: dict[int, _Plan], slow: DecodeFunction, compiled: bool | None
+                     ) -> tuple[_CompiledInsert | None, CompiledDecode | None]:
+    """The compiled fast path over ``plans`` per the ``compiled`` setting, and the entry
+    point that tries it before ``slow``; (None, None) for the pure path."""
     module = compiled_extension("_cpgoutput", "pgoutput decoder", compiled)
     if module is None:
-        return None
+        return None, None
     insert: _CompiledInsert = module.Reader(plans, OutboxEvent).insert
-    return insert
+    entry: CompiledDecode = module.Decode(insert, slow, Lsn)
+    return insert, entry
 
 
 def _cstring(buf: bytes, pos: int) -> tuple[str, int]:

@@ -68,7 +68,7 @@ import orjson
 from cdc_relay.config import TableRef
 from cdc_relay.decoding.carried import MISSING as _MISSING
 from cdc_relay.decoding.carried import CarriedPlan
-from cdc_relay.decoding.compiled import compiled_extension
+from cdc_relay.decoding.compiled import CompiledDecode, DecodeFunction, compiled_extension
 from cdc_relay.decoding.envelope import decode_envelope
 from cdc_relay.decoding.values import TimestampParser, text_value
 from cdc_relay.errors import DecodeError
@@ -168,15 +168,16 @@ def plugin_options(table: TableRef, *, partitioned: bool = False) -> list[tuple[
     ]
 
 
-def _compiled_row(schema: str, table: str, names: tuple[str, str, str, str, str, str],
-                  timestamped: bool, extras: tuple[str, ...], compiled: bool | None) -> _Row | None:
-    """The compiled fast path for one table per the ``compiled`` setting, or None."""
+def _compiled_reader(schema: str, table: str, names: tuple[str, str, str, str, str, str],
+                     timestamped: bool, extras: tuple[str, ...], compiled: bool | None
+                     ) -> tuple[Any, Callable[..., CompiledDecode]] | tuple[None, None]:
+    """The compiled Reader for one table and its module's Decode per the ``compiled``
+    setting, or (None, None)."""
     module = compiled_extension("_cwal2json", "wal2json decoder", compiled)
     if module is None:
-        return None
-    reader: Callable[..., Any] = module.Reader
-    row: _Row = reader(schema, table, names, timestamped, extras, TRACE_COLUMNS, OutboxEvent).row
-    return row
+        return None, None
+    reader = module.Reader(schema, table, names, timestamped, extras, TRACE_COLUMNS, OutboxEvent)
+    return reader, module.Decode
 
 
 def _lsn(text: object) -> Lsn:
@@ -188,9 +189,9 @@ def _lsn(text: object) -> Lsn:
 class Wal2JsonDecoder:
     """Decodes wal2json v2 messages for one outbox table (see the module docstring)."""
 
-    __slots__ = ("_carried", "_created_at", "_extra_count", "_members", "_names",
-                 "_others", "_partitions", "_plan", "_required", "_row", "_schema", "_table",
-                 "_timestamps")
+    __slots__ = ("_carried", "_compiled_entry", "_created_at", "_entry", "_extra_count",
+                 "_members", "_names", "_others", "_partitions", "_plan", "_required", "_row",
+                 "_schema", "_set_plan", "_table", "_timestamps")
 
     def __init__(self, table: TableRef, columns: OutboxColumns,
                  partitions: PartitionCatalog | None = None, *,
@@ -224,8 +225,17 @@ class Wal2JsonDecoder:
         self._timestamps = TimestampParser(compiled=compiled)
         self._extra_count = len(extra_columns)
         self._carried = CarriedPlan(extra_columns, text_value)
-        self._row = _compiled_row(self._schema, self._table, self._names,
-                                  self._created_at is not None, extra_columns, compiled)
+        reader, decode_class = _compiled_reader(self._schema, self._table, self._names,
+                                                self._created_at is not None, extra_columns,
+                                                compiled)
+        self._row: _Row | None = None
+        self._set_plan: Callable[[tuple[int, ...], tuple[int, ...], int], None] | None = None
+        self._compiled_entry: CompiledDecode | None = None
+        if reader is not None and decode_class is not None:
+            self._row, self._set_plan = reader.row, reader.set_plan
+            self._compiled_entry = decode_class(reader.row, self._decode, Lsn)
+            self._sync_plan()
+        self._entry: DecodeFunction = self._compiled_entry or self._decode
 
     @property
     def compiled(self) -> bool:
@@ -240,15 +250,24 @@ class Wal2JsonDecoder:
         """
         self._others.clear()
 
-    def decode(self, payload: bytes | memoryview, wal_start: Lsn) -> Change | None:
-        """Decode one message; None for messages that are not outbox Changes."""
-        fast = self._row
-        if fast is not None:  # the compiled path, where it gives what the code below would
+    @property
+    def decode(self) -> DecodeFunction:
+        """``decode(payload, wal_start)``: one message (``wal_start`` an int or Lsn) as a
+        Change, or None for messages that are not outbox Changes. Where the compiled fast
+        path is built this is its entry point (``Decode``: the Reader's row first, no
+        Python frame for a common insert), else the pure decoder (see the module docstring)."""
+        return self._entry
+
+    def _sync_plan(self) -> None:
+        """Give the compiled Reader the plans it reads rows by (after the pure path made them)."""
+        if self._set_plan is not None:
             carried = self._carried
-            # ncols: the count of the shape the plans are for (-1 before the first row)
-            event = fast(payload, wal_start, self._plan, carried.plan, carried.ncols)
-            if event is not None:
-                return event
+            self._set_plan(self._plan, carried.plan, carried.ncols)
+
+    def _decode(self, payload: bytes | memoryview, wal_start: int) -> Change | None:
+        """The pure decoder: every message, or those the compiled fast path declined."""
+        if type(wal_start) is not Lsn:
+            wal_start = Lsn(wal_start)
         try:
             msg = orjson.loads(payload)
         except orjson.JSONDecodeError as exc:
@@ -264,7 +283,9 @@ class Wal2JsonDecoder:
             if (table != self._table or schema != self._schema) and not self._is_partition(
                     schema, table, msg.get("columns")):
                 return None
-            return self._insert(msg.get("columns"), wal_start)
+            event = self._insert(msg.get("columns"), wal_start)
+            self._sync_plan()  # the plans may have changed: the next such row is compiled's
+            return event
         if action == "B":
             commit_lsn = msg.get("lsn")  # include-lsn: the commit record's LSN
             try:

@@ -63,9 +63,10 @@ class ReplicationSource(Protocol):
 
 
 class Decoder(Protocol):
-    """Plugin payload bytes → Change (see decoding/)."""
+    """Plugin payload bytes → Change (see decoding/). ``wal_start`` is the XLogData's
+    position as a plain int: a compiled decoder makes the Lsn itself, for less."""
 
-    def decode(self, payload: bytes | memoryview, wal_start: Lsn) -> Change | None: ...
+    def decode(self, payload: bytes | memoryview, wal_start: int) -> Change | None: ...
     def reset(self) -> None: ...
 
 
@@ -282,6 +283,7 @@ class Session:
 
     def _read_batch(self) -> int:
         read, decode, tracker = self.source.read, self._decode, self.tracker
+        inflight, route, produce, admit = self.inflight, self._route, self._sink_produce, self._admit
         # The span grows by at most one per message read (one token per event) and only
         # shrinks otherwise: capping the batch at the room left keeps it within the flow
         # limit without asking the tracker after every event.
@@ -298,12 +300,28 @@ class Session:
                 if data:
                     self._maybe_send_status(self._clock(), force=True)
                 continue
-            change = decode(data, Lsn(position))
+            change = decode(data, position)
             if type(change) is OutboxEvent:
                 if self.skip:  # delivery mode: already delivered
                     self.skip -= 1
                     continue
-                self._publish(change)
+                # Publish it - here, not in a method of its own: a Python call per event
+                # costs ~700 instructions (docs/design.md, WAL mode's hot path).
+                token = tracker.produced()
+                inflight[token] = change
+                self.inflight_bytes += len(change.payload)
+                try:
+                    out = route(change)
+                except RoutingError as exc:
+                    out = self._next_dead_letter(token, DeliveryError(ErrorKind.PERMANENT, str(exc)))
+                if admit is not None:  # delivery mode
+                    refusal = admit(token, change, out)
+                    if refusal is not None:
+                        out = self._next_dead_letter(token, refusal)
+                try:
+                    produce(out, token)  # the common case, without the retry loop
+                except (QueueFull, ProduceRejected):
+                    self._produce(token, out)
             elif type(change) is Commit:
                 self.skip = 0
                 tracker.commit(change.end_lsn)
@@ -322,24 +340,6 @@ class Session:
                         "pg_logical_emit_message(true, ...) is an outbox event (use "
                         "cdc_relay.outbox.emit_message); further ones are only counted",
                         message.prefix)
-
-    def _publish(self, event: OutboxEvent) -> None:
-        token = self.tracker.produced()
-        self.inflight[token] = event
-        self.inflight_bytes += len(event.payload)
-        try:
-            message = self._route(event)
-        except RoutingError as exc:
-            message = self._next_dead_letter(token, DeliveryError(ErrorKind.PERMANENT, str(exc)))
-        admit = self._admit  # delivery mode
-        if admit is not None:
-            refusal = admit(token, event, message)
-            if refusal is not None:
-                message = self._next_dead_letter(token, refusal)
-        try:
-            self._sink_produce(message, token)  # the common case, without the retry loop
-        except (QueueFull, ProduceRejected):
-            self._produce(token, message)
 
     def _produce(self, token: int, message: Message) -> None:
         sink = self.sink

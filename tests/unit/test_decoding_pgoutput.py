@@ -400,6 +400,15 @@ def test_errors_in_messages_without_a_position_name_the_last_position() -> None:
         decoder.decode(b"R\x00\x00", Lsn(0))
 
 
+def test_the_last_position_named_is_the_last_message_s_on_either_path() -> None:
+    decoder = primed()
+    decoder.decode(begin(7), AT)
+    decoder.decode(insert(16384, outbox_values()), AT + 0x100)  # the compiled path's, if built
+    decoder.decode(insert(16384, outbox_values()), 0x16B374DA00)  # a plain int, as the session
+    with pytest.raises(DecodeError, match=r"LSN 0/0 \(.*the last one was 16/B374DA00\)"):
+        decoder.decode(b"R\x00\x00", 0)
+
+
 def test_plugin_options_quote_the_publication_as_an_identifier() -> None:
     assert plugin_options("cdc_relay_outbox") == [
         ("proto_version", "1"),

@@ -217,7 +217,7 @@ def test_reconnect_backoff_comes_back_down_after_a_healthy_stream() -> None:
 
 
 class _NullDecoder:
-    def decode(self, payload: bytes | memoryview, wal_start: Lsn) -> None:
+    def decode(self, payload: bytes | memoryview, wal_start: int) -> None:
         return None
 
     def reset(self) -> None:
