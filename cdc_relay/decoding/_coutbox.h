@@ -178,7 +178,12 @@ static PyObject *decode_call(Decode *self, PyObject *const *args, size_t nargsf,
     PyObject *lsn = decode_lsn(self->lsn, position);
     if (lsn == NULL)
         return NULL;
-    if (Py_SIZE(position) != 0)
+#if PY_VERSION_HEX < 0x030C0000
+    int nonzero = Py_SIZE(position) != 0; /* 3.11: an int's size is its digit count, signed */
+#else
+    int nonzero = PyObject_IsTrue(position); /* an int: never fails */
+#endif
+    if (nonzero)
         Py_SETREF(self->position, Py_NewRef(lsn));
     PyObject *call[3] = {NULL, args[0], lsn};
     PyObject *out = PyObject_Vectorcall(self->fast, call + 1, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET,

@@ -72,6 +72,12 @@ static int slots_class(PyObject *cls, const char *const *fields, int count, Py_s
         return -1;
     }
     PyTypeObject *type = (PyTypeObject *)cls;
+    /* a dataclass is a heap type; a static one (object, int ...) has no tp_dict on 3.12+ */
+    if (!(type->tp_flags & Py_TPFLAGS_HEAPTYPE) || type->tp_dict == NULL) {
+        PyErr_Format(PyExc_TypeError, "%s needs a dataclass, not the built-in %s", owner,
+                     type->tp_name);
+        return -1;
+    }
     PyObject *expected = PyTuple_New(count), *slots;
     if (expected == NULL)
         return -1;
