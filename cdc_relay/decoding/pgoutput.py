@@ -54,7 +54,6 @@ every error.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from cdc_relay.config import TableRef
@@ -98,8 +97,6 @@ _BINARY = ord("b")
 
 # What the compiled Reader reads per outbox relation id: (slots, ncols, nfields, aliases).
 _Plan = tuple[tuple[int, ...], int, int, tuple[tuple[int, int], ...]]
-# _cpgoutput.Reader(plans, OutboxEvent).insert: (payload, wal_start) -> the event, or None.
-_CompiledInsert = Callable[[bytes | memoryview, Lsn], OutboxEvent | None]
 
 
 def plugin_options(publication: str) -> list[tuple[str, str]]:
@@ -142,8 +139,8 @@ class _Relation:
 class PgOutputDecoder:
     """Decodes pgoutput v1 messages for one outbox table (see the module docstring)."""
 
-    __slots__ = ("_compiled_entry", "_entry", "_extra_count", "_fast", "_fields", "_plans",
-                 "_position", "_relations", "_table", "_timestamps", "_xid")
+    __slots__ = ("_compiled_entry", "_entry", "_extra_count", "_fields", "_plans", "_position",
+                 "_relations", "_table", "_timestamps", "_xid")
 
     def __init__(self, table: TableRef, columns: OutboxColumns,
                  extra_columns: tuple[str, ...] = (), *, compiled: bool | None = None) -> None:
@@ -153,7 +150,7 @@ class PgOutputDecoder:
         # The fast path's view of the outbox relations; changed in place, never replaced
         # (the compiled Reader holds this dict).
         self._plans: dict[int, _Plan] = {}
-        self._fast, self._compiled_entry = _compiled_insert(self._plans, self._decode, compiled)
+        self._compiled_entry = _compiled_entry(self._plans, self._decode, compiled)
         self._entry: DecodeFunction = self._compiled_entry or self._decode
         # Column names in OutboxEvent field order; created_at sixth (may be "": none), then
         # the carried columns: the named extras (required), then the trace columns (optional).
@@ -179,7 +176,7 @@ class PgOutputDecoder:
     @property
     def compiled(self) -> bool:
         """Whether Inserts take the compiled fast path."""
-        return self._fast is not None
+        return self._compiled_entry is not None
 
     def reset(self) -> None:
         """Forget relations and the open transaction (call on every reconnect)."""
@@ -247,7 +244,7 @@ class PgOutputDecoder:
         """Give the fast path the plan of an outbox relation it can decode (not the others:
         their Inserts are the pure path's, to ignore or to report)."""
         relation = self._relations[relid]
-        if self._fast is None or not relation.outbox or relation.problem is not None:
+        if self._compiled_entry is None or not relation.outbox or relation.problem is not None:
             self._plans.pop(relid, None)
             return
         nfields = len(self._fields) if relation.carried else _FIELDS
@@ -403,16 +400,15 @@ class PgOutputDecoder:
             raise self._error(wal_start, f"bad value in {relation.name}: {exc}") from exc
 
 
-def _compiled_insert(plans: dict[int, _Plan], slow: DecodeFunction, compiled: bool | None
-                     ) -> tuple[_CompiledInsert | None, CompiledDecode | None]:
-    """The compiled fast path over ``plans`` per the ``compiled`` setting, and the entry
-    point that tries it before ``slow``; (None, None) for the pure path."""
+def _compiled_entry(plans: dict[int, _Plan], slow: DecodeFunction, compiled: bool | None
+                    ) -> CompiledDecode | None:
+    """The entry point that tries the compiled fast path over ``plans`` before ``slow``, per
+    the ``compiled`` setting; None for the pure path."""
     module = compiled_extension("_cpgoutput", "pgoutput decoder", compiled)
     if module is None:
-        return None, None
-    insert: _CompiledInsert = module.Reader(plans, OutboxEvent).insert
-    entry: CompiledDecode = module.Decode(insert, slow, Lsn)
-    return insert, entry
+        return None
+    entry: CompiledDecode = module.Decode(module.Reader(plans, OutboxEvent).insert, slow, Lsn)
+    return entry
 
 
 def _cstring(buf: bytes, pos: int) -> tuple[str, int]:

@@ -60,7 +60,6 @@ too.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Protocol
 
 import orjson
@@ -96,10 +95,6 @@ __all__ = [
 _MALFORMED = "insert without a well-formed 'columns' list of names and values"
 # wal2json's v2 actions. I (on the outbox table), M (relay prefix), B and C become Changes.
 _IGNORED_ACTIONS = frozenset(("U", "D", "T"))
-# _cwal2json.Reader.row(payload, wal_start, plan, carried plan, its column count): the
-# OutboxEvent of a common outbox insert, or None (the pure path decodes).
-_Row = Callable[[bytes | memoryview, Lsn, tuple[int, int, int, int, int, int], tuple[int, ...],
-                 int], OutboxEvent | None]
 # Characters wal2json's add-tables parser treats specially (list and schema separators,
 # the escape itself, the "*" wildcard, and whitespace, which ends a name).
 _ADD_TABLES_SPECIAL = frozenset(",.\\* \t\n\r\f\v")
@@ -169,15 +164,16 @@ def plugin_options(table: TableRef, *, partitioned: bool = False) -> list[tuple[
 
 
 def _compiled_reader(schema: str, table: str, names: tuple[str, str, str, str, str, str],
-                     timestamped: bool, extras: tuple[str, ...], compiled: bool | None
-                     ) -> tuple[Any, Callable[..., CompiledDecode]] | tuple[None, None]:
-    """The compiled Reader for one table and its module's Decode per the ``compiled``
-    setting, or (None, None)."""
+                     timestamped: bool, extras: tuple[str, ...], slow: DecodeFunction,
+                     compiled: bool | None) -> tuple[Any | None, CompiledDecode | None]:
+    """The compiled Reader for one table and the entry point that tries its ``row`` before
+    ``slow``, per the ``compiled`` setting; (None, None) for the pure path."""
     module = compiled_extension("_cwal2json", "wal2json decoder", compiled)
     if module is None:
         return None, None
     reader = module.Reader(schema, table, names, timestamped, extras, TRACE_COLUMNS, OutboxEvent)
-    return reader, module.Decode
+    entry: CompiledDecode = module.Decode(reader.row, slow, Lsn)
+    return reader, entry
 
 
 def _lsn(text: object) -> Lsn:
@@ -190,8 +186,8 @@ class Wal2JsonDecoder:
     """Decodes wal2json v2 messages for one outbox table (see the module docstring)."""
 
     __slots__ = ("_carried", "_compiled_entry", "_created_at", "_entry", "_extra_count",
-                 "_members", "_names", "_others", "_partitions", "_plan", "_required", "_row",
-                 "_schema", "_set_plan", "_table", "_timestamps")
+                 "_members", "_names", "_others", "_partitions", "_plan", "_reader", "_required",
+                 "_schema", "_table", "_timestamps")
 
     def __init__(self, table: TableRef, columns: OutboxColumns,
                  partitions: PartitionCatalog | None = None, *,
@@ -225,22 +221,17 @@ class Wal2JsonDecoder:
         self._timestamps = TimestampParser(compiled=compiled)
         self._extra_count = len(extra_columns)
         self._carried = CarriedPlan(extra_columns, text_value)
-        reader, decode_class = _compiled_reader(self._schema, self._table, self._names,
-                                                self._created_at is not None, extra_columns,
-                                                compiled)
-        self._row: _Row | None = None
-        self._set_plan: Callable[[tuple[int, ...], tuple[int, ...], int], None] | None = None
-        self._compiled_entry: CompiledDecode | None = None
-        if reader is not None and decode_class is not None:
-            self._row, self._set_plan = reader.row, reader.set_plan
-            self._compiled_entry = decode_class(reader.row, self._decode, Lsn)
-            self._sync_plan()
+        # The compiled Reader (its row and set_plan) and the entry point over it, or None.
+        self._reader, self._compiled_entry = _compiled_reader(
+            self._schema, self._table, self._names, self._created_at is not None, extra_columns,
+            self._decode, compiled)
+        self._sync_plan()
         self._entry: DecodeFunction = self._compiled_entry or self._decode
 
     @property
     def compiled(self) -> bool:
         """Whether ``decode`` tries the compiled fast path first (see the module docstring)."""
-        return self._row is not None
+        return self._compiled_entry is not None
 
     def reset(self) -> None:
         """On reconnect: forget which outbox-shaped tables are not partitions (ask again).
@@ -260,9 +251,9 @@ class Wal2JsonDecoder:
 
     def _sync_plan(self) -> None:
         """Give the compiled Reader the plans it reads rows by (after the pure path made them)."""
-        if self._set_plan is not None:
+        if self._reader is not None:
             carried = self._carried
-            self._set_plan(self._plan, carried.plan, carried.ncols)
+            self._reader.set_plan(self._plan, carried.plan, carried.ncols)
 
     def _decode(self, payload: bytes | memoryview, wal_start: int) -> Change | None:
         """The pure decoder: every message, or those the compiled fast path declined."""

@@ -313,6 +313,10 @@ static PyObject *sender_send(Sender *self, PyObject *const *args, Py_ssize_t nar
         PyErr_Format(PyExc_TypeError, "send() takes 2 arguments (%zd given)", nargs);
         return NULL;
     }
+    if (self->produce == NULL) {
+        PyErr_SetString(PyExc_TypeError, "Sender.send(): the Sender is not initialised");
+        return NULL;
+    }
     PyObject *message = args[0], *token = args[1];
     if ((PyObject *)Py_TYPE(message) != self->message_class)
         return PyObject_Vectorcall(self->slow, args, 2, NULL);
@@ -424,17 +428,8 @@ PyDoc_STRVAR(send_doc,
 "send(message, token, /)\n--\n\n"
 "Queue ``message`` with the callback of ``token``, as KafkaSink.produce does.");
 
-static PyObject *sender_send_checked(Sender *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (self->produce == NULL) {
-        PyErr_SetString(PyExc_TypeError, "Sender.send(): the Sender is not initialised");
-        return NULL;
-    }
-    return sender_send(self, args, nargs);
-}
-
 static PyMethodDef sender_methods[] = {
-    {"send", (PyCFunction)(void (*)(void))sender_send_checked, METH_FASTCALL, send_doc},
+    {"send", (PyCFunction)(void (*)(void))sender_send, METH_FASTCALL, send_doc},
     {NULL, NULL, 0, NULL},
 };
 

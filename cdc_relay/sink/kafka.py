@@ -134,10 +134,13 @@ def _compiled(compiled: bool | None) -> ModuleType | None:
     return compiled_extension("_creports", "delivery reports", compiled, package="cdc_relay.sink")
 
 
+def _reports_in(module: ModuleType | None) -> type[Reports]:
+    return Reports if module is None else module.Reports
+
+
 def reports_class(compiled: bool | None = None) -> type[Reports]:
     """The compiled Reports where built (per ``compiled``, as the decoders'), else the pure one."""
-    module = _compiled(compiled)
-    return Reports if module is None else module.Reports
+    return _reports_in(_compiled(compiled))
 
 
 class KafkaSink:
@@ -150,8 +153,7 @@ class KafkaSink:
         self._log = logger or _log
         # Where each report goes; ``delivered`` counts those handed over (poll's delta).
         module = _compiled(compiled)
-        self._reports = (Reports if module is None else module.Reports)(on_delivery,
-                                                                        self._on_failure)
+        self._reports = _reports_in(module)(on_delivery, self._on_failure)
         self._callback = self._reports.callback
         self._open = True
         self._suppressed = 0

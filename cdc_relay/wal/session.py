@@ -175,20 +175,12 @@ class Session:
     # -- delivery reports (called from sink.poll) ------------------------------------
     def on_delivery(self, token: int, error: DeliveryError | None) -> None:
         """Feed one delivery report to the tracker, or act on its failure."""
-        inflight = self.inflight
-        event = inflight.pop(token, None)
+        if error is None:
+            self.on_delivered([token])
+            return
+        event = self.inflight.get(token)  # not delivered: stays in flight (dead letter, replay)
         if event is None:
             return
-        if error is None:
-            self.inflight_bytes -= len(event.payload)
-            self.tracker.delivered(token)
-            dead_lettered = self.dead_lettered
-            if dead_lettered and dead_lettered.pop(token, None) is not None:
-                self.stats.dead_lettered += 1
-            else:
-                self.stats.published += 1
-            return
-        inflight[token] = event  # not delivered: still in flight (dead letter, or replay)
         failed = self.stats.failed_by_type
         failed[event.event_type] = failed.get(event.event_type, 0) + 1
         if self.mode.delivery_failed(event, error):  # delivery mode
@@ -202,9 +194,9 @@ class Session:
         self._fail(self._failure(event, error))
 
     def on_delivered(self, tokens: list[int]) -> None:
-        """Successes in bulk, from a sink that hands a poll's over at once: the same as
-        ``on_delivery(token, None)`` for each, in one Python call (docs/design.md, "The
-        compiled delivery report")."""
+        """Successes: every success comes here, a poll's at once from a sink that hands them
+        over so, one call per event otherwise (docs/design.md, "The compiled delivery
+        report")."""
         inflight, dead_lettered = self.inflight, self.dead_lettered
         size = dead = 0
         known: list[int] = []

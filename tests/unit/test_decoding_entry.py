@@ -121,8 +121,8 @@ def counting(decoder: Wal2JsonDecoder) -> Recorder:
         seen(payload, lsn)
         return slow(payload, lsn)
 
-    assert decoder._row is not None
-    entry = _cwal2json.Decode(decoder._row, counted, Lsn)
+    assert decoder._reader is not None
+    entry = _cwal2json.Decode(decoder._reader.row, counted, Lsn)
     decoder._compiled_entry = entry
     decoder._entry = entry
     return seen
