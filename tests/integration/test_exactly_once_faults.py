@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import threading
 import time
@@ -19,6 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from cdc_relay.local.helpers import free_port
 from cdc_relay.local.noida import NoidaBroker
 from cdc_relay.local.postgres import PostgresCluster
+from cdc_relay.model import Lsn
 from cdc_relay.outbox import emit
 from tests.integration.eos_support import (
     READ_COMMITTED,
@@ -38,7 +40,7 @@ from tests.integration.wal_support import (
     init_db,
     write_workload,
 )
-from tests.support import KafkaCollector, wait_for
+from tests.support import CliProcess, KafkaCollector, wait_for
 
 
 @contextmanager
@@ -82,8 +84,15 @@ def _newest_checkpoint(cp_reader: KafkaCollector, read_for: float) -> int:
     return max((cp.lsn for cp in found), default=0)
 
 
+def _checkpoint_at_start(relay: CliProcess) -> int:
+    """The checkpoint the relay read at start-up, after fencing: the newest of its predecessors."""
+    found = re.search(r"exactly-once: checkpoint (\S+), slot at", relay.stderr)
+    assert found, relay.stderr
+    return 0 if found[1] == "none" else int(Lsn.parse(found[1]))
+
+
 def _wait_kill_point(kind: str, port: int, rng: random.Random, dsn: str, proxy: TcpProxy,
-                     cp_reader: KafkaCollector) -> None:
+                     relay: CliProcess, cp_reader: KafkaCollector) -> None:
     if kind == "mid-transaction":  # a Kafka transaction is open with events in it
         wait_for(lambda: _metric(port, "cdc_relay_transaction_open_age_seconds") > 0,
                  timeout=20, interval=0.005, message="an open Kafka transaction")
@@ -91,7 +100,7 @@ def _wait_kill_point(kind: str, port: int, rng: random.Random, dsn: str, proxy: 
         # Status updates stop reaching the walsender (the WAL stream and the Kafka
         # commits go on), so the point lasts until the kill, however prompt the relay is.
         # A checkpoint past every earlier one was committed by this relay.
-        earlier = _newest_checkpoint(cp_reader, 0.05)
+        earlier = _checkpoint_at_start(relay)
         proxy.pause_requests()
         wait_for(lambda: _newest_checkpoint(cp_reader, 0.02) > max(earlier, confirmed_flush(dsn)),
                  timeout=20, interval=0, message="a checkpoint of this relay ahead of the slot")
@@ -108,23 +117,28 @@ def test_kill_9_at_random_points_leaves_every_committed_event_exactly_once(
     ahead_of_slot: list[str] = []  # kills that left the checkpoint ahead of the slot (replay must skip)
     proxy = TcpProxy(pg_cluster.port)  # the killed relays reach PostgreSQL through it
     try:
-        with KafkaCollector(noida.bootstrap, f"{topic_prefix}.checkpoints",
-                            config=READ_COMMITTED) as cp_reader, steady_writes(db, expected):
+        with steady_writes(db, expected):
             for kind in kinds:
                 port = free_port()
                 relay = start_eos_relay(
                     db.replace(f"port={pg_cluster.port}", f"port={proxy.port}"), noida.bootstrap,
                     topic_prefix, extra=("--metrics-port", str(port), "--status-interval", "1s",
                                          "--txn-interval", "150ms"))
-                try:
-                    _wait_kill_point(kind, port, rng, db, proxy, cp_reader)
-                finally:
-                    relay.kill()
-                    proxy.cut()  # what a pause held back never arrives
-                    proxy.restore()
-                    proxy.resume()
-                if _newest_checkpoint(cp_reader, 0.3) > confirmed_flush(db):
-                    ahead_of_slot.append(kind)
+                # A reader per relay, opened once it has fenced the one before: a read_committed
+                # consumer that fetched while a transaction was open that was aborted later
+                # receives nothing more on noida-db (read_when_settled), and every kill
+                # leaves such a transaction behind.
+                with KafkaCollector(noida.bootstrap, f"{topic_prefix}.checkpoints",
+                                    config=READ_COMMITTED) as cp_reader:
+                    try:
+                        _wait_kill_point(kind, port, rng, db, proxy, relay, cp_reader)
+                    finally:
+                        relay.kill()
+                        proxy.cut()  # what a pause held back never arrives
+                        proxy.restore()
+                        proxy.resume()
+                    if _newest_checkpoint(cp_reader, 0.3) > confirmed_flush(db):
+                        ahead_of_slot.append(kind)
     finally:
         proxy.close()
     end = current_wal(db)
