@@ -1,6 +1,6 @@
 """Build of the optional compiled fast paths (docs/design.md, "The compiled decoders").
 
-Everything else is in pyproject.toml. All five extensions are ``optional``: without a C
+Everything else is in pyproject.toml. All six extensions are ``optional``: without a C
 compiler and the Python headers the build goes on without them and cdc-relay decodes,
 routes and takes delivery reports in pure Python, with the same results (the tests
 compare the two paths).
@@ -10,11 +10,13 @@ from setuptools import Extension, setup
 
 _FLAGS = ["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter"]
 # The headers the extensions share (one copy of the created_at parse, of the
-# OutboxEvent construction and of the slots-dataclass check): a change to one rebuilds
-# its includers, and the sdist ships them.
+# OutboxEvent construction, of the slots-dataclass check and of the hand-over of an
+# exception to the Python code that words it): a change to one rebuilds its includers,
+# and the sdist ships them.
 _TIMESTAMP = ["cdc_relay/decoding/_ctimestamp.h"]
 _SLOTS = ["cdc_relay/decoding/_cslots.h"]
 _DECODER = [*_TIMESTAMP, *_SLOTS, "cdc_relay/decoding/_coutbox.h"]
+_RAISE = ["cdc_relay/decoding/_craise.h"]
 
 setup(
     ext_modules=[
@@ -27,6 +29,8 @@ setup(
         Extension("cdc_relay.decoding._ctimestamp", ["cdc_relay/decoding/_ctimestamp.c"],
                   depends=_TIMESTAMP, extra_compile_args=_FLAGS, optional=True),
         Extension("cdc_relay.sink._creports", ["cdc_relay/sink/_creports.c"],
-                  depends=_SLOTS, extra_compile_args=_FLAGS, optional=True),
+                  depends=[*_SLOTS, *_RAISE], extra_compile_args=_FLAGS, optional=True),
+        Extension("cdc_relay.wal._cstream", ["cdc_relay/wal/_cstream.c"],
+                  depends=_RAISE, extra_compile_args=_FLAGS, optional=True),
     ],
 )

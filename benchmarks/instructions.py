@@ -57,8 +57,9 @@ PARTS = (
     ("Producer_poll", "poll: delivery reports, each with its Python callbacks"),
     ("dr_msg_cb", "  of which one report (confluent-kafka's Message, our callbacks)"),
     ("Message_new0", "    of which confluent-kafka's Message"),
-    ("reader_insert", "pgoutput's compiled decoder (insert)"),
-    ("reader_row", "wal2json's compiled decoder (row)"),
+    ("changes_call", "the compiled reader: get_copy_data, the header, decode"),
+    ("reader_insert", "  of which pgoutput's compiled decoder (insert)"),
+    ("reader_row", "  of which wal2json's compiled decoder (row)"),
     ("select_select", "select (waiting for WAL)"),
     ("gc_collect_main", "cyclic garbage collector"),
 )

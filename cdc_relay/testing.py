@@ -59,7 +59,7 @@ from cdc_relay.sink.base import (
     ProduceRejected,
     QueueFull,
 )
-from cdc_relay.wal.protocol import XLOG_DATA, ServerMessage
+from cdc_relay.wal.protocol import XLOG_DATA, ChangeReader, Decode, ServerMessage, read_changes
 
 Reorder = Callable[[list[int]], list[int]]
 Failure = ErrorKind | DeliveryError
@@ -342,6 +342,9 @@ class FakeSource:
             return None
         self.reads += 1
         return self.script.pop(0)
+
+    def changes(self, decode: Decode) -> ChangeReader:
+        return read_changes(self.read, decode)
 
     def wait(self, timeout: float) -> None:
         self.slot.calls.append(("wait", timeout))

@@ -109,7 +109,7 @@ def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mod
 @option("--max-inflight", type=click.IntRange(1), default=50_000, show_default=True,
         help="Stop reading WAL while this many events await broker acks.")
 @option("--pure-python-decoder", is_flag=True, default=False,
-        help="Decode and route in pure Python even where the compiled fast paths are "
+        help="Read, decode and route in pure Python even where the compiled fast paths are "
              "built (same messages, more CPU per event; for telling a decoder problem "
              "apart).")
 @message_options

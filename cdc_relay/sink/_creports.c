@@ -27,24 +27,8 @@
 #include <Python.h>
 #include <stddef.h>
 
+#include "../decoding/_craise.h"
 #include "../decoding/_cslots.h"
-
-/* The exception being raised, taken (a new reference; the error indicator is cleared). */
-static PyObject *PyErr_GetRaisedException_compat(void)
-{
-#if PY_VERSION_HEX >= 0x030C0000
-    return PyErr_GetRaisedException();
-#else
-    PyObject *type, *value, *traceback;
-    PyErr_Fetch(&type, &value, &traceback);
-    PyErr_NormalizeException(&type, &value, &traceback);
-    if (traceback != NULL && value != NULL)
-        PyException_SetTraceback(value, traceback);
-    Py_XDECREF(type);
-    Py_XDECREF(traceback);
-    return value;
-#endif
-}
 
 #ifndef Py_T_PYSSIZET /* before Python 3.12 the member types are in structmember.h */
 #include <structmember.h>
@@ -348,14 +332,7 @@ static PyObject *sender_send(Sender *self, PyObject *const *args, Py_ssize_t nar
     Py_DECREF(callback);
     if (result != NULL)
         return result;
-    PyObject *exc = PyErr_GetRaisedException_compat();
-    result = PyObject_CallOneArg(self->rejected, exc);
-    if (result != NULL) { /* rejected() must raise: if it did not, the original stands */
-        Py_DECREF(result);
-        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
-    }
-    Py_DECREF(exc);
-    return NULL;
+    return raise_through(self->rejected); /* rejected() raises the Sink protocol's error */
 }
 
 static int sender_init(Sender *self, PyObject *args, PyObject *kwargs)

@@ -137,7 +137,8 @@ def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
     def source_factory() -> ReplicationSource:
         nonlocal position_conn  # the first stream takes it
         conn, position_conn = position_conn, None
-        return ReplicationStream(repl, options, position_conn=conn)
+        return ReplicationStream(repl, options, position_conn=conn,
+                                 compiled=None if repl.compiled_decoder else False)
 
     return WalRelay(
         source_factory=source_factory,

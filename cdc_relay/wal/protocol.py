@@ -12,9 +12,11 @@ See PostgreSQL's "Streaming Replication Protocol" documentation.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
+from typing import Final
 
 from cdc_relay.errors import DecodeError
-from cdc_relay.model import Lsn
+from cdc_relay.model import Change, Lsn
 
 XLOG_DATA = 0x77  # 'w'
 KEEPALIVE = 0x6B  # 'k'
@@ -28,6 +30,38 @@ XLOG_HEADER_SIZE = 25  # 'w' + wal_start + wal_end + send_time
 
 # One parsed server message: (XLOG_DATA, wal_start, payload) or (KEEPALIVE, wal_end, reply).
 ServerMessage = tuple[int, int, "memoryview | bool"]
+
+
+class _NoChange:
+    def __repr__(self) -> str:
+        return "NO_CHANGE"
+
+
+# What a reader of changes returns for a message that decodes to nothing (None means
+# that nothing is buffered).
+NO_CHANGE: Final = _NoChange()
+# A session's reader: the next change, a keepalive (its ServerMessage), NO_CHANGE, or
+# None when no message is complete yet.
+ChangeReader = Callable[[], "Change | ServerMessage | _NoChange | None"]
+Decode = Callable[["bytes | memoryview", int], "Change | None"]
+
+
+def read_changes(read: Callable[[], ServerMessage | None], decode: Decode) -> ChangeReader:
+    """The reader over ``read`` (a source's next ServerMessage) and ``decode``: each
+    XLogData's payload decoded, a keepalive as it came. The pure twin of the compiled
+    reader (wal/_cstream.c), and the reader of every source without one."""
+
+    def next_change() -> Change | ServerMessage | _NoChange | None:
+        message = read()
+        if message is None:
+            return None
+        kind, position, data = message
+        if kind != XLOG_DATA:
+            return message
+        change = decode(data, position)  # type: ignore[arg-type]  # XLogData: a payload
+        return NO_CHANGE if change is None else change
+
+    return next_change
 
 
 def parse(buf: bytes | memoryview) -> ServerMessage:

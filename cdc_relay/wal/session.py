@@ -44,7 +44,7 @@ from cdc_relay.sink.base import (
     Sink,
 )
 from cdc_relay.wal.delivery import AtLeastOnce, DeliveryMode
-from cdc_relay.wal.protocol import ServerMessage
+from cdc_relay.wal.protocol import ChangeReader, Decode, ServerMessage
 
 log = logging.getLogger("cdc_relay.relay")
 
@@ -57,6 +57,9 @@ class ReplicationSource(Protocol):
 
     def open(self) -> Lsn: ...
     def read(self) -> ServerMessage | None: ...
+    def changes(self, decode: Decode) -> ChangeReader:
+        """The reader the loop pulls from (after ``open``): protocol.read_changes over
+        ``read``, or a compiled one that does the same."""
     def wait(self, timeout: float) -> None: ...
     def send_status(self, flushed: Lsn, *, reply: bool = False) -> None: ...
     def close(self) -> None: ...
@@ -154,7 +157,7 @@ class Session:
         self.skip = 0  # events of the current transaction still to skip (delivery mode)
         self._admit = parts.mode.admit if parts.mode.admits else None  # per event: bind once
         self.stats = parts.stats
-        self._decode = parts.decoder.decode
+        self._next_change = source.changes(parts.decoder.decode)
         self._router = parts.router
         self._route = parts.router.route  # per event: bound once, as the sink's produce
         self._sink_produce = sink.produce
@@ -274,7 +277,7 @@ class Session:
             self.stats.inflight = len(self.inflight)
 
     def _read_batch(self) -> int:
-        read, decode, tracker = self.source.read, self._decode, self.tracker
+        next_change, tracker = self._next_change, self.tracker
         inflight, route, produce, admit = self.inflight, self._route, self._sink_produce, self._admit
         # The span grows by at most one per message read (one token per event) and only
         # shrinks otherwise: capping the batch at the room left keeps it within the flow
@@ -282,17 +285,10 @@ class Session:
         batch = min(_READ_BATCH, self._max_events - tracker.inflight)
         count = 0
         while count < batch:
-            message = read()
-            if message is None:
+            change = next_change()
+            if change is None:
                 break
             count += 1
-            _kind, position, data = message
-            if isinstance(data, bool):  # a keepalive; data = reply requested
-                tracker.idle_position(Lsn(position))
-                if data:
-                    self._maybe_send_status(self._clock(), force=True)
-                continue
-            change = decode(data, position)
             if type(change) is OutboxEvent:
                 if self.skip:  # delivery mode: already delivered
                     self.skip -= 1
@@ -323,6 +319,10 @@ class Session:
                 self.skip = self.mode.begin(change)  # delivery mode
             elif type(change) is IgnoredMessage:
                 self._ignored(change)
+            elif type(change) is tuple:  # a keepalive: (KEEPALIVE, wal_end, reply requested)
+                tracker.idle_position(Lsn(change[1]))
+                if change[2]:
+                    self._maybe_send_status(self._clock(), force=True)
         return count
 
     def _ignored(self, message: IgnoredMessage) -> None:

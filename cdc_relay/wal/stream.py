@@ -29,16 +29,27 @@ import logging
 import select
 import struct
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 import psycopg
 from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from cdc_relay.config import ReplicationConfig
+from cdc_relay.decoding.compiled import compiled_extension
 from cdc_relay.errors import DatabaseError, ServiceUnavailable, SlotBusy, SourceLost, mask_secrets
 from cdc_relay.model import Lsn
-from cdc_relay.wal.protocol import XLOG_DATA, XLOG_HEADER_SIZE, ServerMessage, parse, status_update
+from cdc_relay.wal.protocol import (
+    NO_CHANGE,
+    XLOG_DATA,
+    XLOG_HEADER_SIZE,
+    ChangeReader,
+    Decode,
+    ServerMessage,
+    parse,
+    read_changes,
+    status_update,
+)
 
 log = logging.getLogger("cdc_relay.replication")
 
@@ -93,8 +104,10 @@ class ReplicationStream:
     """One replication session: open, read messages, send status updates, close."""
 
     def __init__(self, config: ReplicationConfig, options: list[tuple[str, str]], *,
-                 position_conn: psycopg.Connection[Any] | None = None) -> None:
+                 position_conn: psycopg.Connection[Any] | None = None,
+                 compiled: bool | None = None) -> None:
         self._config = config
+        self._compiled = compiled  # the compiled reader: None where built, False never, True required
         self._options = options
         self._position_conn = position_conn  # an open plain connection this stream now owns
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
@@ -199,15 +212,41 @@ class ReplicationStream:
         try:
             nbytes, data = pgconn.get_copy_data(1)
         except psycopg.Error as exc:
-            raise SourceLost(f"replication connection lost: {mask_secrets(str(exc))}") from exc
+            self._read_failed(exc)
         if nbytes > XLOG_HEADER_SIZE and data[0] == XLOG_DATA:
             # The per-row fast path: what parse() does for XLogData, without the call.
             return XLOG_DATA, _WAL_START.unpack_from(data, 1)[0], data[XLOG_HEADER_SIZE:]
+        return self._message(nbytes, data)
+
+    def changes(self, decode: Decode) -> ChangeReader:
+        """The session's reader (protocol.read_changes over ``read``): compiled where built
+        (wal/_cstream.c), without a Python frame per row; per ``compiled`` as the decoder."""
+        pgconn = self._pgconn
+        assert pgconn is not None, "changes() before open()"
+        module = compiled_extension("_cstream", "replication reader", self._compiled,
+                                    package="cdc_relay.wal")
+        if module is None:
+            return read_changes(self.read, decode)
+        reader: ChangeReader = module.Changes(pgconn.get_copy_data, decode, self._message,
+                                              self._read_failed, NO_CHANGE)
+        return reader
+
+    def _message(self, nbytes: int, data: memoryview) -> ServerMessage | None:
+        """What get_copy_data returned, when it is not a row: None (nothing complete yet),
+        a parsed message, or SourceLost (the stream ended)."""
         if nbytes > 0:
             return parse(data)
         if nbytes == 0:
             return None
-        raise SourceLost(self._ended_reason(pgconn))
+        pgconn = self._pgconn
+        raise SourceLost(self._ended_reason(pgconn) if pgconn is not None
+                         else "replication stream ended: connection closed")
+
+    @staticmethod
+    def _read_failed(exc: Exception) -> NoReturn:
+        if isinstance(exc, psycopg.Error):
+            raise SourceLost(f"replication connection lost: {mask_secrets(str(exc))}") from exc
+        raise exc
 
     def wait(self, timeout: float) -> None:
         """Wait up to ``timeout`` s for the socket to become readable, then take in what came.

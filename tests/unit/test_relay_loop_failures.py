@@ -19,7 +19,7 @@ from cdc_relay.routing import Router
 from cdc_relay.sink.base import Cause, DeliveryError, ErrorKind
 from cdc_relay.testing import FakeSink, FakeSinkFactory
 from cdc_relay.wal.loop import LoopTimings, WalRelay
-from cdc_relay.wal.protocol import ServerMessage
+from cdc_relay.wal.protocol import ChangeReader, Decode, ServerMessage, read_changes
 from tests.unit.wal_harness import FAST, TABLE, Harness, Txn, report_styles, txns
 
 __all__ = ["report_styles"]  # the autouse fixture: every test with both report styles
@@ -176,6 +176,9 @@ class FlakySource:
         if self.now[0] - self.opened >= self.lifetime:
             raise SourceLost("fake: connection lost")
         return None
+
+    def changes(self, decode: Decode) -> ChangeReader:
+        return read_changes(self.read, decode)
 
     def wait(self, timeout: float) -> None:
         self.now[0] += timeout
