@@ -119,17 +119,23 @@ static PyObject *changes_call(Changes *self, PyObject *const *args, size_t nargs
         out = NULL;
     } else if (size == 0) {
         out = Py_NewRef(Py_None); /* nothing complete yet */
-    } else if (size > XLOG_HEADER_SIZE && PyObject_CheckBuffer(data)) {
-        Py_buffer view;
-        if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
-            out = NULL;
-        } else if (view.len == size && ((const unsigned char *)view.buf)[0] == XLOG_DATA) {
-            out = row(self, (const unsigned char *)view.buf, view.len);
-            PyBuffer_Release(&view);
+    } else if (size > XLOG_HEADER_SIZE && (PyMemoryView_Check(data) || PyBytes_CheckExact(data))) {
+        /* A memoryview over libpq's buffer (psycopg's C implementation) or bytes (its
+         * Python one): read in place, kept alive by ``got``. */
+        const unsigned char *buf;
+        Py_ssize_t len;
+        if (PyBytes_CheckExact(data)) {
+            buf = (const unsigned char *)PyBytes_AS_STRING(data);
+            len = PyBytes_GET_SIZE(data);
         } else {
-            PyBuffer_Release(&view);
-            out = other(self, nbytes, data);
+            const Py_buffer *view = PyMemoryView_GET_BUFFER(data);
+            buf = PyBuffer_IsContiguous(view, 'C') ? view->buf : NULL;
+            len = view->len;
         }
+        if (buf != NULL && len == size && buf[0] == XLOG_DATA)
+            out = row(self, buf, len);
+        else
+            out = other(self, nbytes, data);
     } else {
         out = other(self, nbytes, data);
     }

@@ -39,8 +39,9 @@ class ScriptedPgconn:
 
     error_message = b"server closed the stream"
 
-    def __init__(self, *answers: bytes | int | BaseException) -> None:
+    def __init__(self, *answers: bytes | int | BaseException, as_bytes: bool = False) -> None:
         self.answers = list(answers)
+        self.as_bytes = as_bytes  # as psycopg's pure-Python libpq wrapper gives a message
         self.calls: list[int] = []
 
     def get_copy_data(self, async_: int) -> tuple[int, memoryview | bytes]:
@@ -50,7 +51,9 @@ class ScriptedPgconn:
             raise answer
         if isinstance(answer, int):
             return answer, b""
-        return len(answer), memoryview(answer) if answer else b""
+        if self.as_bytes or not answer:
+            return len(answer), answer
+        return len(answer), memoryview(answer)
 
 
 class Decoder:
@@ -78,10 +81,12 @@ def reader(pgconn: ScriptedPgconn, decode: Decoder, compiled: bool) -> tuple[Any
 
 
 @PATHS
-def test_rows_are_decoded_with_their_position_keepalives_come_as_they_are(compiled: bool) -> None:
+@pytest.mark.parametrize("as_bytes", [False, True], ids=["memoryview", "bytes"])
+def test_rows_are_decoded_with_their_position_keepalives_come_as_they_are(
+        compiled: bool, as_bytes: bool) -> None:
     pgconn = ScriptedPgconn(xlogdata(0x16B374D848, b"row-1"), keepalive(0x500, True), b"",
                             xlogdata(2**64 - 1, b"relation"), xlogdata(7, b"row-2"),
-                            keepalive(0x600, False))
+                            keepalive(0x600, False), as_bytes=as_bytes)
     decode = Decoder({b"row-1": "event 1", b"relation": None, b"row-2": "event 2"})
     changes, _ = reader(pgconn, decode, compiled)
     got = [changes() for _ in range(6)]
