@@ -55,3 +55,13 @@ def test_a_missing_compiled_decoder_is_a_warning_and_a_chosen_pure_one_is_not(
     levels = [(r.levelno, r.getMessage()) for r in caplog.records]
     assert levels[0][0] == logging.WARNING and "compiled decoders are not built" in levels[0][1]
     assert levels[1] == (logging.INFO, "decoding wal2json in pure Python (--pure-python-decoder)")
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_the_replication_reader_follows_the_setting(compiled: bool,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    args = RUN if compiled else [*RUN, "--pure-python-decoder"]
+    settings = _settings(args, monkeypatch)
+    relay = app.build_wal_relay(settings, sink_factory=lambda: None)  # type: ignore[arg-type,return-value]
+    stream = relay._source_factory()  # built, not opened: no I/O
+    assert stream._compiled is (None if compiled else False)  # type: ignore[attr-defined]
