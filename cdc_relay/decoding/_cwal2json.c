@@ -77,7 +77,8 @@ static int parse_value(Scan *sc, Value *v);
 static inline void skip_ws(Scan *sc)
 {
     const unsigned char *p = sc->p, *end = sc->end;
-    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
+    /* one comparison for the common case: wal2json writes no whitespace between tokens */
+    while (p < end && *p <= ' ' && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
         p++;
     sc->p = p;
 }
@@ -242,14 +243,34 @@ static Py_ssize_t unescape(const Value *v, unsigned char *out)
 {
     const unsigned char *p = v->s, *end = v->s + v->n;
     unsigned char *o = out;
+    const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
     while (p < end) {
-        /* copy the run up to the next escape at once: a byte loop here is the scan's
-         * hot spot for payloads (jsonb text escapes every quote) */
-        const unsigned char *slash = memchr(p, '\\', (size_t)(end - p));
-        size_t run = (size_t)((slash == NULL ? end : slash) - p);
-        memcpy(o, p, run);
-        o += run;
-        p += run;
+        /* copy the run up to the next escape a word at a time: jsonb text escapes every
+         * quote, so the runs are short and a memchr and a memcpy per run cost more. A
+         * whole word is stored even when the escape is inside it: ``o`` never runs ahead
+         * of ``p``'s offset, so the store stays within the ``v->n`` bytes of ``out``. */
+        while (end - p >= 8) {
+            uint64_t word, x, slash;
+            memcpy(&word, p, sizeof word);
+            x = word ^ (ones * '\\');
+            slash = (x - ones) & ~x & high;
+            memcpy(o, &word, sizeof word);
+            if (slash) {
+                int k = unmarked_prefix(slash);
+                o += k;
+                p += k;
+                if (*p == '\\')
+                    break;
+                /* not little-endian (no prefix known): find it byte by byte */
+                while (*p != '\\')
+                    *o++ = *p++;
+                break;
+            }
+            o += 8;
+            p += 8;
+        }
+        while (p < end && *p != '\\')
+            *o++ = *p++;
         if (p >= end)
             break;
         unsigned char c = p[1];
@@ -376,6 +397,45 @@ static int scan_literal(Scan *sc, const char *word, size_t n)
     return 0;
 }
 
+/* A string at sc->p (on its opening quote) that is short and plain, as wal2json's keys
+ * ("name", "value", "action", ...) and column names are: when the first byte of the next
+ * two words that needs a look is the closing quote, the string is the bytes before it, as
+ * scan_string would find - without the call. 1 when it read the string, 0 to leave it to
+ * scan_string. */
+static inline int plain_string(Scan *sc, Value *v)
+{
+    const unsigned char *start = sc->p + 1;
+    Py_ssize_t left = sc->end - start;
+    uint64_t marked = left >= 8 ? special8(start) : 0;
+    int n = 0;
+    if (marked == 0 && left >= 16) {
+        marked = special8(start + 8);
+        n = 8;
+    }
+    if (marked == 0)
+        return 0;
+    n += unmarked_prefix(marked);
+    if (start[n] != '"')
+        return 0;
+    v->kind = K_STRING;
+    v->escaped = 0;
+    v->s = start;
+    v->n = n;
+    sc->p = start + n + 1;
+    return 1;
+}
+
+/* An unescaped key (an escaped one is declined: it could spell a key that matters). */
+static int scan_key(Scan *sc, Value *key)
+{
+    skip_ws(sc);
+    if (sc->p >= sc->end || *sc->p != '"')
+        return -1;
+    if (!plain_string(sc, key) && (scan_string(sc, key) < 0 || key->escaped))
+        return -1;
+    return expect(sc, ':');
+}
+
 /* An object or array whose members are validated and skipped. */
 static int skip_container(Scan *sc, unsigned char close)
 {
@@ -392,7 +452,8 @@ static int skip_container(Scan *sc, unsigned char close)
     for (;;) {
         if (close == '}') {
             skip_ws(sc);
-            if (sc->p >= sc->end || *sc->p != '"' || scan_string(sc, &ignored) < 0
+            if (sc->p >= sc->end || *sc->p != '"'
+                || (!plain_string(sc, &ignored) && scan_string(sc, &ignored) < 0)
                 || expect(sc, ':') < 0)
                 return -1;
         }
@@ -437,28 +498,6 @@ static int parse_value(Scan *sc, Value *v)
     }
 }
 
-/* An unescaped key (an escaped one is declined: it could spell a key that matters). */
-static int scan_key(Scan *sc, Value *key)
-{
-    skip_ws(sc);
-    if (sc->p >= sc->end || *sc->p != '"')
-        return -1;
-    /* wal2json's keys ("name", "value", "action", ...) are short and plain: when the first
-     * byte of the next word that needs a look is the closing quote, the key is the bytes
-     * before it, as scan_string would find - without the call. */
-    uint64_t marked = sc->end - sc->p > 8 ? special8(sc->p + 1) : 0;
-    int n = marked ? unmarked_prefix(marked) : 0;
-    if (marked && sc->p[1 + n] == '"') {
-        key->kind = K_STRING;
-        key->escaped = 0;
-        key->s = sc->p + 1;
-        key->n = n;
-        sc->p += n + 2;
-    }
-    else if (scan_string(sc, key) < 0 || key->escaped)
-        return -1;
-    return expect(sc, ':');
-}
 
 static inline int key_is(const Value *key, const char *word)
 {
@@ -487,8 +526,10 @@ static int parse_column(Scan *sc, Want *w, Py_ssize_t index)
     do {
         if (scan_key(sc, &key) < 0)
             return -1;
-        if (key_is(&key, "name")) {
-            if (has_name++ || parse_value(sc, &name) < 0 || name.kind != K_STRING)
+        if (key_is(&key, "name")) { /* a column name: mostly short and plain */
+            skip_ws(sc);
+            if (has_name++ || sc->p >= sc->end || *sc->p != '"'
+                || (!plain_string(sc, &name) && scan_string(sc, &name) < 0))
                 return -1;
         }
         else if (key_is(&key, "value")) {

@@ -189,6 +189,36 @@ def test_a_string_is_scanned_alike_whatever_byte_of_a_word_needs_a_look(special:
                 assert hit is not None and hit.aggregate_id == orjson.loads(f'"{value}"'), value
 
 
+def test_escapes_after_runs_of_every_length_unescape_alike() -> None:
+    # The unescape copies a word at a time up to the next backslash: runs of 0-17 plain
+    # bytes between escapes, the escape at every offset of a word, and a tail after it.
+    for run in range(18):
+        for tail in ("", "x", "tail-of-9"):
+            value = ("a" * run + '\\"') * 3 + "a" * run + "\\\\" + "\\u00e9" + tail
+            payload = good(COLUMNS.replace('"o-1"', f'"{value}"'))
+            assert_same(OutboxColumns(), [good(), payload])
+            hit = take(payload)
+            assert hit is not None and hit.aggregate_id == orjson.loads(f'"{value}"'), value
+
+
+@pytest.mark.parametrize("special", ["", '\\"', "\\u0061", "é", "\x7f", "\x01"],
+                         ids=["plain", "quote", "u-escape", "utf8", "del", "control"])
+def test_a_skipped_column_and_a_column_name_are_read_alike_whatever_their_spelling(
+        special: str) -> None:
+    # A column the plan does not read is skipped with its keys taken by the short-key
+    # path where it applies; a column's name is read that way too, up to two words.
+    for before in range(18):
+        for after in (0, 1, 7):
+            word = "k" * before + special + "y" * after
+            skipped = good(COLUMNS + f',{{"name":"{word}","value":null,"{word}":1}}')
+            assert_same(OutboxColumns(), [good(), skipped])
+            named = good(COLUMNS.replace('"name":"aggregate_id"', f'"name":"{word}"'))
+            mapped = word if special == "\x01" else orjson.loads(f'"{word}"')  # raw: refused
+            assert_same(OutboxColumns(aggregate_id=mapped), [named])
+            if special in ("", "é", "\x7f"):  # plain, so taken by the compiled path
+                assert take(skipped, ncols=7) is not None, word
+
+
 @pytest.mark.parametrize("special", ["", '\\"', "\\u0061", "é", "\x7f", "\x01"],
                          ids=["plain", "quote", "u-escape", "utf8", "del", "control"])
 def test_a_key_is_read_alike_whatever_its_length_and_where_a_byte_needs_a_look(
