@@ -84,8 +84,12 @@ static PyObject *other(Changes *self, PyObject *nbytes, PyObject *data)
         return NULL;
     }
     PyObject *kind = PyTuple_GET_ITEM(parsed, 0);
-    int is_row = PyLong_CheckExact(kind) && PyLong_AsLong(kind) == XLOG_DATA;
-    if (!is_row)
+    long code = PyLong_Check(kind) ? PyLong_AsLong(kind) : -1;
+    if (code == -1 && PyErr_Occurred()) {
+        Py_DECREF(parsed);
+        return NULL;
+    }
+    if (code != XLOG_DATA)
         return parsed; /* a keepalive: the session's */
     PyObject *out = decoded(self, PyTuple_GET_ITEM(parsed, 2), PyTuple_GET_ITEM(parsed, 1));
     Py_DECREF(parsed);

@@ -174,6 +174,12 @@ def test_the_compiled_reader_refuses_bad_arguments_and_answers() -> None:
     with pytest.raises(TypeError, match="message\\(\\) must return"):
         _cstream.Changes(lambda _: (5, b"k" * 5), print, message, failed, NO_CHANGE)()
 
+    def huge_kind(nbytes: int, data: object) -> Any:
+        return (2**70, 0, False)
+
+    with pytest.raises(OverflowError):
+        _cstream.Changes(lambda _: (5, b"k" * 5), print, huge_kind, failed, NO_CHANGE)()
+
     def broken(_: int) -> tuple[int, bytes]:
         raise ValueError("original")
 
