@@ -86,6 +86,10 @@ static inline void skip_ws(Scan *sc)
 /* Expect one structural byte (after whitespace) and step over it. */
 static inline int expect(Scan *sc, unsigned char c)
 {
+    if (sc->p < sc->end && *sc->p == c) { /* the common case: no whitespace before it */
+        sc->p++;
+        return 0;
+    }
     skip_ws(sc);
     if (sc->p >= sc->end || *sc->p != c)
         return -1;
@@ -508,6 +512,10 @@ static inline int key_is(const Value *key, const char *word)
 /* After a member: 1 for ',', 0 for the closing byte, -1 otherwise. */
 static inline int next_member(Scan *sc, unsigned char close)
 {
+    if (sc->p < sc->end && *sc->p > ' ') { /* the common case: no whitespace before it */
+        unsigned char c = *sc->p++;
+        return c == ',' ? 1 : c == close ? 0 : -1;
+    }
     skip_ws(sc);
     if (sc->p >= sc->end)
         return -1;
