@@ -47,6 +47,7 @@ from typing import Any
 
 import orjson
 
+from cdc_relay.decoding.compiled import DecodeFunction
 from cdc_relay.errors import BrokerError, SlotBusy
 from cdc_relay.model import Lsn, Message, OutboxEvent
 from cdc_relay.polling.settlement import AttemptFailure, Completion
@@ -59,7 +60,7 @@ from cdc_relay.sink.base import (
     ProduceRejected,
     QueueFull,
 )
-from cdc_relay.wal.protocol import XLOG_DATA, ChangeReader, Decode, ServerMessage, read_changes
+from cdc_relay.wal.protocol import XLOG_DATA, ChangeReader, ServerMessage, read_changes
 
 Reorder = Callable[[list[int]], list[int]]
 Failure = ErrorKind | DeliveryError
@@ -343,7 +344,7 @@ class FakeSource:
         self.reads += 1
         return self.script.pop(0)
 
-    def changes(self, decode: Decode) -> ChangeReader:
+    def changes(self, decode: DecodeFunction) -> ChangeReader:
         return read_changes(self.read, decode)
 
     def wait(self, timeout: float) -> None:

@@ -259,15 +259,10 @@ static Py_ssize_t unescape(const Value *v, unsigned char *out)
             x = word ^ (ones * '\\');
             slash = (x - ones) & ~x & high;
             memcpy(o, &word, sizeof word);
-            if (slash) {
+            if (slash) { /* the byte loop below steps to it where no prefix is known */
                 int k = unmarked_prefix(slash);
                 o += k;
                 p += k;
-                if (*p == '\\')
-                    break;
-                /* not little-endian (no prefix known): find it byte by byte */
-                while (*p != '\\')
-                    *o++ = *p++;
                 break;
             }
             o += 8;
@@ -429,13 +424,19 @@ static inline int plain_string(Scan *sc, Value *v)
     return 1;
 }
 
-/* An unescaped key (an escaped one is declined: it could spell a key that matters). */
-static int scan_key(Scan *sc, Value *key)
+/* A string (after whitespace) that is likely short and plain: a key, a column's name. */
+static inline int scan_short_string(Scan *sc, Value *v)
 {
     skip_ws(sc);
     if (sc->p >= sc->end || *sc->p != '"')
         return -1;
-    if (!plain_string(sc, key) && (scan_string(sc, key) < 0 || key->escaped))
+    return plain_string(sc, v) ? 0 : scan_string(sc, v);
+}
+
+/* An unescaped key (an escaped one is declined: it could spell a key that matters). */
+static int scan_key(Scan *sc, Value *key)
+{
+    if (scan_short_string(sc, key) < 0 || key->escaped)
         return -1;
     return expect(sc, ':');
 }
@@ -454,13 +455,8 @@ static int skip_container(Scan *sc, unsigned char close)
         return 0;
     }
     for (;;) {
-        if (close == '}') {
-            skip_ws(sc);
-            if (sc->p >= sc->end || *sc->p != '"'
-                || (!plain_string(sc, &ignored) && scan_string(sc, &ignored) < 0)
-                || expect(sc, ':') < 0)
-                return -1;
-        }
+        if (close == '}' && (scan_short_string(sc, &ignored) < 0 || expect(sc, ':') < 0))
+            return -1;
         if (parse_value(sc, &ignored) < 0)
             return -1;
         skip_ws(sc);
@@ -502,7 +498,6 @@ static int parse_value(Scan *sc, Value *v)
     }
 }
 
-
 static inline int key_is(const Value *key, const char *word)
 {
     size_t n = strlen(word);
@@ -534,10 +529,8 @@ static int parse_column(Scan *sc, Want *w, Py_ssize_t index)
     do {
         if (scan_key(sc, &key) < 0)
             return -1;
-        if (key_is(&key, "name")) { /* a column name: mostly short and plain */
-            skip_ws(sc);
-            if (has_name++ || sc->p >= sc->end || *sc->p != '"'
-                || (!plain_string(sc, &name) && scan_string(sc, &name) < 0))
+        if (key_is(&key, "name")) {
+            if (has_name++ || scan_short_string(sc, &name) < 0)
                 return -1;
         }
         else if (key_is(&key, "value")) {

@@ -2,8 +2,9 @@
 
 from collections.abc import Callable
 
+from cdc_relay.decoding.compiled import DecodeFunction
 from cdc_relay.model import Change
-from cdc_relay.wal.protocol import Decode, ServerMessage
+from cdc_relay.wal.protocol import ServerMessage
 
 class Changes:
     """protocol.read_changes over ReplicationStream.read, in C: the next change, a
@@ -11,7 +12,7 @@ class Changes:
     is buffered."""
 
     def __init__(self, get_copy_data: Callable[[int], tuple[int, memoryview | bytes]],
-                 decode: Decode,
+                 decode: DecodeFunction,
                  message: Callable[[int, memoryview], ServerMessage | None],
                  failed: Callable[[Exception], object], no_change: object) -> None: ...
     def __call__(self) -> Change | ServerMessage | object | None: ...

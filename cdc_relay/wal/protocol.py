@@ -15,6 +15,7 @@ import struct
 from collections.abc import Callable
 from typing import Final
 
+from cdc_relay.decoding.compiled import DecodeFunction
 from cdc_relay.errors import DecodeError
 from cdc_relay.model import Change, Lsn
 
@@ -43,10 +44,9 @@ NO_CHANGE: Final = _NoChange()
 # A session's reader: the next change, a keepalive (its ServerMessage), NO_CHANGE, or
 # None when no message is complete yet.
 ChangeReader = Callable[[], "Change | ServerMessage | _NoChange | None"]
-Decode = Callable[["bytes | memoryview", int], "Change | None"]
 
 
-def read_changes(read: Callable[[], ServerMessage | None], decode: Decode) -> ChangeReader:
+def read_changes(read: Callable[[], ServerMessage | None], decode: DecodeFunction) -> ChangeReader:
     """The reader over ``read`` (a source's next ServerMessage) and ``decode``: each
     XLogData's payload decoded, a keepalive as it came. The pure twin of the compiled
     reader (wal/_cstream.c), and the reader of every source without one."""

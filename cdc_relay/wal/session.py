@@ -31,6 +31,7 @@ from typing import Protocol
 
 from cdc_relay.acks import AckTracker
 from cdc_relay.config import FlowConfig
+from cdc_relay.decoding.compiled import DecodeFunction
 from cdc_relay.errors import DeadLetterRefused, RelayError
 from cdc_relay.logs import event_fields
 from cdc_relay.model import Begin, Change, Commit, IgnoredMessage, Lsn, Message, OutboxEvent
@@ -44,7 +45,7 @@ from cdc_relay.sink.base import (
     Sink,
 )
 from cdc_relay.wal.delivery import AtLeastOnce, DeliveryMode
-from cdc_relay.wal.protocol import ChangeReader, Decode, ServerMessage
+from cdc_relay.wal.protocol import ChangeReader
 
 log = logging.getLogger("cdc_relay.relay")
 
@@ -56,10 +57,9 @@ class ReplicationSource(Protocol):
     """What the loop needs from a replication connection (see wal/stream.py)."""
 
     def open(self) -> Lsn: ...
-    def read(self) -> ServerMessage | None: ...
-    def changes(self, decode: Decode) -> ChangeReader:
-        """The reader the loop pulls from (after ``open``): protocol.read_changes over
-        ``read``, or a compiled one that does the same."""
+    def changes(self, decode: DecodeFunction) -> ChangeReader:
+        """The reader the loop pulls from (after ``open``): protocol.read_changes over the
+        source's own read, or a compiled one that does the same."""
     def wait(self, timeout: float) -> None: ...
     def send_status(self, flushed: Lsn, *, reply: bool = False) -> None: ...
     def close(self) -> None: ...

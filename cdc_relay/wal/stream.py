@@ -36,7 +36,7 @@ from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from cdc_relay.config import ReplicationConfig
-from cdc_relay.decoding.compiled import compiled_extension
+from cdc_relay.decoding.compiled import DecodeFunction, compiled_extension
 from cdc_relay.errors import DatabaseError, ServiceUnavailable, SlotBusy, SourceLost, mask_secrets
 from cdc_relay.model import Lsn
 from cdc_relay.wal.protocol import (
@@ -44,7 +44,6 @@ from cdc_relay.wal.protocol import (
     XLOG_DATA,
     XLOG_HEADER_SIZE,
     ChangeReader,
-    Decode,
     ServerMessage,
     parse,
     read_changes,
@@ -218,7 +217,7 @@ class ReplicationStream:
             return XLOG_DATA, _WAL_START.unpack_from(data, 1)[0], data[XLOG_HEADER_SIZE:]
         return self._message(nbytes, data)
 
-    def changes(self, decode: Decode) -> ChangeReader:
+    def changes(self, decode: DecodeFunction) -> ChangeReader:
         """The session's reader (protocol.read_changes over ``read``): compiled where built
         (wal/_cstream.c), without a Python frame per row; per ``compiled`` as the decoder."""
         pgconn = self._pgconn

@@ -13,13 +13,14 @@ from dataclasses import replace
 import pytest
 
 from cdc_relay.config import FlowConfig, RouterConfig
+from cdc_relay.decoding.compiled import DecodeFunction
 from cdc_relay.errors import DeadLetterRefused, ExitCode, SourceLost
 from cdc_relay.model import Lsn
 from cdc_relay.routing import Router
 from cdc_relay.sink.base import Cause, DeliveryError, ErrorKind
 from cdc_relay.testing import FakeSink, FakeSinkFactory
 from cdc_relay.wal.loop import LoopTimings, WalRelay
-from cdc_relay.wal.protocol import ChangeReader, Decode, ServerMessage, read_changes
+from cdc_relay.wal.protocol import ChangeReader, ServerMessage, read_changes
 from tests.unit.wal_harness import FAST, TABLE, Harness, Txn, report_styles, txns
 
 __all__ = ["report_styles"]  # the autouse fixture: every test with both report styles
@@ -177,7 +178,7 @@ class FlakySource:
             raise SourceLost("fake: connection lost")
         return None
 
-    def changes(self, decode: Decode) -> ChangeReader:
+    def changes(self, decode: DecodeFunction) -> ChangeReader:
         return read_changes(self.read, decode)
 
     def wait(self, timeout: float) -> None:
