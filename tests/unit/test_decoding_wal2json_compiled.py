@@ -201,8 +201,15 @@ def test_escapes_after_runs_of_every_length_unescape_alike() -> None:
             assert hit is not None and hit.aggregate_id == orjson.loads(f'"{value}"'), value
 
 
-@pytest.mark.parametrize("special", ["", '\\"', "\\u0061", "é", "\x7f", "\x01"],
-                         ids=["plain", "quote", "u-escape", "utf8", "del", "control"])
+# A key's or a column name's spellings: plain, escaped, multi-byte, DEL, and a raw
+# control character (the pure path's to refuse). PLAIN ones the compiled path takes itself.
+SPELLINGS = pytest.mark.parametrize(
+    "special", ["", '\\"', "\\u0061", "é", "\x7f", "\x01"],
+    ids=["plain", "quote", "u-escape", "utf8", "del", "control"])
+PLAIN = ("", "é", "\x7f")
+
+
+@SPELLINGS
 def test_a_skipped_column_and_a_column_name_are_read_alike_whatever_their_spelling(
         special: str) -> None:
     # A column the plan does not read is skipped with its keys taken by the short-key
@@ -215,12 +222,11 @@ def test_a_skipped_column_and_a_column_name_are_read_alike_whatever_their_spelli
             named = good(COLUMNS.replace('"name":"aggregate_id"', f'"name":"{word}"'))
             mapped = word if special == "\x01" else orjson.loads(f'"{word}"')  # raw: refused
             assert_same(OutboxColumns(aggregate_id=mapped), [named])
-            if special in ("", "é", "\x7f"):  # plain, so taken by the compiled path
+            if special in PLAIN:
                 assert take(skipped, ncols=7) is not None, word
 
 
-@pytest.mark.parametrize("special", ["", '\\"', "\\u0061", "é", "\x7f", "\x01"],
-                         ids=["plain", "quote", "u-escape", "utf8", "del", "control"])
+@SPELLINGS
 def test_a_key_is_read_alike_whatever_its_length_and_where_a_byte_needs_a_look(
         special: str) -> None:
     # A short plain key is read without the general string scan when its closing quote is
@@ -231,7 +237,7 @@ def test_a_key_is_read_alike_whatever_its_length_and_where_a_byte_needs_a_look(
             top = good(template=GOOD.replace('"xid":7', f'"{key}":1,"xid":7'))
             column = good(COLUMNS.replace('{"name":"id",', f'{{"{key}":0,"name":"id",'))
             assert_same(OutboxColumns(), [good(), top, column])
-            if special in ("", "é", "\x7f"):  # plain keys of any length are taken
+            if special in PLAIN:  # of any length
                 assert take(top) is not None and take(column) is not None, key
 
 
