@@ -20,6 +20,8 @@ class ExitCode(enum.IntEnum):
     UNAVAILABLE = 3  # PostgreSQL or the broker cannot be reached / refused us
     DATA = 4  # a change could not be decoded: stopped without confirming past it
     DEAD_LETTER_REFUSED = 5  # the dead-letter topic refused an event: stopped before it
+    REFUSED = 6  # PostgreSQL or the broker refused us: credentials, privileges, a missing role attribute
+    SLOT_LOST = 7  # the replication slot the relay created is gone or invalidated: recovery needed
     INTERRUPTED = 130  # a second signal: stopped at once
 
 
@@ -51,6 +53,28 @@ class DatabaseError(ServiceUnavailable):
 
 class BrokerError(ServiceUnavailable):
     """The broker (or the producer talking to it) failed in a way the command cannot fix."""
+
+
+class AccessRefused(RelayError):
+    """PostgreSQL or the broker refused the relay's credentials or privileges.
+
+    Retrying cannot fix it (wrong password, a role without REPLICATION or a table
+    privilege, a broker ACL): one line with the GRANT or setting that fixes it, exit 6,
+    the same at start-up and mid-run (docs/design.md, the retry-or-exit policy).
+    """
+
+    exit_code = ExitCode.REFUSED
+
+
+class SlotLost(RelayError):
+    """The replication slot this relay created is missing or invalidated (a slot loss).
+
+    Events committed since its last confirmed position may never have been relayed, so the
+    relay never silently creates a fresh slot: it stops (exit 7) with the recovery command,
+    or recovers by itself when configured to (docs/design.md, continuity).
+    """
+
+    exit_code = ExitCode.SLOT_LOST
 
 
 class SlotBusy(DatabaseError):
