@@ -1,12 +1,18 @@
 """Fixtures of the RabbitMQ and NATS sink tests: the machine's services, names of the test's own.
 
 The services are shared by everyone on the machine: they are started if down (never
-stopped), and every test uses names from its ``topic_prefix`` and deletes them.
+stopped), and every test uses names from its ``topic_prefix`` and deletes them. One xdist
+worker at a time starts them (a file lock). A service that cannot be started skips its
+tests on a developer's machine, and fails them in CI (``CI=true``), where it must exist.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
+import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -16,20 +22,27 @@ from tests.integration.sinks.support import RabbitReader, delete_stream
 from tests.integration.tcp_proxy import TcpProxy
 
 
+def _machine_service(name: str, ensure: Callable[[], str]) -> str:
+    """``ensure()``'s URL, started by one worker at a time; skip (fail in CI) if it cannot be."""
+    lock = Path(tempfile.gettempdir()) / "cdc-relay-machine-services.lock"
+    try:
+        with open(lock, "a") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)
+            return ensure()
+    except LocalServiceError as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{name} could not be started, and CI must run its tests: {exc}")
+        pytest.skip(f"{name} could not be started: {exc}")
+
+
 @pytest.fixture(scope="session")
 def rabbitmq_url() -> str:
-    try:
-        return ensure_rabbitmq()
-    except LocalServiceError as exc:
-        pytest.skip(f"RabbitMQ could not be started: {exc}")
+    return _machine_service("RabbitMQ", ensure_rabbitmq)
 
 
 @pytest.fixture(scope="session")
 def nats_url() -> str:
-    try:
-        return ensure_nats()
-    except LocalServiceError as exc:
-        pytest.skip(f"NATS could not be started: {exc}")
+    return _machine_service("NATS", ensure_nats)
 
 
 @pytest.fixture
