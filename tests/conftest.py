@@ -24,6 +24,7 @@ import pytest
 from cdc_relay.local.broker import Broker
 from cdc_relay.local.noida import NoidaBroker
 from cdc_relay.local.postgres import PostgresCluster
+from tests.databases import Databases
 
 _INTEGRATION_DIR = Path(__file__).parent / "integration"
 
@@ -58,15 +59,25 @@ def broker() -> Iterator[Broker]:
     yield from _running(Broker())
 
 
+@pytest.fixture(scope="session")
+def databases(pg_cluster: PostgresCluster) -> Iterator[Databases]:
+    """Creates and drops ``pg_cluster``'s test databases over one connection (no psql)."""
+    made = Databases(pg_cluster)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
 @pytest.fixture
-def db(pg_cluster: PostgresCluster) -> Iterator[str]:
+def db(databases: Databases) -> Iterator[str]:
     """DSN of a fresh database; dropped afterwards with its slots and walsenders."""
     name = f"test_{uuid.uuid4().hex[:12]}"
-    dsn = pg_cluster.create_database(name)
+    dsn = databases.create(name)
     try:
         yield dsn
     finally:
-        pg_cluster.drop_database(name)
+        databases.drop(name)
 
 
 @pytest.fixture

@@ -8,6 +8,8 @@ in conftest.py do.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import signal
 import subprocess
@@ -159,6 +161,19 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120.
     """Run ``cdc-relay args…`` to completion; stdout/stderr captured as text."""
     return subprocess.run(cli_command(*args), capture_output=True, text=True, input=input,
                           timeout=timeout, env={**os.environ, **(env or {})}, check=False)
+
+
+def run_cli_in_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """``cdc-relay args…`` run in this process, as ``run_cli`` reports it, without
+    starting an interpreter: for set-up steps (``init`` before a relay starts). The
+    tests OF a command run it as a process (``run_cli``), as a user does."""
+    from cdc_relay.cli.main import cli
+    from cdc_relay.cli.options import run_cli as run_group
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = run_group(cli, list(args))
+    return subprocess.CompletedProcess(cli_command(*args), code, out.getvalue(), err.getvalue())
 
 
 class CliProcess:

@@ -11,11 +11,11 @@ from cdc_relay.config import OutboxConfig
 from cdc_relay.model import OutboxEvent
 from cdc_relay.outbox import emit
 from cdc_relay.polling.claims import PollingSource
-from tests.support import run_cli, wait_for
+from tests.support import run_cli_in_process, wait_for
 
 
 def _init(dsn: str) -> None:
-    result = run_cli("init", "--dsn", dsn, "--mode", "poll")
+    result = run_cli_in_process("init", "--dsn", dsn, "--mode", "poll")
     assert result.returncode == 0, result.stderr
 
 

@@ -11,7 +11,7 @@ import orjson
 import psycopg
 
 from cdc_relay.outbox import emit
-from tests.support import CliProcess, KafkaCollector, Msg, run_cli, wait_for
+from tests.support import CliProcess, KafkaCollector, Msg, run_cli_in_process, wait_for
 
 AGGREGATE_TYPES = ("order", "customer", "invoice")
 
@@ -31,7 +31,7 @@ class Expected:
 
 
 def init_db(dsn: str, slot: str = "cdc_relay", plugin: str = "wal2json") -> None:
-    result = run_cli("init", "--dsn", dsn, "--slot", slot, "--plugin", plugin)
+    result = run_cli_in_process("init", "--dsn", dsn, "--slot", slot, "--plugin", plugin)
     assert result.returncode == 0, result.stderr
 
 
