@@ -5,6 +5,12 @@ PY := $(VENV)/bin/python
 # benchmarks/ may not exist yet: lint only the directories that do.
 LINT_DIRS := $(wildcard cdc_relay tests benchmarks)
 
+# The suite runs on pytest-xdist workers, each with its own session services (PostgreSQL
+# cluster, brokers: tests/conftest.py). The integration tests mostly wait on processes, so
+# more workers than cores pays: docs/development.md has the measurement behind the number.
+TEST_WORKERS ?= 3
+PYTEST := $(VENV)/bin/pytest -q -n $(TEST_WORKERS) --durations=15
+
 .PHONY: bootstrap lint unit test demo bench clean
 
 bootstrap:
@@ -20,11 +26,14 @@ lint: bootstrap
 	  echo "lint: alert rules not checked: promtool missing ($$(cat $(VENV)/.prometheus-unavailable))" >&2; \
 	else echo "lint: promtool missing: run scripts/bootstrap.sh as root" >&2; exit 1; fi
 
+# The fast unit tests; the slow ones (long property runs) run in `make test`'s second step.
 unit: bootstrap
-	$(VENV)/bin/pytest -q tests/unit
+	$(PYTEST) -m "not slow" tests/unit
 
+# Two steps: the fast set, then the tests marked slow (a benchmark, a big backlog...).
 test: lint
-	$(VENV)/bin/pytest -q
+	$(PYTEST) -m "not slow"
+	$(PYTEST) -m slow
 
 demo: bootstrap
 	$(VENV)/bin/cdc-relay demo

@@ -176,6 +176,12 @@ def run_cli_in_process(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(cli_command(*args), code, out.getvalue(), err.getvalue())
 
 
+def init_outbox(dsn: str, *args: str) -> None:
+    """A test's set-up: ``cdc-relay init --dsn dsn args…`` in-process; it must succeed."""
+    result = run_cli_in_process("init", "--dsn", dsn, *args)
+    assert result.returncode == 0, result.stderr
+
+
 class CliProcess:
     """A long-running ``cdc-relay`` (run, poll…) with its output in temp files.
 

@@ -8,14 +8,13 @@ from collections import defaultdict
 import orjson
 import psycopg
 
-from tests.support import CliProcess, Msg, run_cli_in_process, wait_for
+from tests.support import CliProcess, Msg, init_outbox, wait_for
 
 AGGREGATES = 20
 
 
 def init_no_slot(dsn: str, *extra: str) -> None:
-    result = run_cli_in_process("init", "--dsn", dsn, "--no-slot", *extra)
-    assert result.returncode == 0, result.stderr
+    init_outbox(dsn, "--no-slot", *extra)
 
 
 def insert_rows(dsn: str, start: int, count: int, *, per_txn: int = 1000,

@@ -23,7 +23,7 @@ from tests.integration.backfill_support import (
     start_backfilling_relay,
     wait_streaming,
 )
-from tests.support import KafkaCollector, run_cli, run_cli_in_process, wait_for
+from tests.support import KafkaCollector, init_outbox, run_cli, wait_for
 
 PLUGINS = ["wal2json", "pgoutput"]
 
@@ -64,7 +64,7 @@ def test_rows_pending_before_the_slot_and_live_rows_arrive_once_in_aggregate_ord
 def test_snapshot_initial_on_an_existing_slot_is_refused_and_touches_nothing(
     db: str, broker: Broker, plugin: str
 ) -> None:
-    assert run_cli_in_process("init", "--dsn", db, "--plugin", plugin).returncode == 0  # creates the slot
+    init_outbox(db, "--plugin", plugin)  # creates the slot
     insert_rows(db, 0, 10)
     result = run_cli("run", "--dsn", db, "--brokers", broker.bootstrap, "--plugin", plugin,
                      "--snapshot", "initial")

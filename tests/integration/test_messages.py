@@ -23,7 +23,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from cdc_relay.local.broker import Broker
 from cdc_relay.outbox import emit, emit_async, emit_message, emit_message_async
 from tests.integration.wal_support import init_db, start_relay
-from tests.support import CliProcess, KafkaCollector, Msg, run_cli, run_cli_in_process
+from tests.support import CliProcess, KafkaCollector, Msg, init_outbox, run_cli
 
 EVENT_ID = uuid.UUID("4d47e190-0402-4048-bc2c-89dd54343cdc")
 MESSAGE_ID = uuid.UUID("4d47e190-0402-4048-bc2c-89dd54343cdd")
@@ -87,7 +87,7 @@ def test_debezium_json_headers_and_trace_context_are_identical_in_both_plugins_a
         db: str, broker: Broker, topic_prefix: str) -> None:
     init_db(db, slot="w", plugin="wal2json")
     init_db(db, slot="p", plugin="pgoutput")
-    assert run_cli_in_process("init", "--dsn", db, "--no-slot", "--with-trace-context").returncode == 0
+    init_outbox(db, "--no-slot", "--with-trace-context")
     again = run_cli("init", "--dsn", db, "--no-slot", "--with-trace-context")
     assert "schema up to date" in again.stdout, again.stdout + again.stderr
     with psycopg.connect(db) as conn:
@@ -214,7 +214,7 @@ def test_an_unknown_column_is_one_line_and_exit_2_at_start_up(
 
 def test_async_twins_write_the_trace_context_and_the_envelope(db: str) -> None:
     init_db(db, slot="w", plugin="wal2json")
-    assert run_cli_in_process("init", "--dsn", db, "--no-slot", "--with-trace-context").returncode == 0
+    init_outbox(db, "--no-slot", "--with-trace-context")
 
     async def scenario() -> tuple[uuid.UUID, uuid.UUID]:
         async with await psycopg.AsyncConnection.connect(db) as conn:

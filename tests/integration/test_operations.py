@@ -17,7 +17,7 @@ from cdc_relay.local.helpers import free_port
 from cdc_relay.local.postgres import PostgresCluster
 from cdc_relay.outbox import emit
 from tests.integration.wal_support import collect_ids, init_db, start_relay, write_workload
-from tests.support import CliProcess, KafkaCollector, http_get, run_cli, run_cli_in_process, scrape, wait_for
+from tests.support import CliProcess, KafkaCollector, http_get, init_outbox, run_cli, scrape, wait_for
 
 IDLE_LAG = 16 * 1024  # "about zero": background WAL (checkpoints, other tests) is small
 
@@ -83,7 +83,7 @@ def test_readiness_fails_while_no_broker_answers(db: str) -> None:
 
 def test_poll_metrics_count_events_backlog_and_batches(
         db: str, broker: Broker, topic_prefix: str) -> None:
-    assert run_cli_in_process("init", "--dsn", db, "--no-slot").returncode == 0
+    init_outbox(db, "--no-slot")
     port = free_port()
     args = ["poll", "--dsn", db, "--brokers", broker.bootstrap, "--metrics-port", str(port),
             "--topic-pattern", topic_prefix + ".{aggregate_type}", "--interval", "200ms"]
@@ -169,7 +169,7 @@ def test_doctor_passes_on_a_healthy_database(db: str, broker: Broker) -> None:
 def test_doctor_fails_on_wal_level_replica_and_prints_the_fix() -> None:
     with PostgresCluster(settings={"wal_level": "replica"}) as cluster:
         dsn = cluster.create_database("app")
-        assert run_cli_in_process("init", "--dsn", dsn, "--no-slot").returncode == 0
+        init_outbox(dsn, "--no-slot")
         result = run_cli("doctor", "--dsn", dsn)
         assert result.returncode == 1
         lines = result.stdout.splitlines()
@@ -215,7 +215,7 @@ def test_doctor_names_output_plugin_libraries_when_wal2json_is_not_allowed() -> 
                            " WHERE name = 'output_plugin_libraries'") != "1":
             pytest.skip("this PostgreSQL minor has no output_plugin_libraries")
         dsn = cluster.create_database("app")
-        assert run_cli_in_process("init", "--dsn", dsn, "--no-slot").returncode == 0
+        init_outbox(dsn, "--no-slot")
         result = run_cli("doctor", "--dsn", dsn)
         assert result.returncode == 1
         assert "FAIL  output_plugin_libraries" in result.stdout

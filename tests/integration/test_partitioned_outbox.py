@@ -16,7 +16,7 @@ import pytest
 
 from cdc_relay.local.broker import Broker
 from tests.integration.wal_support import start_relay
-from tests.support import CliProcess, KafkaCollector, run_cli, run_cli_in_process, wait_for
+from tests.support import CliProcess, KafkaCollector, init_outbox, run_cli, wait_for
 
 PARTITIONED_OUTBOX = """
 CREATE TABLE outbox_events (
@@ -77,8 +77,7 @@ def _ids(collector: KafkaCollector, wanted: set[str]) -> set[str]:
 def test_wal_mode_relays_every_partition_including_dropped_and_new_ones(
         db: str, broker: Broker, topic_prefix: str, plugin: str) -> None:
     make_outbox(db, [1, 2, 3])
-    result = run_cli_in_process("init", "--dsn", db, "--plugin", plugin)
-    assert result.returncode == 0, result.stderr
+    init_outbox(db, "--plugin", plugin)
     expected = insert(db, [1, 2, 3], 5)
     # A partition created, filled and dropped before the relay reads its rows.
     create_partition(db, 4)

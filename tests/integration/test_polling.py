@@ -19,12 +19,11 @@ import pytest
 
 from cdc_relay.local.broker import Broker
 from cdc_relay.outbox import emit
-from tests.support import CliProcess, KafkaCollector, Msg, run_cli, run_cli_in_process, wait_for
+from tests.support import CliProcess, KafkaCollector, Msg, init_outbox, run_cli, wait_for
 
 
 def init_db(dsn: str) -> None:
-    result = run_cli_in_process("init", "--dsn", dsn, "--no-slot")
-    assert result.returncode == 0, result.stderr
+    init_outbox(dsn, "--no-slot")
 
 
 def start_poller(dsn: str, bootstrap: str, prefix: str, *extra: str,
@@ -348,8 +347,7 @@ def test_a_debezium_shaped_table_is_polled_by_configuration(
     from cdc_relay.model import OutboxColumns
 
     where = ("--table", "sales.dbz_outbox", "--columns", "debezium")
-    result = run_cli_in_process("init", "--dsn", db, "--no-slot", *where)
-    assert result.returncode == 0, result.stderr
+    init_outbox(db, "--no-slot", *where)
     with psycopg.connect(db) as conn:
         event = str(emit(conn, "invoice", "i-9", "InvoiceIssued", {"n": 1},
                          table="sales.dbz_outbox", columns=OutboxColumns.debezium()))

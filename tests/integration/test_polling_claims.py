@@ -11,16 +11,11 @@ from cdc_relay.config import OutboxConfig
 from cdc_relay.model import OutboxEvent
 from cdc_relay.outbox import emit
 from cdc_relay.polling.claims import PollingSource
-from tests.support import run_cli_in_process, wait_for
-
-
-def _init(dsn: str) -> None:
-    result = run_cli_in_process("init", "--dsn", dsn, "--mode", "poll")
-    assert result.returncode == 0, result.stderr
+from tests.support import init_outbox, wait_for
 
 
 def test_a_strict_poller_never_takes_a_row_a_plain_poller_published_meanwhile(db: str) -> None:
-    _init(db)
+    init_outbox(db, "--mode", "poll")
     with psycopg.connect(db) as conn:
         event_id = str(emit(conn, "order", "o-1", "Placed", {"n": 1}))
         conn.commit()
@@ -58,7 +53,7 @@ def test_a_strict_poller_never_takes_a_row_a_plain_poller_published_meanwhile(db
 
 
 def test_a_batch_outlives_an_idle_in_transaction_timeout_shorter_than_its_hold(db: str) -> None:
-    _init(db)
+    init_outbox(db, "--mode", "poll")
     with psycopg.connect(db) as conn:
         emit(conn, "order", "o-1", "Placed", {"n": 1})
         conn.commit()

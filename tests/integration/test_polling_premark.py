@@ -15,14 +15,13 @@ from cdc_relay.outbox import emit
 from cdc_relay.polling.claims import PollingSource
 from cdc_relay.polling.settlement import AttemptFailure
 from cdc_relay.polling.sql import array_literal
-from tests.support import run_cli_in_process
+from tests.support import init_outbox
 
 
 @pytest.fixture
 def outbox(db: str) -> Iterator[list[str]]:
     """Four pending events, e0..e3 in claim order; yields their ids."""
-    result = run_cli_in_process("init", "--dsn", db, "--mode", "poll")
-    assert result.returncode == 0, result.stderr
+    init_outbox(db, "--mode", "poll")
     with psycopg.connect(db) as conn:
         ids = [str(emit(conn, "order", f"o-{n}", "Placed", {"n": n})) for n in range(4)]
         conn.commit()

@@ -11,7 +11,7 @@ import orjson
 import psycopg
 
 from cdc_relay.outbox import emit
-from tests.support import CliProcess, KafkaCollector, Msg, run_cli_in_process, wait_for
+from tests.support import CliProcess, KafkaCollector, Msg, init_outbox, wait_for
 
 AGGREGATE_TYPES = ("order", "customer", "invoice")
 
@@ -31,8 +31,7 @@ class Expected:
 
 
 def init_db(dsn: str, slot: str = "cdc_relay", plugin: str = "wal2json") -> None:
-    result = run_cli_in_process("init", "--dsn", dsn, "--slot", slot, "--plugin", plugin)
-    assert result.returncode == 0, result.stderr
+    init_outbox(dsn, "--slot", slot, "--plugin", plugin)
 
 
 def start_relay(dsn: str, bootstrap: str, prefix: str, *, slot: str = "cdc_relay",

@@ -169,6 +169,7 @@ def a_mutated_insert(draw: st.DrawFn, names: list[str]) -> bytes:
     return message
 
 
+@pytest.mark.slow  # a long property run
 @settings(max_examples=1000, deadline=None)
 @given(data=st.data())
 def test_compiled_and_pure_agree_on_any_relation_and_inserts(data: st.DataObject) -> None:
@@ -177,6 +178,7 @@ def test_compiled_and_pure_agree_on_any_relation_and_inserts(data: st.DataObject
     same_outcomes([relation(RELID, names), *inserts], columns, extra)
 
 
+@pytest.mark.slow  # a long property run
 @settings(max_examples=200, deadline=None)
 @given(data=st.data())
 def test_compiled_and_pure_agree_when_the_relation_changes_under_them(data: st.DataObject) -> None:

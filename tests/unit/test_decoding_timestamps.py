@@ -164,6 +164,7 @@ any_text = (pg_timestamps() | raw_fields() | mutated()
             | st.text(alphabet=st.sampled_from(ODD), max_size=36) | st.text(max_size=36))
 
 
+@pytest.mark.slow  # a long property run
 @settings(max_examples=3000, deadline=None)
 @given(pg_timestamps())
 def test_every_postgresql_shaped_text_is_accepted_with_the_pure_value(text: str) -> None:
@@ -171,6 +172,7 @@ def test_every_postgresql_shaped_text_is_accepted_with_the_pure_value(text: str)
     assert epoch_ms(text) == reference_ms(text) == TimestampParser(compiled=False).parse(text)
 
 
+@pytest.mark.slow  # a long property run
 @settings(max_examples=4000, deadline=None)
 @given(any_text)
 @example("2026-02-29 00:00:00+00")

@@ -69,6 +69,7 @@ def test_any_document_decodes_alike_on_both_paths(data: st.DataObject, created_a
     assert_same(OutboxColumns(created_at=created_at), [warm_up, text, warm_up])
 
 
+@pytest.mark.slow  # a long property run
 @SETTINGS
 @given(data=st.data())
 def test_well_formed_inserts_are_taken_by_the_compiled_path_with_the_pure_result(
@@ -94,6 +95,7 @@ def test_well_formed_inserts_are_taken_by_the_compiled_path_with_the_pure_result
         assert hit is None
 
 
+@pytest.mark.slow  # a long property run
 @SETTINGS
 @given(data=st.data())
 def test_a_row_of_another_shape_after_a_good_one_decodes_alike(data: st.DataObject) -> None:

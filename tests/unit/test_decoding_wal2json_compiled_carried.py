@@ -44,6 +44,7 @@ TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 # ---------------------------------------------------------------- differential properties
 
 
+@pytest.mark.slow  # a long property run
 @SETTINGS
 @given(data=st.data(), extras=EXTRA_CHOICES, created_at=st.sampled_from(["created_at", ""]))
 def test_any_document_with_carried_columns_decodes_alike_on_both_paths(
@@ -66,6 +67,7 @@ def test_any_document_with_carried_columns_decodes_alike_on_both_paths(
     assert_same(OutboxColumns(created_at=created_at), [warm_up, text, warm_up], extras)
 
 
+@pytest.mark.slow  # a long property run
 @SETTINGS
 @given(data=st.data(), extras=EXTRA_CHOICES)
 def test_a_stream_whose_row_shape_changes_decodes_alike(

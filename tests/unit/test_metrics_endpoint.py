@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -26,6 +24,7 @@ from cdc_relay.ops.metrics.endpoint import (
 )
 from cdc_relay.polling.settlement import BATCH_BUCKETS, Completion, PollStats, Settlement
 from cdc_relay.wal.loop import RelayStats
+from tests.support import http_get
 
 SLOT = SlotStatus(name="cdc_relay", plugin="wal2json", slot_type="logical", database="app",
                   active=True, active_pid=42, confirmed_flush_lsn=Lsn(100), restart_lsn=Lsn(50),
@@ -171,11 +170,7 @@ def server(wal_stats: RelayStats) -> Iterator[MetricsServer]:
 
 
 def get(server: MetricsServer, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}{path}", timeout=5) as reply:
-            return reply.status, reply.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
+    return http_get(server.port, path)
 
 
 def test_http_endpoint_serves_metrics_health_and_readiness_without_access_lines(

@@ -10,7 +10,6 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -39,17 +38,6 @@ def wait_for_inflight(port: int, count: int) -> None:
     """Wait until the relay has read ``count`` events and awaits their acks."""
     wait_for(lambda: scrape(port).get("cdc_relay_inflight_events") == count, timeout=30,
              message=f"{count} events in flight")
-
-
-@pytest.fixture
-def short_timeout_cluster() -> Iterator[PostgresCluster]:
-    """A private cluster whose walsender gives up on a silent client after 5 s."""
-    cluster = PostgresCluster(settings={"wal_sender_timeout": "5s"})
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.cleanup()
 
 
 def _peak_rss_mb(pid: int) -> float:

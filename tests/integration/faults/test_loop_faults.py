@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -38,17 +37,6 @@ from tests.support import KafkaCollector, wait_for
 pytestmark = pytest.mark.faults
 
 NO_AUTO_CREATE = ("--producer-config", "allow.auto.create.topics=false")
-
-
-@pytest.fixture
-def short_timeout_cluster() -> Iterator[PostgresCluster]:
-    """A private cluster whose walsender gives up on a silent client after 5 s."""
-    cluster = PostgresCluster(settings={"wal_sender_timeout": "5s"})
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.cleanup()
 
 
 def _create_topics(bootstrap: str, *names: str) -> None:

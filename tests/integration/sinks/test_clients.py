@@ -17,7 +17,7 @@ from cdc_relay.sink.nats import NatsSink
 from cdc_relay.sink.rabbitmq import RabbitMqSink
 from tests.integration.sinks.support import RabbitReader
 from tests.integration.tcp_proxy import TcpProxy
-from tests.support import run_cli, run_cli_in_process
+from tests.support import init_outbox, run_cli
 
 
 def serve_until(sink: BackgroundSink, done: Callable[[], object], timeout: float = 30.0) -> None:
@@ -128,7 +128,7 @@ def test_nats_refuses_a_payload_over_the_server_limit_as_permanent(
 
 def test_doctor_checks_the_rabbitmq_and_nats_sinks(db: str, rabbitmq_url: str, nats_url: str,
                                                    rabbit: RabbitReader, topic_prefix: str) -> None:
-    assert run_cli_in_process("init", "--dsn", db, "--no-slot").returncode == 0
+    init_outbox(db, "--no-slot")
     rabbit_report = run_cli("doctor", "--dsn", db, "--mode", "poll", "--sink", "rabbitmq",
                             "--brokers", rabbitmq_url, "--sink-config", f"exchange={topic_prefix}")
     assert "PASS  broker: rabbitmq" in rabbit_report.stdout, rabbit_report.stdout
