@@ -19,6 +19,7 @@ import urllib.request
 from datetime import datetime
 
 import psycopg
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from cdc_relay.local.broker import Broker
@@ -105,6 +106,7 @@ def assert_dashboard_evaluates(prom: PrometheusServer) -> None:
     assert not failed, failed
 
 
+@pytest.mark.slow  # a live Prometheus waits for its alert
 def test_a_frozen_broker_fires_the_stall_alert_and_every_used_series_exists(
         db: str, private_broker: Broker, topic_prefix: str) -> None:
     init_db(db)

@@ -28,6 +28,7 @@ from tests.support import KafkaCollector, init_outbox, run_cli, wait_for
 PLUGINS = ["wal2json", "pgoutput"]
 
 
+@pytest.mark.slow  # a 20,000-row backfill
 @pytest.mark.parametrize("plugin", PLUGINS)
 def test_rows_pending_before_the_slot_and_live_rows_arrive_once_in_aggregate_order(
     db: str, broker: Broker, topic_prefix: str, plugin: str
@@ -101,6 +102,7 @@ def test_bad_snapshot_input_is_one_line_exit_2_and_touches_nothing(db: str, brok
     assert backfill_state(db) is None
 
 
+@pytest.mark.slow  # a 30,000-row backfill
 def test_kill_9_mid_backfill_then_the_same_command_loses_nothing(
     db: str, private_broker: Broker, topic_prefix: str
 ) -> None:
@@ -151,6 +153,7 @@ def _ids(dsn: str, where: str) -> list[str]:
         return [r[0] for r in conn.execute(f"SELECT id::text FROM outbox_events WHERE {where}")]
 
 
+@pytest.mark.slow  # a 20,000-row backfill
 def test_a_broker_stall_mid_backfill_resumes_in_the_same_snapshot_with_a_new_producer(
     db: str, private_broker: Broker, topic_prefix: str
 ) -> None:

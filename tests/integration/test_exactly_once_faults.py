@@ -15,6 +15,7 @@ from contextlib import contextmanager
 
 import orjson
 import psycopg
+import pytest
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from cdc_relay.local.helpers import free_port
@@ -238,6 +239,7 @@ def test_a_broker_restart_under_load_is_survived_exactly_once(
 BIG_TXN_EVENTS = 100_000
 
 
+@pytest.mark.slow  # a 100,000-event transaction
 def test_one_postgres_transaction_of_100k_events_is_one_atomic_kafka_transaction(
         db: str, noida: NoidaBroker, topic_prefix: str) -> None:
     init_db(db)

@@ -132,6 +132,7 @@ def test_standby_relay_waits_on_a_busy_slot_and_takes_over(
     assert_contract(messages, expected, topic_prefix)
 
 
+@pytest.mark.slow  # a 100,000-event transaction
 def test_one_transaction_of_100k_events_streams_with_bounded_memory(
     db: str, broker: Broker, topic_prefix: str
 ) -> None:
