@@ -46,15 +46,22 @@ def nats_sink(port: int, stream: str, prefix: str, got: list[Delivery], *extra: 
     return NatsSink(config, collect(got))
 
 
+def proxied_sink(kind: str, proxy_factory: Callable[[int], TcpProxy], rabbit: RabbitReader,
+                 nats_stream: str, prefix: str, got: list[Delivery]) -> tuple[TcpProxy, BackgroundSink]:
+    """A ``kind`` sink that reaches its broker through a proxy; a RabbitMQ queue reads it."""
+    proxy = proxy_factory(RABBITMQ_PORT if kind == "rabbitmq" else NATS_PORT)
+    sink: BackgroundSink = (rabbit_sink(proxy.port, prefix, got) if kind == "rabbitmq"
+                            else nats_sink(proxy.port, nats_stream, prefix, got))
+    rabbit.bind(f"{prefix}.q", f"{prefix}.#")
+    return proxy, sink
+
+
 @pytest.mark.parametrize("kind", ["rabbitmq", "nats"])
 def test_warm_up_fails_while_the_broker_is_unreachable_and_succeeds_on_the_same_sink_after(
         kind: str, rabbit: RabbitReader, nats_stream: str, topic_prefix: str,
         proxy_factory: Callable[[int], TcpProxy]) -> None:
-    proxy = proxy_factory(RABBITMQ_PORT if kind == "rabbitmq" else NATS_PORT)
     got: list[Delivery] = []
-    sink: BackgroundSink = (rabbit_sink(proxy.port, topic_prefix, got) if kind == "rabbitmq"
-                            else nats_sink(proxy.port, nats_stream, topic_prefix, got))
-    rabbit.bind(f"{topic_prefix}.q", f"{topic_prefix}.#")
+    proxy, sink = proxied_sink(kind, proxy_factory, rabbit, nats_stream, topic_prefix, got)
     proxy.cut()
     try:
         with pytest.raises(BrokerError):
@@ -72,11 +79,8 @@ def test_warm_up_fails_while_the_broker_is_unreachable_and_succeeds_on_the_same_
 def test_a_stalled_broker_makes_the_sink_fatal_after_the_message_timeout(
         kind: str, rabbit: RabbitReader, nats_stream: str, topic_prefix: str,
         proxy_factory: Callable[[int], TcpProxy]) -> None:
-    proxy = proxy_factory(RABBITMQ_PORT if kind == "rabbitmq" else NATS_PORT)
     got: list[Delivery] = []
-    sink: BackgroundSink = (rabbit_sink(proxy.port, topic_prefix, got) if kind == "rabbitmq"
-                            else nats_sink(proxy.port, nats_stream, topic_prefix, got))
-    rabbit.bind(f"{topic_prefix}.q", f"{topic_prefix}.#")
+    proxy, sink = proxied_sink(kind, proxy_factory, rabbit, nats_stream, topic_prefix, got)
     try:
         sink.warm_up(5.0)
         proxy.pause()
