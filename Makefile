@@ -11,7 +11,7 @@ LINT_DIRS := $(wildcard cdc_relay tests benchmarks)
 TEST_WORKERS ?= 3
 PYTEST := $(VENV)/bin/pytest -q -n $(TEST_WORKERS) --durations=15
 
-.PHONY: bootstrap lint unit test demo bench clean
+.PHONY: bootstrap lint unit test test-fast test-slow demo bench clean
 
 bootstrap:
 	@bash scripts/bootstrap.sh
@@ -31,8 +31,14 @@ unit: bootstrap
 	$(PYTEST) -m "not slow" tests/unit
 
 # Two steps: the fast set, then the tests marked slow (a benchmark, a big backlog...).
+# The slow step runs even when the fast one failed (-k), so one run reports every failure.
 test: lint
+	@$(MAKE) --no-print-directory -k test-fast test-slow
+
+test-fast:
 	$(PYTEST) -m "not slow"
+
+test-slow:
 	$(PYTEST) -m slow
 
 demo: bootstrap
