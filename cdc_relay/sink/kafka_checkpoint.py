@@ -99,38 +99,39 @@ def ensure_topic(settings: dict[str, str], topic: str, timeout: float = 15.0) ->
 
 
 def read_views(settings: dict[str, str], topic: str, timeout: float) -> CheckpointViews:
-    """The checkpoint topic as ``read_committed`` consumers see it and as its log holds it.
+    """The checkpoint topic as its log holds it and as ``read_committed`` consumers see it.
 
-    First every committed record up to the last stable offset (a ``read_committed``
-    consumer stops there), then every record up to the end of the log
-    (``read_uncommitted``): wal/checkpoint.py's ``committed_view_behind`` compares the two.
+    First every record up to the end of the log (``read_uncommitted``); then, once the
+    last stable offset has reached that end - a transaction open there (another source's
+    relay, or this one's before ``init_transactions``) ends within its interval - every
+    committed record up to it: a committed record of ours behind another source's open
+    transaction is never missed. wal/checkpoint.py's ``committed_view_behind`` compares
+    the two readings. A last stable offset that stays behind is a BrokerError naming it.
     """
     deadline = time.monotonic() + timeout
-    committed, stable = _read(settings, topic, deadline, "read_committed")
-    logged, _ = _read(settings, topic, deadline, "read_uncommitted")
+    logged, end = _read(settings, topic, deadline, "read_uncommitted")
+    committed, stable = _read(settings, topic, deadline, "read_committed", at_least=end)
     return CheckpointViews(committed=committed, logged=logged, stable_offset=stable)
 
 
-def _read(settings: dict[str, str], topic: str, deadline: float,
-          isolation: str) -> tuple[list[Record], int]:
+def _read(settings: dict[str, str], topic: str, deadline: float, isolation: str,
+          at_least: int = 0) -> tuple[list[Record], int]:
     """The records of the topic's partition up to where a consumer of ``isolation`` stops
-    (``read_committed``: the last stable offset; behind a transaction still open there it
-    waits until that resolves), with that offset."""
+    (``read_committed``: the last stable offset, awaited until it reaches ``at_least``),
+    with that offset."""
     consumer = Consumer({**client_settings(settings), "group.id": "cdc-relay-checkpoint-reader",
                          "isolation.level": isolation, "enable.partition.eof": True,
                          "enable.auto.commit": False, "fetch.wait.max.ms": 50})
     try:
         partition = TopicPartition(topic, 0)
-        _, high = consumer.get_watermark_offsets(
-            partition, timeout=max(0.1, deadline - time.monotonic()), cached=False)
+        high = _end_offset(consumer, partition, deadline, at_least)
         consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
         records: list[Record] = []
         while high > 0:
             if time.monotonic() > deadline:
                 raise BrokerError(
                     f"the checkpoint topic {topic!r} could not be read ({isolation}) to offset "
-                    f"{high} in time (a transaction left open there blocks read_committed "
-                    "readers until transaction.timeout.ms expires; retrying)")
+                    f"{high} in time; retrying")
             message = consumer.poll(0.2)
             if message is None:
                 continue
@@ -148,3 +149,20 @@ def _read(settings: dict[str, str], topic: str, deadline: float,
         raise BrokerError(f"cannot read the checkpoint topic {topic!r}: {exception_text(exc)}") from exc
     finally:
         consumer.close()
+
+
+def _end_offset(consumer: Consumer, partition: TopicPartition, deadline: float,
+                at_least: int) -> int:
+    """Where ``consumer`` stops reading (its isolation level's end), once it is ``at_least``."""
+    while True:
+        _, high = consumer.get_watermark_offsets(
+            partition, timeout=max(0.1, deadline - time.monotonic()), cached=False)
+        if high >= at_least:
+            return int(high)
+        if time.monotonic() > deadline:
+            raise BrokerError(
+                f"the checkpoint topic {partition.topic!r}'s last stable offset stays at {high}, "
+                f"behind the end of its log at {at_least}: a transaction open there blocks "
+                "read_committed readers until it ends (transaction.timeout.ms at the latest); "
+                "retrying")
+        time.sleep(0.05)

@@ -187,15 +187,15 @@ def committed_view_behind(views: CheckpointViews, *, system_id: str, slot: str,
     if newer is None:
         return None
     seen = committed[1].lsn if committed is not None and committed[1] is not None else None
-    seen_text = f"checkpoint {seen}" if seen is not None else "no checkpoint"
+    seen_text = f"only checkpoint {seen}" if seen is not None else "no checkpoint of this source"
     if fenced and offset >= views.stable_offset:
         return (f"checkpoint {newer.lsn} of this source (offset {offset} of the checkpoint topic) "
                 f"is not below the last stable offset {views.stable_offset} although "
                 "init_transactions ended every transaction of this source: read_committed "
-                f"consumers see only {seen_text}; the broker keeps a transaction open there")
+                f"consumers see {seen_text}; the broker keeps a transaction open there")
     if confirmed is not None and confirmed >= newer.lsn and (seen is None or newer.lsn > seen):
         return (f"the slot is confirmed at {confirmed}, past checkpoint {newer.lsn} (offset "
-                f"{offset} of the checkpoint topic), but read_committed consumers see only "
+                f"{offset} of the checkpoint topic), but read_committed consumers see "
                 f"{seen_text}: the events up to {newer.lsn} are confirmed in PostgreSQL and "
                 "invisible to them (the broker did not commit, or does not show, that transaction)")
     return None

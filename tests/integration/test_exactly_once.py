@@ -10,6 +10,7 @@ from cdc_relay.local.noida import NoidaBroker
 from cdc_relay.model import Lsn
 from cdc_relay.sink.kafka_checkpoint import ensure_topic
 from cdc_relay.wal.checkpoint import Checkpoint, checkpoint_key
+from cdc_relay.wal.identity import system_identifier
 from tests.integration.eos_support import (
     READ_COMMITTED,
     assert_exactly_once,
@@ -74,3 +75,31 @@ def test_another_clusters_checkpoint_is_refused_unless_reset(
         with KafkaCollector(noida.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
             assert_exactly_once(collect_exactly(collector, expected), expected)
         assert relay.stop() == 0
+
+
+def test_a_slot_confirmed_past_a_checkpoint_read_committed_readers_miss_is_reported(
+        db: str, noida: NoidaBroker, topic_prefix: str) -> None:
+    """What issue 32 looked like from the broker (events confirmed, invisible to read_committed):
+    doctor --exactly-once fails its "committed view" check and the relay's start-up logs it."""
+    init_db(db)
+    topic = f"{topic_prefix}.checkpoints"
+    args = ("doctor", "--dsn", db, "--brokers", noida.bootstrap, "--exactly-once",
+            "--checkpoint-topic", topic, "--format", "json")
+    ensure_topic({"bootstrap.servers": noida.bootstrap}, topic)
+    source = system_identifier(db), "cdc_relay"
+    # A checkpoint the slot is already at, written in a transaction that did not commit.
+    producer = Producer({"bootstrap.servers": noida.bootstrap, "transactional.id": topic_prefix})
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    producer.produce(topic, Checkpoint(*source, Lsn(confirmed_flush(db))).encode(),
+                     checkpoint_key(*source))
+    producer.flush(10)
+    producer.abort_transaction(10)
+    result = run_cli(*args)
+    view = {c["name"]: c for c in orjson.loads(result.stdout)}["committed view"]
+    assert result.returncode != 0 and view["verdict"] == "fail", result.stdout
+    assert "past checkpoint" in view["detail"] and "see no checkpoint of this source" in view["detail"]
+    with start_eos_relay(db, noida.bootstrap, topic_prefix) as relay:
+        [line] = [line for line in relay.stderr.splitlines() if "committed view" in line]
+        assert "ERROR" in line and "the slot is confirmed at" in line
+        assert relay.stop() == 0, relay.stderr
