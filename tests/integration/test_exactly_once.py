@@ -6,10 +6,11 @@ import orjson
 import pytest
 from confluent_kafka import Producer
 
+from cdc_relay.errors import BrokerError
 from cdc_relay.local.noida import NoidaBroker
 from cdc_relay.model import Lsn
-from cdc_relay.sink.kafka_checkpoint import ensure_topic
-from cdc_relay.wal.checkpoint import Checkpoint, checkpoint_key
+from cdc_relay.sink.kafka_checkpoint import ensure_topic, read_views
+from cdc_relay.wal.checkpoint import Checkpoint, checkpoint_key, choose
 from cdc_relay.wal.identity import system_identifier
 from tests.integration.eos_support import (
     READ_COMMITTED,
@@ -103,3 +104,28 @@ def test_a_slot_confirmed_past_a_checkpoint_read_committed_readers_miss_is_repor
         [line] = [line for line in relay.stderr.splitlines() if "committed view" in line]
         assert "ERROR" in line and "the slot is confirmed at" in line
         assert relay.stop() == 0, relay.stderr
+
+
+def test_the_checkpoint_read_waits_for_another_sources_open_transaction(
+        noida: NoidaBroker, topic_prefix: str) -> None:
+    """A committed checkpoint behind another source's open transaction is not missed: the
+    read waits until the last stable offset reaches the end of the log (or says so)."""
+    topic = f"{topic_prefix}.checkpoints"
+    settings = {"bootstrap.servers": noida.bootstrap}
+    ensure_topic(settings, topic)
+    other = Producer({**settings, "transactional.id": f"{topic_prefix}-other"})
+    other.init_transactions(10)
+    other.begin_transaction()
+    other.produce(topic, b"{}", b"99/other")
+    other.flush(10)  # open, before ours
+    ours = Producer({**settings, "transactional.id": f"{topic_prefix}-ours"})
+    ours.init_transactions(10)
+    ours.begin_transaction()
+    ours.produce(topic, Checkpoint("73", "s", Lsn(500)).encode(), checkpoint_key("73", "s"))
+    ours.commit_transaction(10)
+    with pytest.raises(BrokerError, match="last stable offset stays at 0, behind the end of its log"):
+        read_views(settings, topic, timeout=0.5)
+    other.commit_transaction(10)
+    views = read_views(settings, topic, timeout=10)
+    assert views.stable_offset >= 4 and len(views.logged) == 2
+    assert choose(views.committed_records(), system_id="73", slot="s") == Checkpoint("73", "s", Lsn(500))
