@@ -7,9 +7,9 @@ The DeliveryMode (wal/delivery.py) behind ``run --exactly-once``. Per replicatio
    then reads the checkpoint topic up to the last stable offset (``choose``: refuses
    another cluster's checkpoint unless ``--reset-checkpoint``) and logs an error when
    ``read_committed`` consumers do not see what the slot was confirmed for
-   (``committed_view_behind``: the broker lost or hides a committed transaction). A producer kept from the
-   previous session aborts what it left open and keeps its in-memory checkpoint: only it
-   can have written one since.
+   (``committed_view_behind``: the broker lost or hides a committed transaction). A
+   producer kept from the previous session aborts what it left open and keeps its
+   in-memory checkpoint: only it can have written one since.
 2. **Replay**: a transaction whose commit record lies before the checkpoint is skipped
    whole (the loop confirms it at its Commit); the split one skips the events already
    in Kafka (ReplayFilter).

@@ -56,7 +56,7 @@ def steady_writes(dsn: str, expected: Expected) -> Iterator[threading.Event]:
             write_workload(dsn, transactions=10, seed=seed, expected=expected, max_events=20,
                            rollback_every=10)
             seed += 1
-            done.wait(0.1)
+            done.wait(0.3)
 
     thread = threading.Thread(target=writer, daemon=True)
     thread.start()

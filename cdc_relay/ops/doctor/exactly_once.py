@@ -39,7 +39,7 @@ class ExactlyOnceFacts:
 
 
 def exactly_once_checks(facts: ExactlyOnceFacts) -> list[Check]:
-    """The checkpoint topic, the checkpoint itself, the transactional.id's ACLs."""
+    """The checkpoint topic, the checkpoint itself, its committed view, the transactional.id's ACLs."""
     return [_topic_check(facts), _checkpoint_check(facts), _committed_view_check(facts),
             _acl_hint(facts)]
 
