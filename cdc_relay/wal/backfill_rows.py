@@ -100,8 +100,8 @@ class SnapshotReader:
             # A recovery (wal/recovery.py): only rows of transactions at or after the
             # horizon. age() compares 32-bit xids from one reference point, so both sides
             # are measured alike; the horizon's own age guards against wraparound.
-            pending += (" AND (age(({h} % 4294967296)::text::xid) >= 2000000000"
-                        " OR age(xmin) <= age(({h} % 4294967296)::text::xid))")
+            pending += (" AND (age(mod({h}, 4294967296)::text::xid) >= 2000000000"
+                        " OR age(xmin) <= age(mod({h}, 4294967296)::text::xid))")
         self._count = sql.SQL("SELECT count(*) " + pending).format(**names)
         self._select = sql.SQL(
             "SELECT {c_id}::text, {c_aggregate_type}::text, {c_aggregate_id}::text,"

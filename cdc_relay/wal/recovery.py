@@ -57,17 +57,20 @@ class Retention:
 
     oldest: datetime | None  # the oldest retained row's created_at; None: the table is empty
     rows: int
+    deletes: bool  # rows were deleted from the table (as far as the server's statistics know)
 
 
 def unvouched_window(covered_at: datetime | None, retention: Retention,
                      now: datetime) -> tuple[datetime, datetime] | None:
     """The window whose deleted rows nobody can republish, or None when retention covers it.
 
-    Rows are deleted oldest first (cleanup) or right after the insert: if a row created
-    before the last covered moment is still there, nothing after that moment was deleted
-    by age; otherwise rows of [covered_at, oldest retained row) may have been (pure).
+    Rows are deleted oldest first (cleanup) or right after the insert: if nothing was
+    deleted, or a row created before the last covered moment is still there, nothing after
+    that moment was deleted by age; otherwise rows of [covered_at, oldest retained row) may
+    have been (pure). The server's delete count restarts with the server (a promoted
+    standby's starts at zero), so the docs ask for retention longer than any outage.
     """
-    if covered_at is None:
+    if covered_at is None or not retention.deletes:
         return None
     if retention.oldest is not None and retention.oldest <= covered_at:
         return None
@@ -155,14 +158,19 @@ def _warn_unvouched(conn: psycopg.Connection[Any], outbox: OutboxConfig,
                     record: continuity.SlotRecord | None) -> None:
     table = validated_table(outbox.table)
     created_at = sql.Identifier(outbox.columns.created_at)
+    quoted = sql.Identifier(table.schema, table.name).as_string(conn)
     try:
-        row = conn.execute(sql.SQL("SELECT min({}), count(*), now() FROM {}").format(
-            created_at, sql.Identifier(table.schema, table.name))).fetchone()
+        row = conn.execute(sql.SQL(
+            "SELECT min({}), count(*), now(), (SELECT coalesce(sum(n_tup_del), 0) > 0"
+            " FROM pg_stat_all_tables WHERE relid = %s::regclass OR relid IN (SELECT inhrelid"
+            " FROM pg_inherits WHERE inhparent = %s::regclass)) FROM {}").format(
+            created_at, sql.Identifier(table.schema, table.name)),
+            (quoted, quoted)).fetchone()
     except psycopg.Error as exc:
         raise translate_error(exc, f"reading {table}") from exc
     assert row is not None
     window = unvouched_window(record.covered_at if record else None,
-                              Retention(row[0], int(row[1])), row[2])
+                              Retention(row[0], int(row[1]), bool(row[3])), row[2])
     if record is None:
         log.error("no record of slot %s's history: every retained row is republished, and "
                   "events whose rows were deleted cannot be vouched for", outbox.table)

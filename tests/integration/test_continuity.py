@@ -127,7 +127,10 @@ def test_a_slot_invalidated_while_the_relay_is_down_is_a_loss_that_recovery_make
         assert "invalidated" in refused.stderr and "--on-slot-loss recover" in refused.stderr
         with CliProcess(_relay_args(dsn, broker, topic_prefix, "--on-slot-loss", "recover")) as fixed:
             with KafkaCollector(broker.bootstrap, topic_prefix) as collector:
-                messages = collect_ids(collector, topic_prefix, expected.ids, timeout=90)
+                try:
+                    messages = collect_ids(collector, topic_prefix, expected.ids, timeout=90)
+                except TimeoutError as exc:
+                    raise AssertionError(fixed.stderr) from exc
             assert fixed.running(), fixed.stderr
         assert_contract(messages, expected, topic_prefix)
     finally:

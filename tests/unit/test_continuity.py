@@ -101,12 +101,14 @@ def test_a_slot_loss_names_the_window_and_the_exact_command() -> None:
 
 def test_the_window_nobody_can_vouch_for() -> None:
     covered = T0
-    kept = Retention(oldest=T0 - timedelta(hours=1), rows=10)
+    kept = Retention(oldest=T0 - timedelta(hours=1), rows=10, deletes=True)
     assert unvouched_window(covered, kept, T0 + timedelta(hours=2)) is None
-    trimmed = Retention(oldest=T0 + timedelta(minutes=5), rows=10)
+    trimmed = Retention(oldest=T0 + timedelta(minutes=5), rows=10, deletes=True)
     assert unvouched_window(covered, trimmed, T0 + timedelta(hours=2)) == (
         T0, T0 + timedelta(minutes=5))
-    empty = Retention(oldest=None, rows=0)  # insert-then-delete: nothing is ever kept
+    young = Retention(oldest=T0 + timedelta(minutes=5), rows=10, deletes=False)
+    assert unvouched_window(covered, young, T0 + timedelta(hours=2)) is None  # none written before
+    empty = Retention(oldest=None, rows=0, deletes=True)  # insert-then-delete: nothing is kept
     assert unvouched_window(covered, empty, T0 + timedelta(hours=2)) == (
         T0, T0 + timedelta(hours=2))
 
