@@ -81,9 +81,10 @@ def replication_conninfo(dsn: str) -> str:
 
 
 def plain_conninfo(dsn: str) -> str:
-    """The user's DSN for a short ordinary connection (same connect timeout as the stream)."""
+    """The user's DSN for a short ordinary connection (same timeouts and keepalives as the stream)."""
     params = conninfo_to_dict(dsn)
-    params.setdefault("connect_timeout", _TCP_DEFAULTS["connect_timeout"])
+    for key, value in _TCP_DEFAULTS.items():
+        params.setdefault(key, value)
     params.setdefault("application_name", "cdc-relay")
     return make_conninfo("", **params)
 
