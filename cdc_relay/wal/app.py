@@ -34,9 +34,7 @@ from cdc_relay.errors import (
     ConfigError,
     ExitCode,
     RelayError,
-    ServiceUnavailable,
     SlotLost,
-    SourceLost,
 )
 from cdc_relay.model import Lsn
 from cdc_relay.routing import Router
@@ -284,19 +282,10 @@ def _startup_checks_retried(settings: WalSettings, stop: threading.Event
                             ) -> tuple[WalSettings, bool, psycopg.Connection[Any], bool] | None:
     """``_startup_checks``, retried with backoff while PostgreSQL cannot be reached (as a
     lost connection is mid-run); what a retry cannot fix is raised at once. None: stopped."""
-    from cdc_relay.backoff import Backoff
+    from cdc_relay.startup import until_reachable
 
-    backoff = Backoff(0.5, settings.replication.reconnect_max)
-    while True:
-        try:
-            return _startup_checks(settings)
-        except (SourceLost, ServiceUnavailable) as exc:
-            if type(exc) not in (SourceLost, ServiceUnavailable):
-                raise  # DatabaseError, SlotBusy, BrokerError: not a reachability problem
-            delay = backoff.next_delay()
-            log.warning("%s; retrying in %.1fs", exc, delay)
-            if stop.wait(delay):
-                return None
+    return until_reachable(lambda: _startup_checks(settings), stop,
+                           maximum=settings.replication.reconnect_max)
 
 
 def _startup_checks(settings: WalSettings

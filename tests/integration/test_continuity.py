@@ -8,6 +8,8 @@ plays the virtual IP that moves to the promoted standby, or the network that goe
 
 from __future__ import annotations
 
+from collections import Counter
+
 import psycopg
 import pytest
 
@@ -222,3 +224,53 @@ def test_slot_drop_forgets_the_slot_so_a_new_one_is_no_loss(db: str) -> None:
     assert dropped.returncode == 0, dropped.stderr
     again = run_cli("init", "--dsn", db, *PG)
     assert again.returncode == 0, again.stderr
+
+
+@pytest.mark.slow
+def test_the_recovery_republishes_only_what_the_horizon_does_not_cover(
+        db: str, broker: Broker, topic_prefix: str) -> None:
+    init_db(db, plugin="pgoutput")
+    with start_relay(db, broker.bootstrap, topic_prefix, plugin="pgoutput") as relay:
+        relayed = write_workload(db, transactions=10, seed=13, rollback_every=1000)
+        with KafkaCollector(broker.bootstrap, topic_prefix) as collector:
+            collect_ids(collector, topic_prefix, relayed.ids)
+        with psycopg.connect(db, autocommit=True) as conn:
+            first = conn.execute("SELECT horizon_xid FROM cdc_relay_slots").fetchone()
+
+            def moved() -> bool:  # the recorder moves it every 10 s once the slot confirmed
+                row = conn.execute("SELECT horizon_xid FROM cdc_relay_slots").fetchone()
+                return row is not None and first is not None and row[0] > first[0] + 1
+            wait_for(moved, timeout=60, interval=0.5, message="the horizon moving forward")
+        relay.kill()
+    unrelayed = write_workload(db, transactions=5, seed=14, rollback_every=1000)
+    with psycopg.connect(db, autocommit=True) as conn:  # lost, as on a standby without it
+        conn.execute("SELECT pg_drop_replication_slot('cdc_relay')")
+    with CliProcess(_relay_args(db, broker, topic_prefix, "--on-slot-loss", "recover")) as fixed:
+        with KafkaCollector(broker.bootstrap, topic_prefix) as collector:
+            messages = collect_ids(collector, topic_prefix, unrelayed.ids | relayed.ids,
+                                   timeout=90)
+        wait_for(lambda: "streaming from slot" in fixed.stderr, timeout=60, message="streaming")
+    seen = Counter(m.headers["id"].decode() for m in messages)  # the topics from the start
+    assert set(seen) >= unrelayed.ids | relayed.ids
+    assert all(seen[i] == 1 for i in relayed.ids), "rows below the horizon were republished"
+    assert f"recovered slot cdc_relay: {len(unrelayed.ids)} retained rows" in fixed.stderr
+
+
+def test_poll_waits_for_postgresql_down_at_start_too(broker: Broker, topic_prefix: str) -> None:
+    cluster = PostgresCluster()
+    try:
+        cluster.start()
+        dsn = cluster.create_database("app")
+        assert run_cli("init", "--dsn", dsn, "--mode", "poll").returncode == 0
+        cluster.stop()
+        with CliProcess(["poll", "--dsn", dsn, "--brokers", broker.bootstrap, "--topic-pattern",
+                         topic_prefix + ".{aggregate_type}", "--interval", "200ms"]) as poller:
+            wait_for(lambda: "retrying in" in poller.stderr or not poller.running(), timeout=60,
+                     message="a retry line")
+            assert poller.running(), poller.stderr
+            cluster.start()
+            expected = write_workload(dsn, transactions=3, seed=15)
+            with KafkaCollector(broker.bootstrap, topic_prefix) as collector:
+                collect_ids(collector, topic_prefix, expected.ids, timeout=90)
+    finally:
+        cluster.cleanup()
