@@ -161,10 +161,12 @@ def identity(conn: psycopg.Connection[Any]) -> tuple[str | None, int | None]:
 def record_creation(conn: psycopg.Connection[Any], *, schema: str, slot: str, plugin: str,
                     table: str, created_lsn: Lsn | None, failover: bool,
                     horizon_xid: int | None = None, recovering: bool = False) -> None:
-    """Write (or replace) the record of a slot just created, on an autocommit connection.
+    """Write (or replace) the record of a slot, on an autocommit connection.
 
-    ``horizon_xid`` defaults to the oldest transaction running now: rows of transactions
-    that ended before the slot existed were never the slot's to relay.
+    ``horizon_xid`` is ``oldest_running(conn)`` taken *before* the slot was created (rows
+    of transactions that ended before were never the slot's to relay), the kept horizon
+    of a recovery, or None where it is unknown (a slot found without a record): a
+    recovery then republishes every retained row until the recorder moves it forward.
     """
     ensure_records_table(conn, schema)
     system_id, timeline = identity(conn)
@@ -172,8 +174,7 @@ def record_creation(conn: psycopg.Connection[Any], *, schema: str, slot: str, pl
         conn.execute(sql.SQL(
             "INSERT INTO {} (slot_name, plugin, database, table_name, system_identifier, timeline,"
             " created_lsn, failover, horizon_xid, covered_at, confirmed_lsn, recovering)"
-            " VALUES (%s, %s, current_database(), %s, %s, %s, %s::pg_lsn, %s,"
-            " coalesce(%s, pg_snapshot_xmin(pg_current_snapshot())::text::bigint), now(),"
+            " VALUES (%s, %s, current_database(), %s, %s, %s, %s::pg_lsn, %s, %s, now(),"
             " %s::pg_lsn, %s)"
             " ON CONFLICT (slot_name) DO UPDATE SET plugin = excluded.plugin,"
             " database = excluded.database, table_name = excluded.table_name,"
@@ -190,6 +191,18 @@ def record_creation(conn: psycopg.Connection[Any], *, schema: str, slot: str, pl
     log.info("recorded slot %s in %s.%s (created at %s%s)", slot, schema, SLOTS_TABLE,
              created_lsn or "?", ", failover" if failover else "",
              extra={"slot": slot, "failover": failover})
+
+
+def oldest_running(conn: psycopg.Connection[Any]) -> int:
+    """The oldest transaction running now (every older one has ended): a new slot's horizon,
+    taken before the slot is created."""
+    try:
+        row = conn.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint"
+                           ).fetchone()
+    except psycopg.Error as exc:
+        raise translate_error(exc, "reading the oldest running transaction") from exc
+    assert row is not None
+    return int(row[0])
 
 
 def recovered(conn: psycopg.Connection[Any], schema: str, slot: str, horizon_xid: int) -> None:

@@ -136,11 +136,12 @@ def backfill_before_streaming(*, repl: ReplicationConfig, outbox: OutboxConfig, 
         if repl.plugin == "pgoutput":
             ensure_publication(conn, outbox.table, repl.publication)  # before the slot exists
         store.begin()
+        horizon = continuity.oldest_running(conn)
         exported = create_slot_exporting_snapshot(repl)
         continuity.record_creation(
             conn, schema=outbox.table.schema, slot=repl.slot, plugin=repl.plugin,
             table=str(outbox.table), created_lsn=exported.snapshot.consistent_point,
-            failover=exported.snapshot.failover)
+            failover=exported.snapshot.failover, horizon_xid=horizon)
         return run_backfill(store, exported.snapshot, exported_close=exported.close, repl=repl,
                          outbox=outbox, router=router, sink_factory=sink_factory, flow=flow,
                          stats=stats, stop=stop, timings=timings)

@@ -280,6 +280,7 @@ def _ensure_slot(conn: psycopg.Connection[Any], slot: str, plugin: str, table: T
     if info is None:
         _check_wal_level(conn)
         failover = failover and supports_failover_slots(conn)
+        horizon = continuity.oldest_running(conn)
         try:
             conn.execute(
                 "SELECT pg_create_logical_replication_slot(%s, %s, false, false, true)"
@@ -293,15 +294,18 @@ def _ensure_slot(conn: psycopg.Connection[Any], slot: str, plugin: str, table: T
             created = _slot_info(conn, slot)
             continuity.record_creation(
                 conn, schema=table.schema, slot=slot, plugin=plugin, table=str(table),
-                created_lsn=created.confirmed_flush_lsn if created else None, failover=failover)
+                created_lsn=created.confirmed_flush_lsn if created else None, failover=failover,
+                horizon_xid=horizon)
             return Outcome.CREATED
     info = _settled_slot_info(conn, slot, info)
     if info is None:  # created and dropped again between two statements: give up
         raise DatabaseError(f"replication slot {slot!r} vanished while init was creating it")
     _check_slot_matches(conn, info, plugin)
-    if record is None or record.system_identifier != system_id:
+    if record is None or (record.system_identifier and system_id
+                          and record.system_identifier != system_id):
         # A slot from before records existed (or of a restored database): record it now,
-        # so that losing it from here on is noticed.
+        # so that losing it from here on is noticed; its horizon is unknown until the
+        # relay streams (a recovery meanwhile republishes every retained row).
         continuity.record_creation(
             conn, schema=table.schema, slot=slot, plugin=plugin, table=str(table),
             created_lsn=info.confirmed_flush_lsn, failover=bool(info.failover))
