@@ -177,9 +177,12 @@ def committed_view_behind(views: CheckpointViews, *, system_id: str, slot: str,
     relay confirms only after a commit, so the events up to it were confirmed, yet no
     ``read_committed`` consumer sees them. A newer record behind a slot that has not
     reached it is an aborted transaction's (killed before its commit): replayed, fine.
+    Not ``fenced`` (doctor, beside a running relay), records at or past the last stable
+    offset are not judged: their transactions may still be open.
     """
     key = checkpoint_key(system_id, slot)
-    logged = _newest(views.logged, key)
+    stable = views.stable_offset
+    logged = _newest(views.logged if fenced else [r for r in views.logged if r[0] < stable], key)
     committed = _newest(views.committed, key)
     if logged is None or (committed is not None and committed[0] >= logged[0]):
         return None

@@ -74,6 +74,8 @@ def test_after_fencing_the_last_stable_offset_must_pass_the_newest_record() -> N
     line = _behind(stuck, 150, fenced=True)
     assert line is not None and "last stable offset 1" in line
     assert _behind(stuck, 150, fenced=False) is None  # a running relay's open transaction
+    assert _behind(stuck, 500, fenced=False) is None  # still open: not judged (doctor)
+    assert _behind(_views([100], [200], stable=2), 500, fenced=False) is not None  # below it
 
 
 def test_an_unreadable_or_deleted_newest_record_is_left_to_choose() -> None:

@@ -43,7 +43,8 @@ def _gather(dsn: str, slot: str, kafka: KafkaConfig, topic: str, timeout: float)
     assert row is not None
     settings = producer_settings(kafka)
     shape = describe_topic(settings, topic, timeout)
-    views = read_views(settings, topic, timeout) if shape is not None else None  # after the slot
+    # After the slot; not waiting for the running relay's open transaction to end.
+    views = read_views(settings, topic, timeout, wait=False) if shape is not None else None
     return ExactlyOnceFacts(
         system_id=system_id, slot=slot, topic=topic,
         transactional_id=transactional_id(system_id, slot), topic_shape=shape,
