@@ -243,8 +243,6 @@ def unreachable_dsn() -> str:
 @pytest.mark.parametrize("args", [
     ("status",),
     ("slot", "drop", "--yes"),
-    ("run", "--brokers", "127.0.0.1:9"),
-    ("poll", "--brokers", "127.0.0.1:9"),
     ("init",),
 ])
 def test_unreachable_host_is_one_line_without_the_password(args: tuple[str, ...]) -> None:
@@ -253,6 +251,22 @@ def test_unreachable_host_is_one_line_without_the_password(args: tuple[str, ...]
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "cannot connect to PostgreSQL" in result.stderr
     assert "hunter2" not in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ("run", "--brokers", "127.0.0.1:9"),
+    ("poll", "--brokers", "127.0.0.1:9"),
+])
+def test_unreachable_host_is_retried_by_the_relays_one_line_per_attempt(
+        args: tuple[str, ...]) -> None:
+    with CliProcess([*args, "--dsn", unreachable_dsn()]) as relay:
+        wait_for(lambda: relay.stderr.count("retrying in") >= 2 or not relay.running(),
+                 timeout=60, message="two retry lines")
+        assert relay.running(), relay.stderr
+        assert relay.stop() == 0
+    lines = [line for line in relay.stderr.strip().splitlines() if "cannot connect" in line]
+    assert len(lines) >= 2 and all("retrying in" in line for line in lines), relay.stderr
+    assert "hunter2" not in relay.stderr and "Traceback" not in relay.stderr
 
 
 @pytest.mark.parametrize("args", [
