@@ -127,9 +127,14 @@ def _standby_settings(standby: StandbyFacts, primary: PrimaryFacts) -> list[Chec
 
 def _copy(standby: StandbyFacts, slot: str) -> Check:
     problems = copy_problems(standby.copy, slot)
+    if problems and standby.copy is not None and standby.copy.temporary:
+        return Check("standby slot copy", Verdict.FAIL, problems[0],
+                     "keep the relay streaming (start it if it is stopped): the copy turns "
+                     "persistent once the relay confirms past the standby's catalog xmin, "
+                     f"usually within a minute ({HA_DOCS})")
     if problems:
         return Check("standby slot copy", Verdict.FAIL, problems[0],
-                     "fix the lines above; a temporary copy turns persistent once the relay "
-                     f"confirms past the standby's catalog xmin ({HA_DOCS})")
+                     "fix the lines above; the standby's slot sync worker then copies the slot "
+                     f"within seconds (its log says why it cannot) ({HA_DOCS})")
     return Check("standby slot copy", Verdict.PASS, f"{slot} is synced and not temporary: it "
                  "survives a promotion (failover-ready)")
