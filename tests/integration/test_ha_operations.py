@@ -18,6 +18,7 @@ from cdc_relay.local.helpers import free_port
 from cdc_relay.local.pair import PostgresPair
 from cdc_relay.local.postgres import PostgresCluster
 from cdc_relay.outbox import emit
+from tests.integration.ha_support import invalidate_slot
 from tests.integration.wal_support import init_db, start_relay
 from tests.support import run_cli, scrape, wait_for
 
@@ -119,3 +120,17 @@ def test_doctor_on_postgresql_15_says_failover_slots_are_unavailable(
     assert "PostgreSQL 15 has no failover slots" in line["detail"] and "exit 7" in line["detail"]
     assert "docs/high-availability.md" in line["fix"]
     assert "standby slot copy" not in checks
+
+
+def test_doctor_and_status_report_a_slot_the_server_invalidated(
+        private_pg_cluster: PostgresCluster) -> None:
+    dsn = private_pg_cluster.create_database("app")
+    init_db(dsn, plugin="pgoutput")
+    invalidate_slot(private_pg_cluster, SLOT, dbname="app")
+    status = run_cli("status", "--dsn", dsn, "--format", "json")
+    assert status.returncode == 0, status.stderr
+    slot = json.loads(status.stdout)["slot"]
+    assert (slot["wal_status"], slot["safe_wal_size"]) == ("lost", None)
+    code, checks = _doctor(dsn, dsn)
+    assert code == 1 and checks["slot"]["verdict"] == "fail"
+    assert "invalidated" in checks["slot"]["detail"]
