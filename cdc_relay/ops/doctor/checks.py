@@ -321,8 +321,9 @@ def slot_checks(facts: Facts, options: DoctorOptions) -> list[Check]:
     if slot.wal_status == "lost":
         return [Check("slot", Verdict.FAIL, f"{name} is invalidated: the WAL it needs was removed "
                       "(max_slot_wal_keep_size exceeded); it can never stream again",
-                      f"{drop}, then cdc-relay init; republish events committed since "
-                      f"{slot.confirmed_flush_lsn} from the outbox table")]
+                      "run the relay once with --on-slot-loss recover (a new slot, and the "
+                      "retained outbox rows that may be unrelayed republished; "
+                      "docs/high-availability.md, Recovering from a slot loss)")]
     state = f"active (pid {slot.active_pid})" if slot.active else "inactive"
     lag = human_bytes(slot.lag_bytes or 0)
     detail = f"{name}: {slot.plugin}, {state}, confirmed {slot.confirmed_flush_lsn}, lag {lag}"
