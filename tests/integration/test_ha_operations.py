@@ -122,6 +122,7 @@ def test_doctor_on_postgresql_15_says_failover_slots_are_unavailable(
     assert "standby slot copy" not in checks
 
 
+@pytest.mark.slow
 def test_doctor_and_status_report_a_slot_the_server_invalidated(
         private_pg_cluster: PostgresCluster) -> None:
     dsn = private_pg_cluster.create_database("app")
