@@ -61,7 +61,7 @@ def test_postgresql_15_says_failover_slots_do_not_exist_and_points_at_the_recove
 
 def test_without_a_standby_the_primary_gaps_are_warnings_and_the_standby_is_skipped() -> None:
     primary = replace(PRIMARY, slot_failover=False, synchronized_standby_slots=(),
-                      physical_slots={})
+                      physical_slots={}, physical_senders=1)
     checks = by_name(failover_checks(primary, None, SLOT, standby_given=False))
     assert checks["failover slot"].verdict is Verdict.WARN
     assert "ALTER_REPLICATION_SLOT cdc_relay (FAILOVER true)" in (checks["failover slot"].fix or "")
@@ -69,6 +69,13 @@ def test_without_a_standby_the_primary_gaps_are_warnings_and_the_standby_is_skip
     assert checks["standby"].verdict is Verdict.SKIP and "--standby-dsn" in checks["standby"].detail
     assert not failed(list(checks.values()))
     assert failover_status(primary, None, SLOT).ready is None
+
+
+def test_a_primary_nobody_streams_from_has_nothing_to_fail_over_to() -> None:
+    primary = replace(PRIMARY, slot_failover=False, synchronized_standby_slots=(),
+                      physical_slots={}, physical_senders=0)
+    (alone,) = failover_checks(primary, None, SLOT, standby_given=False)
+    assert alone.verdict is Verdict.SKIP and "no standby streams" in alone.detail
 
 
 def test_with_a_standby_a_slot_without_failover_fails_and_is_not_ready() -> None:

@@ -4,8 +4,9 @@ Owns what doctor says about PostgreSQL 17+ failover slots (docs/high-availabilit
 on the primary, the slot's ``failover`` flag and ``synchronized_standby_slots``; given a
 standby (``--standby-dsn``), its ``sync_replication_slots``, ``hot_standby_feedback``,
 ``primary_slot_name``, the ``dbname`` in its ``primary_conninfo`` and whether it holds a
-copy of the slot that survives promotion. Without a standby the primary's gaps are
-warnings; with one, anything that keeps the copy from being failover-ready fails. On
+copy of the slot that survives promotion. Without ``--standby-dsn`` the primary's gaps
+are warnings while some standby streams from it (none: nothing to fail over to, so they
+are skipped); with one, anything that keeps the copy from being failover-ready fails. On
 15/16 it says failover slots do not exist and where the recovery path is.
 
 Must not do I/O (ops/failover/read.py gathers) or import a driver.
@@ -29,6 +30,9 @@ def failover_checks(primary: PrimaryFacts, standby: StandbyFacts | None, slot: s
     """Every failover line, primary first; one line on servers without failover slots."""
     if not primary.failover_slots:
         return [_unavailable(primary, standby_given)]
+    if not (standby_given or primary.physical_senders or primary.synchronized_standby_slots):
+        return [Check("failover slot", Verdict.SKIP, "no standby streams from this primary: "
+                      "nothing to fail over to (pass --standby-dsn to check one)")]
     checks = [_slot_flag(primary, slot, standby_given),
               _synchronized(primary, standby, standby_given)]
     if not standby_given:

@@ -33,6 +33,7 @@ class PrimaryFacts:
     slot_failover: bool | None = None  # None: the server has no failover slots (< 17)
     synchronized_standby_slots: tuple[str, ...] = ()
     physical_slots: dict[str, bool] = field(default_factory=dict)  # named ones found: active?
+    physical_senders: int = 0  # walsenders streaming WAL to standbys (not logical slots)
 
     @property
     def failover_slots(self) -> bool:

@@ -34,7 +34,10 @@ from cdc_relay.ops.failover.facts import (
 _PRIMARY_SQL = """
 SELECT current_setting('server_version_num')::int,
        current_setting('synchronized_standby_slots', true),
-       EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = %s)
+       EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = %s),
+       (SELECT count(*) FROM pg_stat_replication AS r WHERE NOT EXISTS (
+            SELECT FROM pg_replication_slots AS s
+            WHERE s.active_pid = r.pid AND s.slot_type = 'logical'))::int
 """
 _SLOT_FAILOVER_SQL = "SELECT failover FROM pg_replication_slots WHERE slot_name = %s"
 _PHYSICAL_SQL = """
@@ -57,15 +60,16 @@ def read_primary(conn: psycopg.Connection[Any], slot: str) -> PrimaryFacts:
     try:
         row = conn.execute(_PRIMARY_SQL, (slot,)).fetchone()
         assert row is not None
-        version, synchronized, exists = row
+        version, synchronized, exists, senders = row
         if version < FAILOVER_SLOTS_SINCE:
-            return PrimaryFacts(version, slot_exists=exists)
+            return PrimaryFacts(version, slot_exists=exists, physical_senders=senders)
         names = parse_slot_list(synchronized)
         flag = conn.execute(_SLOT_FAILOVER_SQL, (slot,)).fetchone()
         physical = dict(conn.execute(_PHYSICAL_SQL, (list(names),)).fetchall())
     except psycopg.Error as exc:
         raise translate_error(exc, "reading the primary's failover settings") from exc
-    return PrimaryFacts(version, exists, bool(flag[0]) if flag else None, names, physical)
+    return PrimaryFacts(version, exists, bool(flag[0]) if flag else None, names, physical,
+                        senders)
 
 
 def read_standby(conn: psycopg.Connection[Any], slot: str) -> StandbyFacts:
