@@ -109,4 +109,3 @@ def test_pg18_failover_slot_is_synced_and_usable_after_promotion(pg18_pair: Post
         " WHERE encode(data, 'escape') LIKE '%after the last confirm%'")
     assert changes == "1"
     wait_for(lambda: standby.execute("SELECT count(*) FROM t") == "2", message="rows")
-
