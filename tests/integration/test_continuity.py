@@ -25,7 +25,7 @@ from tests.integration.wal_support import (
     start_relay,
     write_workload,
 )
-from tests.support import CliProcess, KafkaCollector, run_cli, wait_for
+from tests.support import CliProcess, KafkaCollector, init_outbox, run_cli, wait_for
 
 pytestmark = pytest.mark.faults
 
@@ -261,7 +261,7 @@ def test_poll_waits_for_postgresql_down_at_start_too(broker: Broker, topic_prefi
     try:
         cluster.start()
         dsn = cluster.create_database("app")
-        assert run_cli("init", "--dsn", dsn, "--mode", "poll").returncode == 0
+        init_outbox(dsn, "--mode", "poll")
         cluster.stop()
         with CliProcess(["poll", "--dsn", dsn, "--brokers", broker.bootstrap, "--topic-pattern",
                          topic_prefix + ".{aggregate_type}", "--interval", "200ms"]) as poller:
