@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 
 from cdc_relay.errors import ConfigError
-from cdc_relay.model import OutboxColumns
+from cdc_relay.model import BOOKKEEPING_COLUMNS, OutboxColumns
 
 # Unquoted-style identifiers only: letters, digits, underscore, dollar; at most 63 bytes
 # (NAMEDATALEN - 1). Everything that reaches SQL is also quoted at the use site.
@@ -29,6 +29,37 @@ def validate_identifier(name: str, what: str) -> str:
             "(starting with a letter or underscore, at most 63 characters)"
         )
     return name
+
+
+def validated_table(table: str | TableRef) -> TableRef:
+    """A TableRef from ``"schema.table"`` text or a TableRef, both parts validated.
+
+    TableRef's constructor does not validate, so a TableRef is re-checked here.
+    """
+    if isinstance(table, str):
+        return TableRef.parse(table)
+    validate_identifier(table.schema, "schema name")
+    validate_identifier(table.name, "table name")
+    return table
+
+
+def validated_columns(columns: OutboxColumns | None) -> OutboxColumns:
+    """OutboxColumns with every name a safe identifier and no two roles on one column."""
+    columns = columns or OutboxColumns()
+    names: dict[str, str] = {}
+    for role in OutboxColumns.__dataclass_fields__:
+        name = validate_identifier(getattr(columns, role), f"column name for {role}")
+        if name in names:
+            raise ConfigError(
+                f"invalid column mapping: {role} and {names[name]} both map to {name!r}"
+            )
+        if name in BOOKKEEPING_COLUMNS:
+            raise ConfigError(
+                f"invalid column mapping: {role} maps to {name!r}, a column the relay "
+                "itself uses; choose another name"
+            )
+        names[name] = role
+    return columns
 
 
 def validate_slot_name(name: str) -> str:

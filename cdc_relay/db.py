@@ -8,8 +8,8 @@ Owns three small things:
   lets a check use a caller's connection or its own.
 * ``translate_error``: a psycopg error -> a RelayError whose message names the cause
   and the fix (wal_level, privileges, slot limits, a busy slot, ...), secrets masked.
-* Identifier hygiene: validating TableRef / OutboxColumns values and deriving object
-  names (indexes, views) that stay within PostgreSQL's 63-byte limit.
+* Identifier hygiene: deriving object names (indexes, views) that stay within
+  PostgreSQL's 63-byte limit (the name checks are config.py's, re-exported here).
 
 It must not hold state, run DDL or know the outbox's semantics: schema.py applies the
 migrations, the sources and helpers run their own statements. Every name that reaches
@@ -30,7 +30,9 @@ from psycopg import errors as pgerrors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 
-from cdc_relay.config import TableRef, validate_identifier
+# Re-exported: the checks live in config.py (pure), the application side's core uses them.
+from cdc_relay.config import validated_columns as validated_columns
+from cdc_relay.config import validated_table as validated_table
 from cdc_relay.errors import (
     ConfigError,
     DatabaseError,
@@ -39,7 +41,6 @@ from cdc_relay.errors import (
     SlotBusy,
     mask_secrets,
 )
-from cdc_relay.model import BOOKKEEPING_COLUMNS, OutboxColumns
 from cdc_relay.text import one_line
 
 # Only applied when neither the DSN, the caller nor PGCONNECT_TIMEOUT sets one: an
@@ -161,37 +162,6 @@ def translate_error(exc: psycopg.Error, doing: str) -> RelayError:
             "database and schema and must own the outbox table"
         )
     return DatabaseError(f"PostgreSQL error while {doing}: {message} (SQLSTATE {state})")
-
-
-def validated_table(table: str | TableRef) -> TableRef:
-    """A TableRef from ``"schema.table"`` text or a TableRef, both parts validated.
-
-    TableRef's constructor does not validate, so a TableRef is re-checked here.
-    """
-    if isinstance(table, str):
-        return TableRef.parse(table)
-    validate_identifier(table.schema, "schema name")
-    validate_identifier(table.name, "table name")
-    return table
-
-
-def validated_columns(columns: OutboxColumns | None) -> OutboxColumns:
-    """OutboxColumns with every name a safe identifier and no two roles on one column."""
-    columns = columns or OutboxColumns()
-    names: dict[str, str] = {}
-    for role in OutboxColumns.__dataclass_fields__:
-        name = validate_identifier(getattr(columns, role), f"column name for {role}")
-        if name in names:
-            raise ConfigError(
-                f"invalid column mapping: {role} and {names[name]} both map to {name!r}"
-            )
-        if name in BOOKKEEPING_COLUMNS:
-            raise ConfigError(
-                f"invalid column mapping: {role} maps to {name!r}, a column the relay "
-                "itself uses; choose another name"
-            )
-        names[name] = role
-    return columns
 
 
 def derived_name(base: str, suffix: str) -> str:
