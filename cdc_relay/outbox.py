@@ -106,9 +106,9 @@ def emit(
     ``traceparent`` / ``tracestate``: see the module docstring (default: the current
     OpenTelemetry span, if any).
     """
-    steps = emit_steps(aggregate_type, aggregate_id, event_type, payload, table=table,
-                       columns=columns, event_id=event_id, traceparent=traceparent,
-                       tracestate=tracestate, style="format", where=lambda: _where(conn))
+    steps = emit_steps(aggregate_type, aggregate_id, event_type, payload, style="format",
+                       where=lambda: _where(conn), table=table, columns=columns,
+                       event_id=event_id, traceparent=traceparent, tracestate=tracestate)
 
     def execute(query: Query) -> Any:
         cursor = conn.execute(query.text, query.params)
@@ -131,9 +131,9 @@ async def emit_async(
     tracestate: str | None = None,
 ) -> uuid.UUID:
     """The asyncio twin of :func:`emit` (same statement, same checks)."""
-    steps = emit_steps(aggregate_type, aggregate_id, event_type, payload, table=table,
-                       columns=columns, event_id=event_id, traceparent=traceparent,
-                       tracestate=tracestate, style="format", where=lambda: _where(conn))
+    steps = emit_steps(aggregate_type, aggregate_id, event_type, payload, style="format",
+                       where=lambda: _where(conn), table=table, columns=columns,
+                       event_id=event_id, traceparent=traceparent, tracestate=tracestate)
 
     async def execute(query: Query) -> Any:
         cursor = await conn.execute(query.text, query.params)

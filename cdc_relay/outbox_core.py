@@ -31,7 +31,7 @@ import re
 import uuid
 from collections.abc import Awaitable, Callable, Generator, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar, Unpack
 
 import orjson
 
@@ -59,6 +59,23 @@ class EventIdError(ValueError):
 
 class TransactionRequired(RuntimeError):
     """``process_once`` was called where its mark would commit on its own."""
+
+
+class EmitOptions(TypedDict, total=False):
+    """The keyword options every ``emit`` takes (docs/application-side.md).
+
+    ``id`` (or its long name ``event_id``): the event's UUID, random by default - the
+    ``id`` header consumers deduplicate on. ``table`` / ``columns``: the outbox and its
+    column names (default ``public.outbox_events``, init's names). ``traceparent`` /
+    ``tracestate``: the W3C trace context (default: the current OpenTelemetry span's).
+    """
+
+    id: uuid.UUID | None
+    event_id: uuid.UUID | None
+    table: str | TableRef
+    columns: OutboxColumns | None
+    traceparent: str | None
+    tracestate: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,21 +277,22 @@ def _trace_usable(has_columns: bool, table: str | TableRef, explicit: str | None
 
 # ---------------------------------------------------------------- the steps
 
-def emit_steps(
-    aggregate_type: str, aggregate_id: str, event_type: str, payload: Any, *,
-    table: str | TableRef, columns: OutboxColumns | None, event_id: uuid.UUID | None,
-    traceparent: str | None, tracestate: str | None, style: str,
-    where: Callable[[], Hashable],
-) -> Generator[Query, Any, uuid.UUID]:
+def emit_steps(aggregate_type: str, aggregate_id: str, event_type: str, payload: Any, *,
+               style: str, where: Callable[[], Hashable],
+               **options: Unpack[EmitOptions]) -> Generator[Query, Any, uuid.UUID]:
     """Insert one event: every check now (before any I/O), then - once per database and
     table, when there is a trace context - the trace column lookup, then the INSERT. The
     generator returns the event id.
 
     ``where``: called only for the lookup; names the database (e.g. host, port, dbname).
     """
+    table = options.get("table", DEFAULT_TABLE)
+    columns = options.get("columns")
     plain = insert_sql(table, columns, False, style)  # first: bad names fail before any I/O
+    event_id = one_event_id(options.get("event_id"), options.get("id"))
     row = event_row(aggregate_type, aggregate_id, event_type, payload, event_id)
-    trace = trace_context(traceparent, tracestate)
+    traceparent = options.get("traceparent")
+    trace = trace_context(traceparent, options.get("tracestate"))
     return _emit(plain, row, trace, table, columns, style, where, explicit=traceparent)
 
 
