@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from cdc_relay.cloudevents import DEFAULT_SOURCE, SOURCE_FIELDS
+from cdc_relay.cloudevents import FORMATS as CLOUDEVENTS_FORMATS
 from cdc_relay.errors import ConfigError
 from cdc_relay.model import BOOKKEEPING_COLUMNS, OutboxColumns
 
@@ -145,7 +147,7 @@ def parse_columns(text: str | None) -> OutboxColumns:
 
 
 _TOPIC_FIELDS = ("aggregate_type", "event_type", "table", "schema")
-MESSAGE_FORMATS = ("raw", "debezium-json", "debezium-json-schemaless")
+MESSAGE_FORMATS = ("raw", "debezium-json", "debezium-json-schemaless", *CLOUDEVENTS_FORMATS)
 _HEADER_NAME_RE = re.compile(r"^[\x21-\x7e]{1,249}$")
 # Header names the router itself writes: a --header must not shadow them.
 RESERVED_HEADERS = ("id", "event_type", "aggregate_type", "traceparent", "tracestate",
@@ -161,6 +163,8 @@ class RouterConfig:
     Connect image) or ``debezium-json-schemaless`` (JsonConverter, schemas.enable=false).
     ``header_columns``: (column, header name) pairs copied into headers (``--header``).
     ``partition_column``: an integer column that picks the partition (``--partition-column``).
+    ``cloudevents_source``: the ``source`` attribute of the CloudEvents formats, a template
+    with ``{database}``, ``{schema}``, ``{table}`` (``--cloudevents-source``).
     """
 
     topic_pattern: str = "outbox.event.{aggregate_type}"
@@ -168,6 +172,7 @@ class RouterConfig:
     message_format: str = "raw"
     header_columns: tuple[tuple[str, str], ...] = ()
     partition_column: str | None = None
+    cloudevents_source: str = DEFAULT_SOURCE
 
     def __post_init__(self) -> None:
         try:
@@ -182,18 +187,24 @@ class RouterConfig:
                 f"unknown message format {self.message_format!r}: use "
                 + ", ".join(MESSAGE_FORMATS)
             )
+        _check_cloudevents_source(self.cloudevents_source)
         seen: set[str] = set()
         for column, name in self.header_columns:
             validate_identifier(column, "--header column")
-            if name in RESERVED_HEADERS or name in seen:
+            if name in RESERVED_HEADERS or name in seen or self._cloudevents_header(name):
                 raise ConfigError(
                     f"invalid --header {column}:{name}: header {name!r} is "
-                    + ("set by the relay itself" if name in RESERVED_HEADERS else "given twice")
+                    + ("given twice" if name in seen else "set by the relay itself")
                     + "; choose another name with COLUMN:NAME"
                 )
             seen.add(name)
         if self.partition_column is not None:
             validate_identifier(self.partition_column, "--partition-column")
+
+    def _cloudevents_header(self, name: str) -> bool:
+        """True for a name the CloudEvents formats write (``ce_*``, ``content-type``)."""
+        return self.message_format in CLOUDEVENTS_FORMATS and (
+            name.lower().startswith("ce_") or name.lower() == "content-type")
 
     def extra_columns(self) -> tuple[str, ...]:
         """The columns events must carry for this config, each once, in a fixed order.
@@ -205,6 +216,19 @@ class RouterConfig:
         if self.partition_column is not None:
             names.append(self.partition_column)
         return tuple(dict.fromkeys(names))
+
+
+def _check_cloudevents_source(template: str) -> None:
+    try:
+        source = template.format(**{name: "x" for name in SOURCE_FIELDS})
+    except (KeyError, IndexError, ValueError) as exc:
+        raise ConfigError(
+            f"invalid --cloudevents-source {template!r}: placeholders may be "
+            + ", ".join("{" + name + "}" for name in SOURCE_FIELDS)
+        ) from exc
+    if not source.strip():
+        raise ConfigError(f"invalid --cloudevents-source {template!r}: CloudEvents needs a "
+                          f"non-empty source, e.g. {DEFAULT_SOURCE}")
 
 
 def parse_header_option(text: str) -> tuple[str, str]:

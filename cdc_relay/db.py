@@ -27,6 +27,7 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pgerrors
+from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 
@@ -59,6 +60,21 @@ def describe_dsn(dsn: str) -> str:
     port = str(params.get("port") or "5432")
     dbname = str(params.get("dbname") or params.get("user") or "default database")
     return f"{host}:{port}/{dbname}"
+
+
+def dsn_database(dsn: str) -> str:
+    """The database a DSN connects to, as libpq decides it: ``dbname``, else PGDATABASE,
+    else the user name (the DSN's, PGUSER, else the OS user's)."""
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise ConfigError(f"invalid DSN: {_one_line(str(exc))}") from exc
+    defaults = {option.keyword: option.val for option in pq.Conninfo.get_defaults()}
+    for found in (params.get("dbname"), defaults.get(b"dbname"), params.get("user"),
+                  defaults.get(b"user")):
+        if found:
+            return found.decode() if isinstance(found, bytes) else str(found)
+    return "postgres"
 
 
 def _connect_kwargs(dsn: str, kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,9 @@ for Debezium keep working and the Java producer's partitioner (murmur2 of the
 * ``debezium-json-schemaless``: ``JsonConverter`` with ``schemas.enable=false``: each is
   a JSON string, ``"<aggregate id>"`` and ``"<payload JSON text>"``.
 
+The CloudEvents formats (``cloudevents``, ``cloudevents-structured``) have the raw key
+here; their headers and envelope need the whole event: cdc_relay/cloudevents.py.
+
 JSON strings are escaped as Jackson (which JsonConverter uses) escapes them: ``"`` and
 ``\\`` with a backslash, ``\\b \\t \\n \\f \\r`` short, other characters below U+0020 as
 ``\\u00XX`` with upper-case hex, everything else (non-ASCII included) as raw UTF-8.
@@ -73,13 +76,19 @@ def _schemaless_value(payload: bytes) -> bytes:
     return json_string(payload.decode())
 
 
+# The CloudEvents formats keep the raw key and (binary mode) value; their attributes, and
+# the structured envelope, are added by the router with cdc_relay/cloudevents.py.
 _KEYS: dict[str, Callable[[str], bytes]] = {
     "raw": _raw_key,
+    "cloudevents": _raw_key,
+    "cloudevents-structured": _raw_key,
     "debezium-json": _schema_key,
     "debezium-json-schemaless": json_string,
 }
 _VALUES: dict[str, Callable[[bytes], bytes]] = {
     "raw": _raw_value,
+    "cloudevents": _raw_value,
+    "cloudevents-structured": _raw_value,
     "debezium-json": _schema_value,
     "debezium-json-schemaless": _schemaless_value,
 }
