@@ -41,7 +41,7 @@ except ImportError:
     raise missing("SQLAlchemy (with its asyncio extra)", "sqlalchemy") from None
 
 from cdc_relay import outbox_core as core
-from cdc_relay.config import TableRef, validated_table
+from cdc_relay.config import TableRef, validated_columns, validated_table
 from cdc_relay.db import derived_name
 from cdc_relay.model import TRACE_COLUMNS, OutboxColumns
 from cdc_relay.schema import MIGRATIONS_TABLE, PROCESSED_EVENTS_TABLE
@@ -103,9 +103,9 @@ def process_once(session: Executor, event_id: uuid.UUID | str, *,
 
 
 async def process_once_async(session: AsyncSession | AsyncConnection, event_id: uuid.UUID | str,
-                             **options: Any) -> bool:
+                             *, table: str | TableRef = core.DEFAULT_PROCESSED_TABLE) -> bool:
     """:func:`process_once` for an ``AsyncSession`` or ``AsyncConnection``."""
-    result: bool = await session.run_sync(process_once, event_id, **options)
+    result: bool = await session.run_sync(process_once, event_id, table=table)
     return result
 
 
@@ -113,8 +113,8 @@ def outbox_table(metadata: MetaData, name: str = "outbox_events", schema: str | 
                  columns: OutboxColumns | None = None, trace_context: bool = False) -> Table:
     """The outbox ``Table`` as ``cdc-relay init`` creates it (with ``--with-trace-context``
     when ``trace_context``): columns, types, defaults and both partial indexes."""
-    cols = columns or OutboxColumns()
-    validated_table(TableRef(schema or "public", name))  # before any name is used
+    cols = validated_columns(columns)  # before any name is used
+    validated_table(TableRef(schema or "public", name))
     when = DateTime(timezone=True)
     trace = [Column(column, Text) for column in TRACE_COLUMNS] if trace_context else []
     return Table(

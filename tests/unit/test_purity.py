@@ -42,6 +42,7 @@ PURE_MODULES = (
     "cdc_relay.wal.exactly_once",
     "cdc_relay.ops.doctor.exactly_once",
     "cdc_relay.outbox_core",  # the application side's shared core
+    "cdc_relay.cloudevents",
     "cdc_relay.testing",  # the fakes drive the pure loops without a driver
 )
 DRIVERS = ("psycopg", "confluent_kafka")
