@@ -9,6 +9,7 @@ from cloudevents.v1.kafka import KafkaMessage, from_binary, from_structured
 
 from cdc_relay.cloudevents import rfc3339
 from cdc_relay.config import RouterConfig, TableRef
+from cdc_relay.db import dsn_database
 from cdc_relay.errors import ConfigError
 from cdc_relay.model import Message, OutboxEvent
 from cdc_relay.routing import Router, RoutingError
@@ -155,3 +156,14 @@ def test_times_are_rfc3339_utc_with_milliseconds(epoch_ms: int, text: str) -> No
 def test_bad_cloudevents_options_are_config_errors(options: dict[str, object], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         RouterConfig(**options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("dsn", "database"), [
+    ("host=db port=5432 dbname=shop user=app", "shop"),
+    ("postgresql://app@db:5432/shop?sslmode=disable", "shop"),
+    ("host=db user=alice", "alice"),  # libpq's default: the user's name
+])
+def test_the_default_source_names_the_database_libpq_connects_to(
+        dsn: str, database: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PGDATABASE", raising=False)
+    assert dsn_database(dsn) == database
