@@ -29,6 +29,7 @@ turns that into a dead letter.
 
 from __future__ import annotations
 
+import functools
 import time
 
 from cdc_relay.formats import json_string
@@ -47,7 +48,13 @@ Headers = list[tuple[str, bytes]]
 def rfc3339(epoch_ms: int) -> str:
     """Epoch milliseconds as RFC 3339 UTC with milliseconds: ``2026-12-03T10:00:00.123Z``."""
     seconds, millis = divmod(epoch_ms, 1000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
+    return _utc_second(seconds) + f".{millis:03d}Z"
+
+
+@functools.lru_cache(maxsize=256)
+def _utc_second(seconds: int) -> str:
+    # Events arrive in bursts within the same second: strftime once per second, not per event.
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
 
 
 class CloudEventsFormat:

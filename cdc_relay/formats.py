@@ -35,6 +35,7 @@ UTF-8 form; the router turns that into a dead letter.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 __all__ = ["json_string", "key_encoder", "value_encoder"]
@@ -42,6 +43,8 @@ __all__ = ["json_string", "key_encoder", "value_encoder"]
 _ESCAPES: dict[int, str] = {code: f"\\u{code:04X}" for code in range(0x20)}
 _ESCAPES.update({0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0C: "\\f", 0x0D: "\\r",
                  0x22: '\\"', 0x5C: "\\\\"})
+
+_NEEDS_ESCAPE = re.compile(r'[\x00-\x1f"\\]')  # what _ESCAPES changes
 
 _KEY_HEAD = b'{"schema":{"type":"string","optional":false},"payload":'
 _VALUE_HEAD = (
@@ -52,6 +55,8 @@ _VALUE_HEAD = (
 
 def json_string(text: str) -> bytes:
     """``text`` as a JSON string literal, escaped as Jackson escapes it (UTF-8 bytes)."""
+    if _NEEDS_ESCAPE.search(text) is None:  # the common case: one C scan, no translate
+        return ('"' + text + '"').encode()
     return ('"' + text.translate(_ESCAPES) + '"').encode()
 
 

@@ -6,11 +6,14 @@ from __future__ import annotations
 import orjson
 import pytest
 from cloudevents.v1.kafka import KafkaMessage, from_binary, from_structured
+from hypothesis import given
+from hypothesis import strategies as st
 
 from cdc_relay.cloudevents import rfc3339
 from cdc_relay.config import RouterConfig, TableRef
 from cdc_relay.db import dsn_database
 from cdc_relay.errors import ConfigError
+from cdc_relay.formats import _ESCAPES, json_string
 from cdc_relay.model import Message, OutboxEvent
 from cdc_relay.routing import Router, RoutingError
 from cdc_relay.sink import nats, rabbitmq
@@ -167,3 +170,9 @@ def test_the_default_source_names_the_database_libpq_connects_to(
         dsn: str, database: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PGDATABASE", raising=False)
     assert dsn_database(dsn) == database
+
+
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",))))
+def test_json_strings_fast_path_escapes_exactly_as_the_full_translation(text: str) -> None:
+    # json_string skips str.translate when nothing needs escaping (ids, most event types).
+    assert json_string(text) == ('"' + text.translate(_ESCAPES) + '"').encode()
