@@ -160,7 +160,8 @@ class RouterConfig:
 
     ``message_format``: ``raw`` (key and value as UTF-8 text, what Debezium emits with
     StringConverter), ``debezium-json`` (JsonConverter with schemas, the stock Debezium
-    Connect image) or ``debezium-json-schemaless`` (JsonConverter, schemas.enable=false).
+    Connect image), ``debezium-json-schemaless`` (JsonConverter, schemas.enable=false),
+    ``cloudevents`` or ``cloudevents-structured`` (cdc_relay/cloudevents.py).
     ``header_columns``: (column, header name) pairs copied into headers (``--header``).
     ``partition_column``: an integer column that picks the partition (``--partition-column``).
     ``cloudevents_source``: the ``source`` attribute of the CloudEvents formats, a template
