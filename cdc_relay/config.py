@@ -349,6 +349,7 @@ class MetricsConfig:
 
     port: int | None = None
     host: str = "127.0.0.1"
+    standby_dsn: str | None = None  # also probe failover readiness (docs/high-availability.md)
 
 
 _TOPIC_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")

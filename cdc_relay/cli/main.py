@@ -31,6 +31,7 @@ from cdc_relay.cli.options import (
     sink_options,
     sink_settings,
     slot_option,
+    standby_dsn_option,
     table_option,
 )
 from cdc_relay.config import (
@@ -122,6 +123,7 @@ def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mod
 @exactly_once_options
 @continuity_options
 @observability_options
+@standby_dsn_option
 def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_pattern: str,
         dead_letter_topic: str, message_timeout: float, producer_config: tuple[str, ...],
         table: TableRef, columns: str | None, slot: str,
@@ -130,7 +132,8 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
         message_format: str, header: tuple[str, ...], partition_column: str | None,
         cloudevents_source: str, snapshot: str,
         metrics_port: int | None, metrics_host: str, log_level: str, log_format: str,
-        exactly_once: ExactlyOnceSettings | None, continuity: dict[str, Any]) -> int:
+        exactly_once: ExactlyOnceSettings | None, continuity: dict[str, Any],
+        standby_dsn: str | None) -> int:
     """WAL mode: stream outbox inserts from a logical replication slot to the broker."""
     tune_gc()  # done by cli/entry.py already, unless invoked in process (cdc_relay/runtime.py)
     from cdc_relay.wal.app import WalSettings, run_wal
@@ -148,7 +151,7 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
         kafka=KafkaConfig(brokers=brokers, producer_config=parse_producer_config(producer_config),
                           message_timeout_ms=int(message_timeout * 1000)),
         flow=FlowConfig(max_inflight_events=max_inflight),
-        metrics=MetricsConfig(port=metrics_port, host=metrics_host),
+        metrics=MetricsConfig(port=metrics_port, host=metrics_host, standby_dsn=standby_dsn),
         sink=other,
         snapshot=snapshot,
         exactly_once=exactly_once,
