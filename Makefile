@@ -9,7 +9,7 @@ LINT_DIRS := $(wildcard cdc_relay tests benchmarks)
 # cluster, brokers: tests/conftest.py). The integration tests mostly wait on processes, so
 # more workers than cores pays: docs/development.md has the measurement behind the number.
 TEST_WORKERS ?= 3
-PYTEST := $(VENV)/bin/pytest -q -n $(TEST_WORKERS) --durations=15
+PYTEST := $(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 .PHONY: bootstrap lint unit test test-fast test-slow demo bench clean
 

@@ -19,7 +19,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 MODES = ["wal-wal2json", "poll-notify", "poll-classic"]
 
-pytestmark = pytest.mark.slow
+# One xdist worker runs both (make test: --dist loadgroup): each keeps a core busy for
+# minutes, and side by side they ran past their timeouts on the shared 2-core machine.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("benchmarks")]
 
 
 def _is_float(value: object) -> bool:
