@@ -274,9 +274,10 @@ class Wal2JsonDecoder:
             if (table != self._table or schema != self._schema) and not self._is_partition(
                     schema, table, msg.get("columns")):
                 return None
-            event = self._insert(msg.get("columns"), wal_start)
-            self._sync_plan()  # the plans may have changed: the next such row is compiled's
-            return event
+            try:
+                return self._insert(msg.get("columns"), wal_start)
+            finally:  # the plans may have changed, even for a row then rejected: the
+                self._sync_plan()  # compiled Reader reads the next rows by the same ones
         if action == "B":
             commit_lsn = msg.get("lsn")  # include-lsn: the commit record's LSN
             try:
@@ -295,7 +296,7 @@ class Wal2JsonDecoder:
                 except ValueError as exc:
                     raise _error(wal_start, f"bad 'nextlsn' in commit: {exc}") from exc
             return Commit(end_lsn, _xid(msg, wal_start))
-        if action in _IGNORED_ACTIONS:
+        if type(action) is str and action in _IGNORED_ACTIONS:
             return None
         if action is None:
             raise _error(wal_start, "message without 'action'")

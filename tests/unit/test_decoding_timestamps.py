@@ -337,7 +337,7 @@ def test_rows_decode_alike_on_both_paths_as_their_created_at_repeats_and_changes
 ) -> None:
     pool = data.draw(st.lists(any_text | st.sampled_from(INFINITIES), min_size=1, max_size=4))
     texts = data.draw(st.lists(st.sampled_from(pool), min_size=1, max_size=10))
-    both_paths(texts, data.draw(st.randoms(use_true_random=True)))
+    both_paths(texts, data.draw(st.randoms()))
 
 
 @settings(max_examples=300, deadline=None)
@@ -347,7 +347,7 @@ def test_postgresql_shaped_created_at_never_leaves_the_compiled_path(data: st.Da
                               max_size=4))
     texts = data.draw(st.lists(st.sampled_from(pool), min_size=1, max_size=10))
     expected = [None if text in INFINITIES else reference_ms(text) for text in texts]
-    rnd = data.draw(st.randoms(use_true_random=True))
+    rnd = data.draw(st.randoms())
     for decoder, messages, pure_rows in (
         (CountingWal2Json(OUTBOX, OutboxColumns(), compiled=True), wal2json_rows(texts, rnd), 1),
         (CountingPgOutput(OUTBOX, OutboxColumns(), compiled=True), pgoutput_rows(texts), 0),

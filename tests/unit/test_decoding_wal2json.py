@@ -328,6 +328,8 @@ def test_rows_of_other_tables_and_schemas_decode_to_none(compiled: bool) -> None
         (b'["action", "I"]', "expected a JSON object"),
         (b'{"xid": 1}', "without 'action'"),
         (b'{"action": "X"}', "unknown action 'X'"),
+        (b'{"action": []}', "unknown action []"),
+        (b'{"action": {"I": 1}}', "unknown action {'I': 1}"),
         (b'{"action": "I", "table": "outbox_events"}', "without 'schema' and 'table'"),
         (b'{"action": "I", "schema": "public", "table": "outbox_events"}', "columns"),
         (

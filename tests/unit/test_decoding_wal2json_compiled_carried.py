@@ -44,6 +44,42 @@ TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 # ---------------------------------------------------------------- differential properties
 
 
+def carried_row(names: list[str], values: dict[str, Any] | None = None) -> bytes:
+    """An outbox insert whose columns are the mapped ones, then ``names`` in that order."""
+    base = {"id": "e1", "aggregate_type": "order", "aggregate_id": "o1",
+            "event_type": "created", "payload": "{}", "created_at": None}
+    values = {**{name: f"{name}-value" for name in names}, **(values or {})}
+    columns = [{"name": n, "type": "text", "value": v} for n, v in base.items()]
+    columns += [{"name": n, "type": "text", "value": values[n]} for n in names]
+    return orjson.dumps({"action": "I", "schema": OUTBOX.schema, "table": OUTBOX.name,
+                         "columns": columns})
+
+
+def test_a_row_replanned_then_rejected_leaves_both_paths_with_the_same_plans() -> None:
+    """The pure path replans the carried columns of a row, then rejects its traceparent;
+    the next row, of the same column count, must read tracestate alike on both paths."""
+    assert_same(OutboxColumns(), [
+        carried_row(["traceparent", "other"], {"traceparent": TRACEPARENT}),
+        carried_row(["tracestate", "traceparent"], {"traceparent": {"not": "text"}}),
+        carried_row(["traceparent", "tracestate"], {"traceparent": TRACEPARENT}),
+    ])
+
+
+@SETTINGS
+@given(data=st.data(), extras=EXTRA_CHOICES)
+def test_a_stream_that_goes_on_after_rejected_rows_decodes_alike(
+    data: st.DataObject, extras: tuple[str, ...],
+) -> None:
+    carried = (*extras, *TRACE_COLUMNS)
+    documents = data.draw(st.lists(insert_document(carried=carried, extra_keys=False),
+                                   min_size=2, max_size=3))
+    pool = [serialize(clean_copy(document)).encode() for document in documents]
+    pool += [data.draw(damaged(data.draw(spelled(document)))) for document in documents]
+    pool += [serialize(document).encode() for document in documents]  # odd values: rejected
+    messages = data.draw(st.lists(st.sampled_from(pool), min_size=3, max_size=12))
+    assert_same(OutboxColumns(), messages, extras)
+
+
 @SETTINGS
 @given(data=st.data(), extras=EXTRA_CHOICES, created_at=st.sampled_from(["created_at", ""]))
 def test_any_document_with_carried_columns_decodes_alike_on_both_paths(

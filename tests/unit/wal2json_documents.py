@@ -108,7 +108,7 @@ def serialize(value: Any, rnd: Random | None = None, *, escaped_keys: bool = Tru
 def spelled(value: Any, *, escaped_keys: bool = True) -> st.SearchStrategy[bytes]:
     """``value`` serialized with drawn escapes and whitespace, as UTF-8 (lone surrogates
     are always written as escapes)."""
-    return st.randoms(use_true_random=True).map(
+    return st.randoms().map(
         lambda rnd: serialize(value, rnd, escaped_keys=escaped_keys).encode())
 
 
@@ -176,7 +176,7 @@ def insert_document(draw: st.DrawFn, *, mapped: tuple[str, ...] = MAPPED,
     or table, an odd value, a repeated key) are picked by a drawn Random, so that they
     stay rare: hypothesis favours small integers.
     """
-    rnd = draw(st.randoms(use_true_random=True))
+    rnd = draw(st.randoms())
     names = list(mapped) + draw(st.lists(st.sampled_from(OTHERS), unique=True))
     names += [name for name in carried if rnd.random() < 0.8]
     if carried and rnd.random() < 0.1:  # a repeated name (the last one is the column)
