@@ -91,11 +91,12 @@ def extension(name: str) -> ModuleType | None:
     return module
 
 
-def fields_problem(module: ModuleType, outbox: type = OutboxEvent,
-                   message: type = Message) -> str | None:
+def fields_problem(module: ModuleType, outbox: type | None = None,
+                   message: type | None = None) -> str | None:
     """Why ``module``, which fills or reads OutboxEvent or Message by slot, cannot serve the
     model's classes (their field lists differ from the ones it was built with), or None."""
-    for attr, cls in (("OUTBOX_FIELDS", outbox), ("MESSAGE_FIELDS", message)):
+    for attr, cls in (("OUTBOX_FIELDS", outbox or OutboxEvent),
+                      ("MESSAGE_FIELDS", message or Message)):
         built: tuple[str, ...] | None = getattr(module, attr, None)
         if built is None:
             continue
@@ -137,6 +138,14 @@ def describe() -> str:
         parts.append(f"not built: {', '.join(sorted(missing))} (reinstall cdc-relay where a C "
                      "compiler and the Python headers are available)")
     return "; ".join(parts)
+
+
+def log_choice() -> None:
+    """Log which paths run: info, or a warning when an extension is missing (that costs CPU,
+    never events)."""
+    missing = ALL - pure_extensions() - built()
+    level = logging.WARNING if missing else logging.INFO
+    _log.log(level, "compiled paths: %s; the messages are the same on every path", describe())
 
 
 @contextmanager

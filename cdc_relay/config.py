@@ -229,9 +229,6 @@ class ReplicationConfig:
     publication: str = "cdc_relay_outbox"
     status_interval: float = 1.0
     reconnect_max: float = 30.0
-    # False: decode in pure Python even where the compiled decoders are built
-    # (docs/design.md, "The compiled decoders"); the results are the same, only slower.
-    compiled_decoder: bool = True
 
     def __post_init__(self) -> None:
         validate_slot_name(self.slot)

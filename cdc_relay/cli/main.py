@@ -14,6 +14,7 @@ from cdc_relay import __version__
 from cdc_relay.cli.exactly_once import exactly_once_options
 from cdc_relay.cli.options import (
     DURATION,
+    choose_paths,
     columns_option,
     dsn_option,
     format_option,
@@ -26,6 +27,7 @@ from cdc_relay.cli.options import (
     outbox_config,
     plugin_option,
     publication_option,
+    pure_python_option,
     router_config,
     sink_options,
     sink_settings,
@@ -108,10 +110,7 @@ def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mod
         help="How often the confirmed LSN is reported to PostgreSQL.")
 @option("--max-inflight", type=click.IntRange(1), default=50_000, show_default=True,
         help="Stop reading WAL while this many events await broker acks.")
-@option("--pure-python-decoder", is_flag=True, default=False,
-        help="Read, decode and route in pure Python even where the compiled fast paths are "
-             "built (same messages, more CPU per event; for telling a decoder problem "
-             "apart).")
+@pure_python_option
 @message_options
 @option("--snapshot", type=click.Choice(["initial", "never"]), default="never", show_default=True,
         help="initial: when the relay creates the slot, first publish the rows pending in its "
@@ -122,7 +121,7 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
         dead_letter_topic: str, message_timeout: float, producer_config: tuple[str, ...],
         table: TableRef, columns: str | None, slot: str,
         plugin: str, publication: str, status_interval: float, max_inflight: int,
-        pure_python_decoder: bool,
+        pure_python: bool,
         message_format: str, header: tuple[str, ...], partition_column: str | None, snapshot: str,
         metrics_port: int | None, metrics_host: str, log_level: str, log_format: str,
         exactly_once: ExactlyOnceSettings | None) -> int:
@@ -131,12 +130,12 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
     from cdc_relay.wal.app import WalSettings, run_wal
 
     setup_logging(log_level, log_format)  # first: a config error is then a log line too
+    choose_paths(pure_python)
     other = sink_settings(sink, brokers, sink_config, producer_config, topic_pattern=topic_pattern,
                           dead_letter_topic=dead_letter_topic, message_timeout=message_timeout)
     settings = WalSettings(
         replication=ReplicationConfig(dsn=dsn, slot=slot, plugin=plugin, publication=publication,
-                                      status_interval=status_interval,
-                                      compiled_decoder=not pure_python_decoder),
+                                      status_interval=status_interval),
         outbox=outbox_config(table, columns),
         router=router_config(topic_pattern, dead_letter_topic, message_format, header,
                              partition_column),
@@ -179,6 +178,7 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
 @option("--no-pipeline", is_flag=True, default=False,
         help="Run a batch's marking UPDATE only once every ack is in, not while the acks "
              "are awaited (slower on a backlog; no helper thread).")
+@pure_python_option
 @message_options
 @click.option("--snapshot", "poll_snapshot", default=None, hidden=True, expose_value=True)
 @observability_options
@@ -186,7 +186,8 @@ def poll(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_
          dead_letter_topic: str, message_timeout: float, producer_config: tuple[str, ...],
          table: TableRef, columns: str | None, batch_size: int,
          interval: float, max_attempts: int, backoff_base: float, backoff_max: float, workers: int,
-         no_notify: bool, strict_order: bool, no_pipeline: bool, message_format: str, header: tuple[str, ...],
+         no_notify: bool, strict_order: bool, no_pipeline: bool, pure_python: bool,
+         message_format: str, header: tuple[str, ...],
          partition_column: str | None, poll_snapshot: str | None, metrics_port: int | None,
          metrics_host: str, log_level: str, log_format: str) -> int:
     """Polling mode: claim outbox rows (SKIP LOCKED), publish them, mark them processed."""
@@ -198,6 +199,7 @@ def poll(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_
                                "initial): polling mode publishes every pending row anyway")
 
     setup_logging(log_level, log_format)  # first: a config error is then a log line too
+    choose_paths(pure_python)
     other = sink_settings(sink, brokers, sink_config, producer_config, topic_pattern=topic_pattern,
                           dead_letter_topic=dead_letter_topic, message_timeout=message_timeout)
     settings = PollSettings(

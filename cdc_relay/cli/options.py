@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import click
 
+from cdc_relay import accel
 from cdc_relay.config import (
     MESSAGE_FORMATS,
     OutboxConfig,
@@ -208,6 +209,38 @@ def format_option(f: F) -> F:
 def outbox_config(table: TableRef, columns: str | None) -> OutboxConfig:
     """The OutboxConfig of ``--table`` and ``--columns``."""
     return OutboxConfig(table=table, columns=parse_columns(columns))
+
+
+_ALIAS_USED = "cdc_relay.pure_python_decoder"
+
+
+def pure_python_option(f: F) -> F:
+    """``--pure-python`` (and its deprecated spelling ``--pure-python-decoder``)."""
+    f = option("--pure-python-decoder", is_flag=True, hidden=True, expose_value=False,
+               callback=_alias_used)(f)
+    # envvar=None: accel.py reads CDC_RELAY_PURE_PYTHON itself (it also takes a list)
+    return option("--pure-python", is_flag=True, default=False, envvar=None,
+                  help="Run every path in pure Python even where the compiled ones are built "
+                       "(same messages, more CPU per event); also CDC_RELAY_PURE_PYTHON=1.")(f)
+
+
+def _alias_used(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        ctx.meta[_ALIAS_USED] = True
+
+
+def choose_paths(pure_python: bool) -> None:
+    """The process's one choice of compiled or pure paths (cdc_relay/accel.py), made before
+    anything is built and logged (so after setup_logging); ConfigError for a bad
+    CDC_RELAY_PURE_PYTHON."""
+    ctx = click.get_current_context(silent=True)
+    alias = ctx is not None and bool(ctx.meta.get(_ALIAS_USED))
+    if alias:
+        logging.getLogger("cdc_relay.cli").warning(
+            "--pure-python-decoder is deprecated: use --pure-python (it turns off every "
+            "compiled path, not only the decoders)")
+    accel.choose(pure_python or alias)
+    accel.log_choice()
 
 
 def observability_options(f: F) -> F:

@@ -46,8 +46,8 @@ from typing import TYPE_CHECKING, NoReturn, Protocol
 import confluent_kafka.admin  # noqa: F401
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from cdc_relay import accel
 from cdc_relay.config import KafkaConfig
-from cdc_relay.decoding.compiled import compiled_extension
 from cdc_relay.errors import BrokerError, mask_secrets
 from cdc_relay.model import Message
 from cdc_relay.sink.base import (
@@ -130,29 +130,24 @@ class Reports:
             self.failure(token, error, message)
 
 
-def _compiled(compiled: bool | None) -> ModuleType | None:
-    return compiled_extension("_creports", "delivery reports", compiled, package="cdc_relay.sink")
-
-
 def _reports_in(module: ModuleType | None) -> type[Reports]:
     return Reports if module is None else module.Reports
 
 
-def reports_class(compiled: bool | None = None) -> type[Reports]:
-    """The compiled Reports where built (per ``compiled``, as the decoders'), else the pure one."""
-    return _reports_in(_compiled(compiled))
+def reports_class() -> type[Reports]:
+    """The compiled Reports where built and chosen (accel.py), else the pure one."""
+    return _reports_in(accel.extension("_creports"))
 
 
 class KafkaSink:
     """One confluent-kafka Producer (one generation) as a Sink; see the module docstring."""
 
     def __init__(self, config: KafkaConfig, on_delivery: DeliveryHandler, *,
-                 generation: int = 1, logger: logging.Logger | None = None,
-                 compiled: bool | None = None) -> None:
+                 generation: int = 1, logger: logging.Logger | None = None) -> None:
         self.generation = generation
         self._log = logger or _log
         # Where each report goes; ``delivered`` counts those handed over (poll's delta).
-        module = _compiled(compiled)
+        module = accel.extension("_creports")
         self._reports = _reports_in(module)(on_delivery, self._on_failure)
         self._callback = self._reports.callback
         self._open = True

@@ -63,13 +63,11 @@ def make_decoder(repl: ReplicationConfig, outbox: OutboxConfig, *,
     up (wal/partitions.py).
     """
     decoder: Decoder
-    compiled = None if repl.compiled_decoder else False
     if repl.plugin == "pgoutput":
         from cdc_relay.decoding.pgoutput import PgOutputDecoder
         from cdc_relay.decoding.pgoutput import plugin_options as pgoutput_options
 
-        return (PgOutputDecoder(outbox.table, outbox.columns, outbox.extra_columns,
-                                compiled=compiled),
+        return (PgOutputDecoder(outbox.table, outbox.columns, outbox.extra_columns),
                 pgoutput_options(repl.publication))
     from cdc_relay.decoding.wal2json import Wal2JsonDecoder
     from cdc_relay.decoding.wal2json import plugin_options as wal2json_options
@@ -79,8 +77,7 @@ def make_decoder(repl: ReplicationConfig, outbox: OutboxConfig, *,
         from cdc_relay.wal.partitions import PartitionTree
 
         tree = PartitionTree(repl.dsn, outbox.table)
-    decoder = Wal2JsonDecoder(outbox.table, outbox.columns, tree, extra_columns=outbox.extra_columns,
-                              compiled=compiled)
+    decoder = Wal2JsonDecoder(outbox.table, outbox.columns, tree, extra_columns=outbox.extra_columns)
     return decoder, wal2json_options(outbox.table, partitioned=partitioned)
 
 
@@ -132,13 +129,11 @@ def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
     repl = settings.replication
     outbox = replace(settings.outbox, extra_columns=settings.router.extra_columns())
     decoder, options = make_decoder(repl, outbox, partitioned=partitioned)
-    _log_decoder(repl, decoder)
 
     def source_factory() -> ReplicationSource:
         nonlocal position_conn  # the first stream takes it
         conn, position_conn = position_conn, None
-        return ReplicationStream(repl, options, position_conn=conn,
-                                 compiled=None if repl.compiled_decoder else False)
+        return ReplicationStream(repl, options, position_conn=conn)
 
     return WalRelay(
         source_factory=source_factory,
@@ -273,21 +268,8 @@ def _log_start(settings: WalSettings) -> None:
 
 
 def _router(settings: WalSettings) -> Router:
-    """The router, compiled where built unless --pure-python-decoder (as the decoder)."""
-    return Router(settings.router, settings.outbox.table,
-                  compiled=None if settings.replication.compiled_decoder else False)
-
-
-def _log_decoder(repl: ReplicationConfig, decoder: Decoder) -> None:
-    """Say which decoding path runs: a missing compiled decoder costs CPU, never events."""
-    if getattr(decoder, "compiled", False):
-        log.debug("decoding %s with the compiled decoder", repl.plugin)
-    elif repl.compiled_decoder:
-        log.warning("decoding %s in pure Python: the compiled decoders are not built (install "
-                    "cdc-relay where a C compiler and the Python headers are available); the "
-                    "events are the same, at more CPU per event", repl.plugin)
-    else:
-        log.info("decoding %s in pure Python (--pure-python-decoder)", repl.plugin)
+    """The router (compiled where accel.py's choice and its configuration allow)."""
+    return Router(settings.router, settings.outbox.table)
 
 
 def _stopped(stats: RelayStats, slot: str, sink: str) -> int:

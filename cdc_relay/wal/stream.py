@@ -35,8 +35,9 @@ import psycopg
 from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from cdc_relay import accel
 from cdc_relay.config import ReplicationConfig
-from cdc_relay.decoding.compiled import DecodeFunction, compiled_extension
+from cdc_relay.decoding.compiled import DecodeFunction
 from cdc_relay.errors import DatabaseError, ServiceUnavailable, SlotBusy, SourceLost, mask_secrets
 from cdc_relay.model import Lsn
 from cdc_relay.wal.protocol import (
@@ -103,10 +104,8 @@ class ReplicationStream:
     """One replication session: open, read messages, send status updates, close."""
 
     def __init__(self, config: ReplicationConfig, options: list[tuple[str, str]], *,
-                 position_conn: psycopg.Connection[Any] | None = None,
-                 compiled: bool | None = None) -> None:
+                 position_conn: psycopg.Connection[Any] | None = None) -> None:
         self._config = config
-        self._compiled = compiled  # the compiled reader: None where built, False never, True required
         self._options = options
         self._position_conn = position_conn  # an open plain connection this stream now owns
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
@@ -219,11 +218,10 @@ class ReplicationStream:
 
     def changes(self, decode: DecodeFunction) -> ChangeReader:
         """The session's reader (protocol.read_changes over ``read``): compiled where built
-        (wal/_cstream.c), without a Python frame per row; per ``compiled`` as the decoder."""
+        (wal/_cstream.c), without a Python frame per row; per the process's choice (accel.py)."""
         pgconn = self._pgconn
         assert pgconn is not None, "changes() before open()"
-        module = compiled_extension("_cstream", "replication reader", self._compiled,
-                                    package="cdc_relay.wal")
+        module = accel.extension("_cstream")
         if module is None:
             return read_changes(self.read, decode)
         reader: ChangeReader = module.Changes(pgconn.get_copy_data, decode, self._message,

@@ -21,6 +21,7 @@ from cdc_relay.decoding.wal2json import Wal2JsonDecoder
 from cdc_relay.errors import DecodeError
 from cdc_relay.model import TRACE_COLUMNS, OutboxColumns, OutboxEvent
 from tests.unit.decoding_fixtures import AT, OUTBOX
+from tests.unit.paths import built
 
 # The default mapping's six columns and the other columns of the outbox table.
 MAPPED = ("id", "aggregate_type", "aggregate_id", "event_type", "payload", "created_at")
@@ -278,8 +279,8 @@ def outcome(decoder: Wal2JsonDecoder, payload: bytes) -> tuple[str, Any]:
 def assert_same(columns: OutboxColumns, messages: list[bytes],
                 extras: tuple[str, ...] = ()) -> None:
     """Both paths, fed the same messages in order, give the same outcome for each."""
-    pure = Wal2JsonDecoder(OUTBOX, columns, compiled=False, extra_columns=extras)
-    fast = Wal2JsonDecoder(OUTBOX, columns, compiled=True, extra_columns=extras)
+    pure = built(False, Wal2JsonDecoder, OUTBOX, columns, extra_columns=extras)
+    fast = built(True, Wal2JsonDecoder, OUTBOX, columns, extra_columns=extras)
     assert fast.compiled and not pure.compiled
     for message in messages:
         assert outcome(fast, message) == outcome(pure, message), message
