@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # benchmarks/ may not exist yet: lint only the directories that do.
 LINT_DIRS := $(wildcard cdc_relay tests benchmarks)
 
-.PHONY: bootstrap lint unit test demo bench clean
+.PHONY: bootstrap lint unit test demo bench clean sanitize py-matrix
 
 bootstrap:
 	@bash scripts/bootstrap.sh
@@ -25,6 +25,15 @@ unit: bootstrap
 
 test: lint
 	$(VENV)/bin/pytest -q
+
+# The compiled extensions under ASan + UBSan: their unit tests and a seeded differential
+# fuzz against the pure twins (scripts/sanitize.sh; docs/design.md, "The compiled paths").
+sanitize: bootstrap
+	bash scripts/sanitize.sh
+
+# The extensions built and their unit tests run on CPython 3.12 and 3.13 (scripts/py_matrix.sh).
+py-matrix: bootstrap
+	bash scripts/py_matrix.sh
 
 demo: bootstrap
 	$(VENV)/bin/cdc-relay demo

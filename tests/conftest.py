@@ -51,6 +51,9 @@ def _running(service: S) -> Iterator[S]:
 # The ``compiled`` fixture's choice holds for a whole test, every hypothesis example of it
 # included: that it is not reset between examples is the point.
 settings.register_profile("cdc-relay", suppress_health_check=[HealthCheck.function_scoped_fixture])
+# make sanitize (scripts/sanitize.sh): fewer examples under ASan, the same ones every run
+settings.register_profile("sanitize", parent=settings.get_profile("cdc-relay"),
+                          max_examples=20, derandomize=True)
 settings.load_profile("cdc-relay")
 
 
