@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from cdc_relay import __version__
+from cdc_relay.cli.continuity import continuity_options
 from cdc_relay.cli.exactly_once import exactly_once_options
 from cdc_relay.cli.options import (
     DURATION,
@@ -32,6 +33,7 @@ from cdc_relay.cli.options import (
     sink_options,
     sink_settings,
     slot_option,
+    standby_dsn_option,
     table_option,
 )
 from cdc_relay.config import (
@@ -76,10 +78,12 @@ def cli(ctx: click.Context, config_file: str | None) -> None:
         help="Polling mode without the NOTIFY trigger (pollers then wake every --interval).")
 @option("--with-trace-context", is_flag=True, default=False,
         help="Add the optional traceparent/tracestate columns (W3C trace headers).")
+@option("--failover-slot/--no-failover-slot", default=True, show_default=True,
+        help="Create the slot as a failover slot on PostgreSQL 17+ (docs/high-availability.md).")
 @click.pass_context
 def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mode: str, slot: str,
          plugin: str, publication: str, no_slot: bool, no_trigger: bool,
-         with_trace_context: bool) -> None:
+         with_trace_context: bool, failover_slot: bool) -> None:
     """Apply the outbox schema (idempotent) and install what the relay mode uses."""
     from click.core import ParameterSource
 
@@ -93,7 +97,7 @@ def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mod
     report = init_database(dsn, outbox_config(table, columns), slot=slot if mode == "wal" else None,
                            plugin=plugin, publication=publication, mode=mode,
                            notify_trigger=False if no_trigger else None,
-                           trace_context=with_trace_context)
+                           trace_context=with_trace_context, failover=failover_slot)
     click.echo(str(report))
 
 
@@ -116,15 +120,19 @@ def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mod
         help="initial: when the relay creates the slot, first publish the rows pending in its "
              "snapshot (moving from polling mode; docs/migration.md).")
 @exactly_once_options
+@continuity_options
 @observability_options
+@standby_dsn_option
 def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_pattern: str,
         dead_letter_topic: str, message_timeout: float, producer_config: tuple[str, ...],
         table: TableRef, columns: str | None, slot: str,
         plugin: str, publication: str, status_interval: float, max_inflight: int,
         pure_python: bool,
-        message_format: str, header: tuple[str, ...], partition_column: str | None, snapshot: str,
+        message_format: str, header: tuple[str, ...], partition_column: str | None,
+        cloudevents_source: str, snapshot: str,
         metrics_port: int | None, metrics_host: str, log_level: str, log_format: str,
-        exactly_once: ExactlyOnceSettings | None) -> int:
+        exactly_once: ExactlyOnceSettings | None, continuity: dict[str, Any],
+        standby_dsn: str | None) -> int:
     """WAL mode: stream outbox inserts from a logical replication slot to the broker."""
     tune_gc()  # done by cli/entry.py already, unless invoked in process (cdc_relay/runtime.py)
     from cdc_relay.wal.app import WalSettings, run_wal
@@ -135,14 +143,14 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
                           dead_letter_topic=dead_letter_topic, message_timeout=message_timeout)
     settings = WalSettings(
         replication=ReplicationConfig(dsn=dsn, slot=slot, plugin=plugin, publication=publication,
-                                      status_interval=status_interval),
+                                      status_interval=status_interval, **continuity),
         outbox=outbox_config(table, columns),
         router=router_config(topic_pattern, dead_letter_topic, message_format, header,
-                             partition_column),
+                             partition_column, cloudevents_source),
         kafka=KafkaConfig(brokers=brokers, producer_config=parse_producer_config(producer_config),
                           message_timeout_ms=int(message_timeout * 1000)),
         flow=FlowConfig(max_inflight_events=max_inflight),
-        metrics=MetricsConfig(port=metrics_port, host=metrics_host),
+        metrics=MetricsConfig(port=metrics_port, host=metrics_host, standby_dsn=standby_dsn),
         sink=other,
         snapshot=snapshot,
         exactly_once=exactly_once,
@@ -188,7 +196,8 @@ def poll(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_
          interval: float, max_attempts: int, backoff_base: float, backoff_max: float, workers: int,
          no_notify: bool, strict_order: bool, no_pipeline: bool, pure_python: bool,
          message_format: str, header: tuple[str, ...],
-         partition_column: str | None, poll_snapshot: str | None, metrics_port: int | None,
+         partition_column: str | None, cloudevents_source: str, poll_snapshot: str | None,
+         metrics_port: int | None,
          metrics_host: str, log_level: str, log_format: str) -> int:
     """Polling mode: claim outbox rows (SKIP LOCKED), publish them, mark them processed."""
     tune_gc()  # done by cli/entry.py already, unless invoked in process (cdc_relay/runtime.py)
@@ -209,7 +218,7 @@ def poll(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_
                         strict_order=strict_order, pipeline=not no_pipeline),
         outbox=outbox_config(table, columns),
         router=router_config(topic_pattern, dead_letter_topic, message_format, header,
-                             partition_column),
+                             partition_column, cloudevents_source),
         kafka=KafkaConfig(brokers=brokers, producer_config=parse_producer_config(producer_config),
                           message_timeout_ms=int(message_timeout * 1000)),
         metrics=MetricsConfig(port=metrics_port, host=metrics_host),

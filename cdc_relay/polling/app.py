@@ -18,6 +18,7 @@ from datetime import datetime
 import orjson
 
 from cdc_relay.config import KafkaConfig, MetricsConfig, OutboxConfig, PollConfig, RouterConfig
+from cdc_relay.db import dsn_database
 from cdc_relay.errors import ExitCode
 from cdc_relay.message_columns import resolve_message_columns
 from cdc_relay.model import human_bytes
@@ -32,6 +33,7 @@ from cdc_relay.routing import Router
 from cdc_relay.signals import install_signal_handlers
 from cdc_relay.sink.base import ignore_reports
 from cdc_relay.sink.factory import OtherSink, make_sink_factory, sink_name
+from cdc_relay.startup import until_reachable
 from cdc_relay.text import shorten
 
 log = logging.getLogger("cdc_relay")
@@ -76,7 +78,8 @@ def poller_settings(settings: PollSettings) -> PollerSettings:
 
 def build_pollers(settings: PollSettings, stats: PollStats, waker: Waker) -> list[PollWorker]:
     """One worker per ``--workers``, each with its own connection and sink (no I/O yet)."""
-    router = Router(settings.router, settings.outbox.table)
+    router = Router(settings.router, settings.outbox.table,
+                    database=dsn_database(settings.poll.dsn))
     sink_factory = make_sink_factory(settings.kafka, settings.sink)
     worker_settings = poller_settings(settings)
     return [
@@ -99,11 +102,19 @@ def run_poll(settings: PollSettings, stats: PollStats | None = None,
         stop = threading.Event()
         install_signal_handlers(stop)
     monitor = OutboxMonitor(poll.dsn, settings.outbox, listen=poll.notify)
-    monitor.check()  # a missing table or column is a one-line error now, not a retry loop
-    warn_unread_slots(poll.dsn)
-    # The --header / --partition-column columns, and the trace columns the table has.
-    settings = replace(settings, outbox=resolve_message_columns(poll.dsn, settings.outbox,
+
+    def checks() -> PollSettings:
+        monitor.check()  # a missing table or column is a one-line error now, not a retry loop
+        warn_unread_slots(poll.dsn)
+        # The --header / --partition-column columns, and the trace columns the table has.
+        return replace(settings, outbox=resolve_message_columns(poll.dsn, settings.outbox,
                                                                 settings.router))
+
+    # An unreachable PostgreSQL is waited for, as mid-run (cdc_relay/startup.py).
+    checked = until_reachable(checks, stop)
+    if checked is None:
+        return ExitCode.OK
+    settings = checked
     sink = sink_name(settings.sink)
     # A missing client library or a bad --producer-config: one line now, not per worker later.
     make_sink_factory(settings.kafka, settings.sink)(ignore_reports).close(0)
