@@ -127,7 +127,7 @@ def test_a_poller_stuck_in_a_query_recovers_from_a_half_open_connection(
         with psycopg.connect(local) as locker:
             # The poller's claim waits on this lock: its query is in flight when the network
             # goes silent, and when the lock goes it claims these rows on the dead connection.
-            locker.execute("LOCK TABLE outbox IN EXCLUSIVE MODE")
+            locker.execute("LOCK TABLE outbox_events IN EXCLUSIVE MODE")
             stuck = {str(emit(locker, "order", f"order-{i}", "OrderPlaced", {"i": i}))
                      for i in range(5)}
             wait_for(lambda: _waiting_on_lock(local, net.ns.ns_addr), timeout=30,
