@@ -99,6 +99,7 @@ def _recovered(net: Net, prefix: str, ids: set[str], relay: CliProcess, since: f
         except TimeoutError as exc:
             raise AssertionError(f"not recovered; the relay said:\n{relay.stderr}") from exc
     print(f"recovered {time.monotonic() - since:.1f} s after the cut")  # measured for the docs
+    print(*(line for line in relay.stderr.splitlines() if "WARNING" in line), sep="\n")
     assert relay.running(), relay.stderr
 
 
