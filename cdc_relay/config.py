@@ -225,8 +225,10 @@ class ReplicationConfig:
 
     dsn: str
     slot: str = "cdc_relay"
-    plugin: str = "wal2json"
+    plugin: str = "pgoutput"
     publication: str = "cdc_relay_outbox"
+    # True when no --plugin was given: an existing slot's plugin is used (docs/wal-mode.md).
+    plugin_from_slot: bool = False
     status_interval: float = 1.0
     reconnect_max: float = 30.0
     # False: decode in pure Python even where the compiled decoders are built

@@ -76,7 +76,7 @@ def cli(ctx: click.Context, config_file: str | None) -> None:
         help="Add the optional traceparent/tracestate columns (W3C trace headers).")
 @click.pass_context
 def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mode: str, slot: str,
-         plugin: str, publication: str, no_slot: bool, no_trigger: bool,
+         plugin: str | None, publication: str, no_slot: bool, no_trigger: bool,
          with_trace_context: bool) -> None:
     """Apply the outbox schema (idempotent) and install what the relay mode uses."""
     from click.core import ParameterSource
@@ -87,7 +87,8 @@ def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mod
         if mode == "wal" and ctx.get_parameter_source("mode") is not ParameterSource.DEFAULT:
             raise click.UsageError("--no-slot means --mode poll; it cannot go with --mode wal")
         mode = "poll"
-    ReplicationConfig(dsn=dsn, slot=slot, plugin=plugin, publication=publication)  # validate
+    ReplicationConfig(dsn=dsn, slot=slot, plugin=plugin or "pgoutput",
+                      publication=publication)  # validate
     report = init_database(dsn, outbox_config(table, columns), slot=slot if mode == "wal" else None,
                            plugin=plugin, publication=publication, mode=mode,
                            notify_trigger=False if no_trigger else None,
@@ -121,7 +122,7 @@ def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mod
 def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_pattern: str,
         dead_letter_topic: str, message_timeout: float, producer_config: tuple[str, ...],
         table: TableRef, columns: str | None, slot: str,
-        plugin: str, publication: str, status_interval: float, max_inflight: int,
+        plugin: str | None, publication: str, status_interval: float, max_inflight: int,
         pure_python_decoder: bool,
         message_format: str, header: tuple[str, ...], partition_column: str | None, snapshot: str,
         metrics_port: int | None, metrics_host: str, log_level: str, log_format: str,
@@ -134,7 +135,8 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
     other = sink_settings(sink, brokers, sink_config, producer_config, topic_pattern=topic_pattern,
                           dead_letter_topic=dead_letter_topic, message_timeout=message_timeout)
     settings = WalSettings(
-        replication=ReplicationConfig(dsn=dsn, slot=slot, plugin=plugin, publication=publication,
+        replication=ReplicationConfig(dsn=dsn, slot=slot, plugin=plugin or "pgoutput",
+                                      plugin_from_slot=plugin is None, publication=publication,
                                       status_interval=status_interval,
                                       compiled_decoder=not pure_python_decoder),
         outbox=outbox_config(table, columns),

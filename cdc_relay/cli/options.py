@@ -191,8 +191,9 @@ def slot_option(f: F) -> F:
 
 
 def plugin_option(f: F) -> F:
-    return option("--plugin", type=click.Choice(["wal2json", "pgoutput"]), default="wal2json",
-                  show_default=True, help="Logical decoding output plugin.")(f)
+    return option("--plugin", type=click.Choice(["wal2json", "pgoutput"]), default=None,
+                  help="Logical decoding output plugin [default: an existing slot's plugin, "
+                       "else pgoutput].")(f)
 
 
 def publication_option(f: F) -> F:

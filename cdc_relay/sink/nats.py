@@ -56,6 +56,13 @@ _log = logging.getLogger("cdc_relay.nats")
 NO_RESPONDERS = "503"  # the status a request gets when no stream takes its subject
 
 
+def is_refusal(error: BaseException) -> bool:
+    """Whether NATS refused the credentials or a permission (nats-py says it in text)."""
+    text = str(error).lower()
+    return any(word in text for word in ("authorization violation", "authentication",
+                                         "permissions violation", "user authentication"))
+
+
 def classify(error: BaseException, subject: str) -> DeliveryError:
     """The ErrorKind of a failed PubAck (module docstring)."""
     if isinstance(error, NoStreamResponseError):
@@ -138,7 +145,13 @@ class NatsSink(BackgroundSink):
         """
         failed = self._connected is not None and self._connected.done() and (
             self._connected.exception() is not None or self._fatal is not None)
+        where = ",".join(mask_secrets(s) for s in self._config.servers)
+        if failed and self._refused:
+            self._raise_failure(f"NATS at {where}")
         if failed and (self._retry_allowed() or self._fatal is None):
+            if not self._may_reconnect(timeout):
+                self._raise_failure(f"NATS at {where}")
+                raise BrokerError(f"NATS at {where} is not reachable (retrying)")
             self._stop()
             self._thread = self._loop = self._connected = self._nc = self._js = None
             self._drainer = None
@@ -147,7 +160,6 @@ class NatsSink(BackgroundSink):
             self._acked = []
             self._clear_failure()
         self._start()
-        where = ",".join(mask_secrets(s) for s in self._config.servers)
         try:
             self._connected.result(timeout)
         except TimeoutError as exc:
@@ -156,6 +168,11 @@ class NatsSink(BackgroundSink):
         except BrokerError:
             raise
         except Exception as exc:
+            if is_refusal(exc):
+                self._fail(f"{mask_secrets(str(exc))} (check the credentials in --brokers or "
+                           "--sink-config, and the user's publish permissions)", refused=True)
+                self._raise_failure(f"NATS at {where}")
+            self._fail(mask_secrets(str(exc) or type(exc).__name__))
             raise BrokerError(f"cannot connect to NATS at {where}: "
                               f"{mask_secrets(str(exc) or type(exc).__name__)} (check --brokers "
                               "and the credentials)") from exc
