@@ -42,11 +42,20 @@ def validate_slot_name(name: str) -> str:
 
 
 def parse_duration(text: str, what: str = "duration") -> float:
-    """Parse ``"250ms"``, ``"1s"``, ``"5m"``, ``"2h"``, ``"7d"`` or plain seconds into seconds."""
+    """Parse ``"250ms"``, ``"1s"``, ``"5m"``, ``"2h"``, ``"7d"``, ``"1w"`` into seconds.
+
+    The unit is required (``0`` alone is allowed): a bare ``7`` meant seven days to one
+    user and seven seconds to the code, so it is refused with an example.
+    """
     match = _DURATION_RE.match(str(text))
     if match is None:
         raise ConfigError(
             f"invalid {what} {text!r}: expected a number with a unit, e.g. 500ms, 1s, 5m, 2h, 7d"
+        )
+    if match.group(2) is None and float(match.group(1)) != 0:
+        raise ConfigError(
+            f"invalid {what} {text!r}: a unit is required, e.g. {match.group(1)}s or "
+            f"{match.group(1)}d (units: ms, s, m, h, d, w)"
         )
     return float(match.group(1)) * _DURATION_UNITS[match.group(2) or "s"]
 

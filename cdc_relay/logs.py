@@ -118,6 +118,9 @@ class RepeatFilter(logging.Filter):
         return True
 
 
+DEFERRED_WARNINGS: list[str] = []  # said before logging was set up (e.g. by the config file)
+
+
 def setup_logging(level: str = "info", fmt: str = "text") -> None:
     """Configure the root logger on stderr; route warnings and uncaught errors through it."""
     handler = logging.StreamHandler(sys.stderr)
@@ -141,3 +144,5 @@ def setup_logging(level: str = "info", fmt: str = "text") -> None:
             )
 
     threading.excepthook = thread_hook
+    while DEFERRED_WARNINGS:
+        logging.getLogger("cdc_relay.config").warning("%s", DEFERRED_WARNINGS.pop(0))

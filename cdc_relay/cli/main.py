@@ -309,3 +309,6 @@ cli.add_command(slot)
 from cdc_relay.cli.demo import demo  # noqa: E402 - registered after the group
 
 cli.add_command(demo)
+from cdc_relay.cli.config_show import config  # noqa: E402 - registered after the group
+
+cli.add_command(config)

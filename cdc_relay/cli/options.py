@@ -10,6 +10,7 @@ and cli/demo.py and call a composition root (wal/app.py, polling/app.py, ...).
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,7 +29,7 @@ from cdc_relay.config import (
     validate_identifier,
 )
 from cdc_relay.errors import ConfigError, ExitCode, RelayError, mask_secrets
-from cdc_relay.logs import JsonFormatter
+from cdc_relay.logs import DEFERRED_WARNINGS, JsonFormatter, setup_logging
 from cdc_relay.sink.config import SINK_KINDS, parse_nats, parse_rabbitmq
 from cdc_relay.sink.factory import OtherSink
 
@@ -42,8 +43,8 @@ class DurationType(click.ParamType):  # type: ignore[type-arg]
     name = "duration"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        if isinstance(value, int | float):
-            return float(value)
+        if isinstance(value, int | float):  # a number from the config file: no unit
+            value = str(value)
         try:
             return parse_duration(value)
         except ConfigError as exc:
@@ -81,11 +82,32 @@ TABLE = TableType()
 IDENTIFIER = IdentifierType()
 
 
+class FileEnvOption(click.Option):
+    """An option whose ``CDC_RELAY_<NAME>`` may also be given as ``CDC_RELAY_<NAME>_FILE``:
+    the path of a file holding the value (a mounted secret; one trailing newline dropped)."""
+
+    def resolve_envvar_value(self, ctx: click.Context) -> str | None:
+        value = super().resolve_envvar_value(ctx)
+        if value is not None or not isinstance(self.envvar, str):
+            return value
+        variable = self.envvar + "_FILE"
+        path = os.environ.get(variable)
+        if not path:
+            return None
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise click.BadParameter(f"cannot read {variable}={path}: {exc.strerror}",
+                                     ctx=ctx, param=self) from exc
+        return text[:-1] if text.endswith("\n") else text
+
+
 def option(*decls: str, **attrs: Any) -> Callable[[F], F]:
-    """``click.option`` with ``CDC_RELAY_<NAME>`` as its environment variable."""
+    """``click.option`` with ``CDC_RELAY_<NAME>`` (or ``..._FILE``) as its environment variable."""
     long_name = next(d for d in decls if d.startswith("--")).lstrip("-").split("/")[0]
     attrs.setdefault("envvar", ENV_PREFIX + long_name.replace("-", "_").upper())
     attrs.setdefault("show_envvar", True)
+    attrs.setdefault("cls", FileEnvOption)
     return click.option(*decls, **attrs)
 
 
@@ -238,6 +260,36 @@ def _param_names(command: click.Command) -> set[str]:
     return {p.name for p in command.params if isinstance(p, click.Option) and p.name}
 
 
+def _file_keys(command: click.Command) -> dict[str, str]:
+    """A command's config-file keys: each option's long name (``format``, ``log_level``)
+    -> its parameter name (``output_format``). Hidden options take no key."""
+    keys: dict[str, str] = {}
+    for param in command.params:
+        if isinstance(param, click.Option) and param.name and not param.hidden:
+            longs = [o for o in param.opts if o.startswith("--")]
+            if longs:
+                keys[_normalise(longs[0].lstrip("-"))] = param.name
+    return keys
+
+
+# param name -> (file, key as written): a bad value from the file names both.
+FILE_KEYS: dict[str, tuple[str, str]] = {}
+
+
+def _param_for_key(key: str, keys: dict[str, str], path: str) -> str | None:
+    """The parameter a file key sets; an old spelling (the parameter's own name, e.g.
+    ``output_format``) is accepted with a warning."""
+    name = _normalise(key)
+    if name in keys:
+        return keys[name]
+    if name in keys.values():
+        option = next(k for k, v in keys.items() if v == name).replace("_", "-")
+        DEFERRED_WARNINGS.append(f"config file {path}: key {key!r} is an old spelling; use "
+                               f"{option.replace('-', '_')!r} (the option --{option})")
+        return name
+    return None
+
+
 def _normalise(key: str) -> str:
     return key.replace("-", "_")
 
@@ -258,7 +310,9 @@ def load_config_file(path: str, group: click.Group) -> dict[str, Any]:
     data = _read_toml(path)
     leaves = dict(_leaf_commands(group))
     by_name = {" ".join(p): c for p, c in leaves.items()} | {".".join(p): c for p, c in leaves.items()}
-    all_params = set().union(*(_param_names(c) for c in leaves.values()))
+    all_keys: dict[str, str] = {}
+    for command in leaves.values():
+        all_keys.update(_file_keys(command))
     shared: dict[str, Any] = {}
     sections: dict[tuple[str, ...], dict[str, Any]] = {}
 
@@ -271,18 +325,22 @@ def load_config_file(path: str, group: click.Group) -> dict[str, Any]:
                 continue
             command_path = tuple(prefix)
             if not command_path:
-                if name not in all_params:
+                param = _param_for_key(key, all_keys, path)
+                if param is None:
                     raise ConfigError(f"unknown key {key!r} in config file {path}")
-                shared[name] = _to_option_value(value)
+                shared[param] = _to_option_value(value)
+                FILE_KEYS[param] = (path, key)
                 continue
             command = by_name.get(".".join(command_path))
             if command is None:
                 raise ConfigError(f"unknown section [{'.'.join(command_path)}] in config file {path}")
-            if name not in _param_names(command):
+            param = _param_for_key(key, _file_keys(command), path)
+            if param is None:
                 raise ConfigError(
                     f"unknown key {key!r} in section [{'.'.join(command_path)}] of {path}"
                 )
-            sections.setdefault(command_path, {})[name] = _to_option_value(value)
+            sections.setdefault(command_path, {})[param] = _to_option_value(value)
+            FILE_KEYS[param] = (path, f"[{'.'.join(command_path)}] {key}")
 
     section((), data)
     return _default_map(leaves, shared, sections)
@@ -315,9 +373,13 @@ def _default_map(leaves: dict[tuple[str, ...], click.Command], shared: dict[str,
 
 # -- error exit ------------------------------------------------------------------------
 
+def _json_logging() -> bool:
+    return any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers)
+
+
 def _fail(message: str, code: int) -> int:
     message = mask_secrets(message)
-    if any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers):
+    if _json_logging():
         # --log-format json: stderr carries JSON lines only, the final error included.
         logging.getLogger("cdc_relay").error(message, extra={"exit_code": int(code)})
     else:
@@ -325,14 +387,79 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
+def config_first(args: list[str]) -> list[str]:
+    """``--config FILE`` may come after the subcommand too: move it to the front (the group
+    reads the file before the subcommand parses its options)."""
+    front: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            rest += args[i:]
+            break
+        if arg == "--config" and i + 1 < len(args):
+            front += args[i:i + 2]
+            i += 2
+            continue
+        if arg.startswith("--config="):
+            front.append(arg)
+        else:
+            rest.append(arg)
+        i += 1
+    return front + rest
+
+
+def _wants_json(args: list[str]) -> bool:
+    """--log-format json (flag or environment): then even a usage error is a JSON line."""
+    for i, arg in enumerate(args):
+        if arg == "--log-format=json" or (arg == "--log-format" and args[i + 1:i + 2] == ["json"]):
+            return True
+    return os.environ.get(ENV_PREFIX + "LOG_FORMAT", "").strip().lower() == "json"
+
+
+def _file_value_error(exc: click.BadParameter) -> str | None:
+    """A bad value that came from the config file: the message names the file and the key."""
+    from click.core import ParameterSource
+
+    param, ctx = exc.param, exc.ctx
+    if param is None or ctx is None or param.name is None:
+        return None
+    if ctx.get_parameter_source(param.name) is not ParameterSource.DEFAULT_MAP:
+        return None
+    where = FILE_KEYS.get(param.name)
+    if where is None:
+        return None
+    return f"config file {where[0]}, key {where[1]}: {exc.message}"
+
+
 def run_cli(group: click.Group, args: list[str] | None = None) -> int:
     """Run the click group; map every failure to one stderr line and a named exit code."""
+    args = config_first(sys.argv[1:] if args is None else list(args))
+    if _wants_json(args):
+        setup_logging("info", "json")
+    try:
+        code = _run(group, args)
+    finally:
+        while DEFERRED_WARNINGS:  # the command set up no logging (or failed before it)
+            warning = DEFERRED_WARNINGS.pop(0)
+            if _json_logging():
+                logging.getLogger("cdc_relay.config").warning("%s", warning)
+            else:
+                click.echo(f"cdc-relay: warning: {warning}", err=True)
+    return code
+
+
+def _run(group: click.Group, args: list[str]) -> int:
     try:
         result = group.main(args=args, prog_name="cdc-relay", standalone_mode=False)
     except click.exceptions.NoArgsIsHelpError as exc:
         click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
         return ExitCode.USAGE
     except click.UsageError as exc:
+        from_file = _file_value_error(exc) if isinstance(exc, click.BadParameter) else None
+        if from_file is not None:
+            return _fail(from_file, ExitCode.USAGE)
         where = f"{exc.ctx.command_path}: " if exc.ctx else ""
         hint = ""
         if isinstance(exc, click.MissingParameter) and exc.param is not None:

@@ -168,7 +168,8 @@ class BackgroundSink:
         if self._fatal is None and not self._closed:
             self._refused = refused
             self._fatal = DeliveryError(ErrorKind.FATAL, reason)
-            self._log.error("%s sink generation %d failed: %s", self.kind, self.generation, reason,
+            # A refusal stops the relay with this reason as its one error line.
+            self._log.log(logging.DEBUG if refused else logging.ERROR,"%s sink generation %d failed: %s", self.kind, self.generation, reason,
                             extra={"sink": self.kind})
         self._reports.put(([], None))
 

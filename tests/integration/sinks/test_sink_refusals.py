@@ -1,0 +1,66 @@
+"""Sink failures say one thing once: a refused login exits 6 with one line; an unreachable
+broker is retried with backoff, a few lines a minute (the machine's real RabbitMQ)."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from cdc_relay.errors import ExitCode
+from cdc_relay.local.helpers import free_port
+from tests.integration.wal_support import init_db
+from tests.support import CliProcess, run_cli, wait_for
+
+# A window over which the log is counted: an upper bound only, far above what is
+# expected (a handful of lines), far below the flood it guards against (~40k lines).
+WINDOW = 10.0
+MAX_LINES = 60
+
+
+def _wrong_password(url: str) -> str:
+    return url.replace("guest:guest@", "guest:not-the-password@")
+
+
+def _init(db: str, mode: str) -> None:
+    if mode == "run":
+        init_db(db, plugin="pgoutput")
+    else:
+        assert run_cli("init", "--dsn", db, "--mode", "poll").returncode == 0
+
+
+def _relay_args(db: str, brokers: str, prefix: str) -> list[str]:
+    return ["--dsn", db, "--brokers", brokers, "--sink", "rabbitmq",
+            "--sink-config", f"exchange={prefix}", "--topic-pattern", prefix + ".{aggregate_type}"]
+
+
+@pytest.mark.parametrize("mode", ["run", "poll"])
+def test_a_refused_rabbitmq_login_exits_6_with_one_line(
+        db: str, rabbitmq_url: str, topic_prefix: str, mode: str) -> None:
+    _init(db, mode)
+    result = run_cli(mode, *_relay_args(db, _wrong_password(rabbitmq_url), topic_prefix),
+                     "--log-format", "json", timeout=60)
+    assert result.returncode == ExitCode.REFUSED, result.stderr
+    assert "not-the-password" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if '"level":"error"' in line]
+    assert len(errors) == 1, result.stderr  # the exit line says it all
+    assert "login refused" in errors[-1] and '"exit_code":6' in errors[-1]
+    assert all(line.startswith("{") for line in result.stderr.splitlines())  # JSON only
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["run", "poll"])
+def test_an_unreachable_rabbitmq_is_retried_with_backoff_not_flooded(
+        db: str, topic_prefix: str, mode: str) -> None:
+    _init(db, mode)
+    closed = f"amqp://guest:guest@127.0.0.1:{free_port()}/%2F"
+    with CliProcess([mode, *_relay_args(db, closed, topic_prefix)]) as relay:
+        wait_for(lambda: "connection refused" in relay.stderr or not relay.running(),
+                 timeout=30, message="the first failed attempt")
+        time.sleep(WINDOW)  # the fixed window the lines are counted over
+        assert relay.running(), relay.stderr  # retried, not given up
+        lines = relay.stderr.count("\n")
+        assert relay.stop(signal.SIGTERM) == 0, relay.stderr
+    assert lines <= MAX_LINES, relay.stderr[-3000:]
+    assert "pika" not in relay.stderr  # the client's own lines stay below debug level
