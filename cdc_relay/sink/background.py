@@ -169,8 +169,9 @@ class BackgroundSink:
             self._refused = refused
             self._fatal = DeliveryError(ErrorKind.FATAL, reason)
             # A refusal stops the relay with this reason as its one error line.
-            self._log.log(logging.DEBUG if refused else logging.ERROR,"%s sink generation %d failed: %s", self.kind, self.generation, reason,
-                            extra={"sink": self.kind})
+            self._log.log(logging.DEBUG if refused else logging.ERROR,
+                          "%s sink generation %d failed: %s", self.kind, self.generation, reason,
+                          extra={"sink": self.kind})
         self._reports.put(([], None))
 
     def _retry_allowed(self) -> bool:

@@ -115,7 +115,9 @@ def gather(conn: psycopg.Connection[Any], options: DoctorOptions) -> Facts:
         inserts, includes, via_root = pub
         publication = PublicationFacts(True, inserts, bool(includes), via_root)
     backfill = None
-    if {"processed_at", "dead_lettered_at"} <= table_facts.columns:
+    # Without SELECT the count would fail: the table privileges check reports it instead.
+    if ({"processed_at", "dead_lettered_at"} <= table_facts.columns
+            and table_facts.privileges.get("SELECT")):
         backfill = gather_backfill(conn, options)
     return Facts(server, table_facts, publication, read_slot_status(conn, options.slot)[1],
                  tuple(idle_logical_slots(conn)), backfill)
