@@ -28,7 +28,7 @@ from cdc_relay.db import (
     validated_table,
 )
 from cdc_relay.errors import ConfigError, RelayError
-from cdc_relay.model import BOOKKEEPING_COLUMNS
+from cdc_relay.model import BOOKKEEPING_COLUMNS, NOTIFY_TRIGGER
 from cdc_relay.polling.sql import OutboxQueries
 
 
@@ -215,6 +215,21 @@ class OutboxMonitor:
         if self._conn is not None:
             self._conn.close()
         self._conn = None
+
+
+def has_notify_trigger(dsn: str, outbox: OutboxConfig) -> bool:
+    """Whether the table has the NOTIFY trigger ``init --mode poll`` installs."""
+    table = validated_table(outbox.table)
+    with _autocommit(dsn) as conn:
+        try:
+            row = conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass(%s) AND "
+                "tgname = %s AND NOT tgisinternal)",
+                (f'"{table.schema}"."{table.name}"', NOTIFY_TRIGGER)).fetchone()
+        except psycopg.Error as exc:
+            raise translate_error(exc, f"checking {table} for its NOTIFY trigger",
+                                  conn=conn) from exc
+    return bool(row and row[0])
 
 
 def _missing_columns(conn: psycopg.Connection[TupleRow], outbox: OutboxConfig) -> list[str] | None:

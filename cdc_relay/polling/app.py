@@ -101,6 +101,11 @@ def run_poll(settings: PollSettings, stats: PollStats | None = None,
     monitor = OutboxMonitor(poll.dsn, settings.outbox, listen=poll.notify)
     monitor.check()  # a missing table or column is a one-line error now, not a retry loop
     warn_unread_slots(poll.dsn)
+    if poll.notify and not polling_admin.has_notify_trigger(poll.dsn, settings.outbox):
+        log.warning("table %s has no NOTIFY trigger (a WAL-mode init does not install it): "
+                    "pollers wake only every --interval (%.3gs). Fix: cdc-relay init --mode "
+                    "poll (or pass --no-notify if this is meant)", settings.outbox.table,
+                    poll.interval, extra={"table": str(settings.outbox.table)})
     # The --header / --partition-column columns, and the trace columns the table has.
     settings = replace(settings, outbox=resolve_message_columns(poll.dsn, settings.outbox,
                                                                 settings.router))

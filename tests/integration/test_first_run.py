@@ -72,3 +72,23 @@ def test_init_asked_for_a_plugin_the_server_refuses_says_what_it_applied(
     assert "--plugin pgoutput" in result.stderr
     # The schema part is there: polling mode can use the table as it is.
     assert stock_cluster.execute("SELECT to_regclass('public.outbox_events') IS NOT NULL") == "t"
+
+
+def test_polling_without_the_notify_trigger_warns_with_the_fix(
+        db: str, broker: Broker, topic_prefix: str) -> None:
+    assert run_cli("init", "--dsn", db, "--plugin", "pgoutput").returncode == 0  # WAL mode
+    with CliProcess(["poll", "--dsn", db, "--brokers", broker.bootstrap,
+                     "--topic-pattern", topic_prefix + ".{aggregate_type}"]) as poller:
+        wait_for(lambda: "polling mode: table" in poller.stderr or not poller.running(),
+                 timeout=30, message="the poller started")
+        assert poller.stop() == 0, poller.stderr
+    assert "has no NOTIFY trigger" in poller.stderr
+    assert "Fix: cdc-relay init --mode poll" in poller.stderr
+    # With the trigger (or --no-notify) there is nothing to warn about.
+    assert run_cli("init", "--dsn", db, "--mode", "poll").returncode == 0
+    with CliProcess(["poll", "--dsn", db, "--brokers", broker.bootstrap,
+                     "--topic-pattern", topic_prefix + ".{aggregate_type}"]) as poller:
+        wait_for(lambda: "polling mode: table" in poller.stderr or not poller.running(),
+                 timeout=30, message="the poller started")
+        assert poller.stop() == 0, poller.stderr
+    assert "NOTIFY trigger" not in poller.stderr
