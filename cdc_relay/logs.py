@@ -118,14 +118,26 @@ class RepeatFilter(logging.Filter):
         return True
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """stderr, with repeats held back at the last moment: a record another filter holds
+    (and hands over later) is judged when it is finally written, not twice."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+        self.repeats = RepeatFilter()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.repeats.filter(record):
+            super().emit(record)
+
+
 DEFERRED_WARNINGS: list[str] = []  # said before logging was set up (e.g. by the config file)
 
 
 def setup_logging(level: str = "info", fmt: str = "text") -> None:
     """Configure the root logger on stderr; route warnings and uncaught errors through it."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
-    handler.addFilter(RepeatFilter())
     for name in CLIENT_LOGGERS:
         logging.getLogger(name).setLevel(logging.DEBUG if level == "debug" else logging.CRITICAL)
     root = logging.getLogger()

@@ -69,7 +69,7 @@ def status(dsn: str, slot: str, table: TableRef, columns: str | None, output_for
         help="The checkpoint topic the relay uses (with --exactly-once).")
 @format_option
 def doctor(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str | None,
-           producer_config: tuple[str, ...], slot: str, plugin: str, publication: str,
+           producer_config: tuple[str, ...], slot: str, plugin: str | None, publication: str,
            table: TableRef, columns: str | None, mode: str, topic_pattern: str,
            dead_letter_topic: str, exactly_once: bool, checkpoint_topic: str,
            output_format: str) -> int:
@@ -89,7 +89,9 @@ def doctor(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str | Non
     elif sink != "kafka":
         raise ConfigError(f"doctor --sink {sink} needs --brokers (the address the relay uses)")
     checks = run_doctor(DoctorOptions(dsn=dsn, outbox=outbox_config(table, columns), slot=slot,
-                                      plugin=plugin, publication=publication, mode=mode,
+                                      plugin=plugin or "pgoutput",
+                                      plugin_from_slot=plugin is None,
+                                      publication=publication, mode=mode,
                                       kafka=kafka, sink=other))
     if exactly_once:
         from cdc_relay.ops.doctor.gather_exactly_once import run_exactly_once_checks

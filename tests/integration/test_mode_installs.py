@@ -117,7 +117,7 @@ def test_two_phase_commit_works_with_the_default_init(
             collector.collect(until=lambda ms: any(m.headers.get("id") == committed.encode()
                                                    for m in ms), timeout=60)
             assert relay.stop(signal.SIGTERM) == 0, relay.stderr
-        with start_relay(dsn, broker.bootstrap, topic_prefix) as relay:
+        with start_relay(dsn, broker.bootstrap, topic_prefix, plugin="pgoutput") as relay:
             _finish(dsn, f"c{run}", commit=True)
             with psycopg.connect(dsn) as conn:
                 sentinel = str(emit(conn, "order", "last", "Sentinel", {}))

@@ -245,6 +245,9 @@ def _database_checks(conn: psycopg.Connection[Any], options: DoctorOptions) -> l
     except RelayError as exc:
         return [Check("catalogs", Verdict.FAIL, str(exc))]
     server = facts.server
+    if options.plugin_from_slot and facts.slot is not None and facts.slot.plugin in (
+            "wal2json", "pgoutput"):
+        options = replace(options, plugin=facts.slot.plugin)  # what run would use
     checks = [Check("connection", Verdict.PASS, f"{server.role}@{describe_dsn(options.dsn)}, "
                     f"PostgreSQL {server.version}")]
     if options.mode == "wal":
