@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from cdc_relay.local.broker import Broker
+from cdc_relay.local.helpers import free_port
 from cdc_relay.local.postgres import PostgresCluster
 from cdc_relay.outbox import emit
 from tests.support import CliProcess, KafkaCollector, run_cli, wait_for
@@ -92,3 +93,11 @@ def test_polling_without_the_notify_trigger_warns_with_the_fix(
                  timeout=30, message="the poller started")
         assert poller.stop() == 0, poller.stderr
     assert "NOTIFY trigger" not in poller.stderr
+
+
+def test_dead_letters_from_a_topic_with_kafka_down_is_one_line() -> None:
+    result = run_cli("dead-letters", "list", "--from-topic", "outbox.dead-letters",
+                     "--brokers", f"127.0.0.1:{free_port()}")
+    assert result.returncode == 3, result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr  # librdkafka's own lines: debug only
+    assert "cannot reach Kafka" in result.stderr

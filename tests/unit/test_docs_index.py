@@ -22,3 +22,13 @@ def test_exit_codes_have_one_table() -> None:
               if p.name != "design.md"
               and "| 5 | DEAD_LETTER_REFUSED" in p.read_text(encoding="utf-8")]
     assert tables == ["operations.md"]
+
+
+def test_the_operations_metrics_table_lists_every_metric() -> None:
+    import re
+
+    source = "\n".join(p.read_text(encoding="utf-8")
+                       for p in (ROOT / "cdc_relay" / "ops" / "metrics").glob("*.py"))
+    names = set(re.findall(r'"((?:outbox|cdc_relay)_[a-z_]+)"', source))
+    table = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    assert names and sorted(n for n in names if n not in table) == []
