@@ -283,7 +283,7 @@ class KafkaSink:
                 return
             producer.poll(0.005)
         raise BrokerError(
-            f"Kafka at {mask_secrets(self._brokers)} did not answer within {timeout:g} s: "
+            f"Kafka at {mask_secrets(self._brokers)} did not answer within {timeout:.1f} s: "
             f"{problem} (check --brokers and that the broker is running)"
         )
 
