@@ -210,6 +210,7 @@ def init_database(
     notify_trigger: bool | None = None,
     mode: str | None = None,
     trace_context: bool = False,
+    failover: bool = True,
 ) -> InitReport:
     """Apply pending migrations, then install what ``mode`` uses (see the module docstring).
 
@@ -250,7 +251,7 @@ def init_database(
             if plugin is None:
                 plugin, note = plugin_for_slot(conn, slot)
             replication = _replication_or_partial(conn, table, slot, plugin, publication,
-                                                  applied, version)
+                                                  applied, version, failover=failover)
         else:
             slot = None
             idle = tuple(idle_logical_slots(conn))
@@ -272,12 +273,12 @@ def init_database(
 
 def _replication_or_partial(conn: psycopg.Connection[Any], table: TableRef, slot: str,
                             plugin: str, publication: str, applied: tuple[int, ...],
-                            version: int) -> ReplicationReport:
+                            version: int, *, failover: bool = True) -> ReplicationReport:
     """The publication and slot; if the server refuses them, an error of the same kind
     that also says what this run did apply (the schema) and what it did not."""
     try:
         return ensure_publication_and_slot(conn, table, slot=slot, plugin=plugin,
-                                           publication=publication)
+                                           publication=publication, failover=failover)
     except RelayError as exc:
         done = (f"applied migrations {', '.join(f'{v:04d}' for v in applied)}" if applied
                 else "schema already up to date")

@@ -32,6 +32,7 @@ from cdc_relay.routing import Router
 from cdc_relay.signals import install_signal_handlers
 from cdc_relay.sink.base import ignore_reports
 from cdc_relay.sink.factory import OtherSink, make_sink_factory, sink_name
+from cdc_relay.startup import until_reachable
 from cdc_relay.text import shorten
 
 log = logging.getLogger("cdc_relay")
@@ -99,16 +100,20 @@ def run_poll(settings: PollSettings, stats: PollStats | None = None,
         stop = threading.Event()
         install_signal_handlers(stop)
     monitor = OutboxMonitor(poll.dsn, settings.outbox, listen=poll.notify)
-    monitor.check()  # a missing table or column is a one-line error now, not a retry loop
-    warn_unread_slots(poll.dsn)
-    if poll.notify and not polling_admin.has_notify_trigger(poll.dsn, settings.outbox):
-        log.warning("table %s has no NOTIFY trigger (a WAL-mode init does not install it): "
-                    "pollers wake only every --interval (%.3gs). Fix: cdc-relay init --mode "
-                    "poll (or pass --no-notify if this is meant)", settings.outbox.table,
-                    poll.interval, extra={"table": str(settings.outbox.table)})
-    # The --header / --partition-column columns, and the trace columns the table has.
-    settings = replace(settings, outbox=resolve_message_columns(poll.dsn, settings.outbox,
+
+    def checks() -> PollSettings:
+        monitor.check()  # a missing table or column is a one-line error now, not a retry loop
+        warn_unread_slots(poll.dsn)
+        warn_without_trigger(settings)
+        # The --header / --partition-column columns, and the trace columns the table has.
+        return replace(settings, outbox=resolve_message_columns(poll.dsn, settings.outbox,
                                                                 settings.router))
+
+    # An unreachable PostgreSQL is waited for, as mid-run (cdc_relay/startup.py).
+    checked = until_reachable(checks, stop)
+    if checked is None:
+        return ExitCode.OK
+    settings = checked
     sink = sink_name(settings.sink)
     # A missing client library or a bad --producer-config: one line now, not per worker later.
     make_sink_factory(settings.kafka, settings.sink)(ignore_reports).close(0)
@@ -132,6 +137,16 @@ def run_poll(settings: PollSettings, stats: PollStats | None = None,
     log.info("stopped; %d events published, %d dead-lettered", stats.published, stats.dead_lettered,
              extra={"published": stats.published, "dead_lettered": stats.dead_lettered})
     return ExitCode.OK
+
+
+def warn_without_trigger(settings: PollSettings) -> None:
+    """Without the NOTIFY trigger pollers wake only every --interval: say so, with the fix."""
+    poll = settings.poll
+    if poll.notify and not polling_admin.has_notify_trigger(poll.dsn, settings.outbox):
+        log.warning("table %s has no NOTIFY trigger (a WAL-mode init does not install it): "
+                    "pollers wake only every --interval (%.3gs). Fix: cdc-relay init --mode "
+                    "poll (or pass --no-notify if this is meant)", settings.outbox.table,
+                    poll.interval, extra={"table": str(settings.outbox.table)})
 
 
 def warn_unread_slots(dsn: str) -> None:
