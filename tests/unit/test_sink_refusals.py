@@ -60,3 +60,18 @@ def test_reconnect_attempts_follow_the_backoff() -> None:
     assert sink._may_reconnect(0.0)
     clock[0] += 0.25  # the next waits 0.5 s
     assert not sink._may_reconnect(0.0)
+
+
+def test_a_refused_kafka_login_is_access_refused_at_warm_up() -> None:
+    from confluent_kafka import KafkaError
+
+    from cdc_relay.config import KafkaConfig
+    from cdc_relay.sink.kafka import KafkaSink
+
+    sink = KafkaSink(KafkaConfig(brokers="127.0.0.1:1"), ignore_reports)
+    try:
+        sink._on_error(KafkaError(KafkaError._AUTHENTICATION, "SASL authentication failed"))
+        with pytest.raises(AccessRefused, match=r"Kafka at 127\.0\.0\.1:1 refused the relay"):
+            sink.warm_up(1.0)
+    finally:
+        sink.close(0)
