@@ -6,12 +6,15 @@ import logging
 
 import pika.exceptions as pe
 import pytest
+from confluent_kafka import KafkaError
 from pika.adapters.utils.connection_workflow import AMQPConnectionWorkflowFailed
 
+from cdc_relay.config import KafkaConfig
 from cdc_relay.errors import AccessRefused, BrokerError
 from cdc_relay.sink import nats, rabbitmq
 from cdc_relay.sink.background import BackgroundSink
 from cdc_relay.sink.base import ignore_reports
+from cdc_relay.sink.kafka import KafkaSink
 
 
 def test_rabbitmq_login_and_vhost_refusals_are_refusals() -> None:
@@ -63,11 +66,6 @@ def test_reconnect_attempts_follow_the_backoff() -> None:
 
 
 def test_a_refused_kafka_login_is_access_refused_at_warm_up() -> None:
-    from confluent_kafka import KafkaError
-
-    from cdc_relay.config import KafkaConfig
-    from cdc_relay.sink.kafka import KafkaSink
-
     sink = KafkaSink(KafkaConfig(brokers="127.0.0.1:1"), ignore_reports)
     try:
         sink._on_error(KafkaError(KafkaError._AUTHENTICATION, "SASL authentication failed"))
