@@ -91,14 +91,14 @@ class _HeldLines(logging.Filter):
 
     def __init__(self, thread_name: str) -> None:
         super().__init__()
-        self._thread_name = thread_name
+        self.thread_names = {thread_name}
         self._handlers = list(logging.getLogger().handlers)
         self.held: list[logging.LogRecord] = []
         for handler in self._handlers:
             handler.addFilter(self)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.threadName == self._thread_name:
+        if record.threadName in self.thread_names:
             self.held.append(record)
             return False
         return True
@@ -159,10 +159,14 @@ class SinkWarmUp:
         """Stop warming and close the sink (start-up failed before the relay ran)."""
         self._cancelled.set()
         self._thread.join()
-        self._lines.release(emit=False)
+        # Closing serves librdkafka's queued lines on this thread: drop them as well.
+        self._lines.thread_names.add(threading.current_thread().name)
         sink, self._sink = self._sink, None
-        if sink is not None:
-            sink.close(0)
+        try:
+            if sink is not None:
+                sink.close(0)
+        finally:
+            self._lines.release(emit=False)
 
 
 class WalRelay:
