@@ -411,11 +411,30 @@ def config_first(args: list[str]) -> list[str]:
 
 
 def _wants_json(args: list[str]) -> bool:
-    """--log-format json (flag or environment): then even a usage error is a JSON line."""
+    """--log-format json (flag, environment or config file): then even a usage error is a
+    JSON line."""
+    config = os.environ.get("CDC_RELAY_CONFIG")
     for i, arg in enumerate(args):
         if arg == "--log-format=json" or (arg == "--log-format" and args[i + 1:i + 2] == ["json"]):
             return True
-    return os.environ.get(ENV_PREFIX + "LOG_FORMAT", "").strip().lower() == "json"
+        if arg == "--config" and i + 1 < len(args):
+            config = args[i + 1]
+        elif arg.startswith("--config="):
+            config = arg.partition("=")[2]
+    if ENV_PREFIX + "LOG_FORMAT" in os.environ:
+        return os.environ[ENV_PREFIX + "LOG_FORMAT"].strip().lower() == "json"
+    return config is not None and _file_says_json(config)
+
+
+def _file_says_json(path: str) -> bool:
+    """``log_format = "json"`` at the top of the file or in any section (errors: no)."""
+    try:
+        data = _read_toml(path)
+    except ConfigError:
+        return False  # reported as usual, once the group reads the file
+    tables = [data, *(v for v in data.values() if isinstance(v, dict))]
+    return any(str(t.get("log_format", t.get("log-format", ""))).lower() == "json"
+               for t in tables)
 
 
 def _file_value_error(exc: click.BadParameter) -> str | None:

@@ -105,11 +105,19 @@ def test_a_value_may_come_from_a_file_named_by_the_variable_with_file(
     assert "hunter2" not in err
 
 
-def test_json_logging_makes_usage_errors_json_too(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("where", ["flag", "file"])
+def test_json_logging_makes_usage_errors_json_too(
+        where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("CDC_RELAY_LOG_FORMAT", raising=False)
+    config = tmp_path / "relay.toml"
+    config.write_text('[run]\nlog_format = "json"\n')
+    args = (["run", "--log-format", "json", "--frobnicate"] if where == "flag"
+            else ["--config", str(config), "run", "--frobnicate"])
     root = logging.getLogger()
     before = list(root.handlers)
     try:
-        code, _, err = invoke(["run", "--log-format", "json", "--frobnicate"], capsys)
+        code, _, err = invoke(args, capsys)
     finally:
         for handler in list(root.handlers):
             root.removeHandler(handler)
