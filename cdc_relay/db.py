@@ -183,7 +183,8 @@ def privilege_fix(message: str, grant: str | None, role: str | None) -> str:
                 "lists for its mode")
     kind, name = found.groups()
     if kind == "schema":
-        return f"GRANT USAGE ON SCHEMA {name} TO {role};"
+        return (f"GRANT USAGE ON SCHEMA {name} TO {role}; (init also needs CREATE on it: run "
+                "init as the schema's owner)")
     if grant is None:
         return (f"GRANT {DEFAULT_GRANT} ON {name} TO {role}; (polling mode; WAL mode needs "
                 "SELECT; cleanup DELETE; see docs/operations.md, a least-privilege role)")
