@@ -14,7 +14,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from cdc_relay.cli.options import FILE_KEYS
+from cdc_relay.cli.options import FILE_KEYS, DurationType
 from cdc_relay.errors import mask_secrets
 
 _SECRET_WORDS = ("password", "secret", "token", "key")
@@ -34,6 +34,17 @@ def _command(root: click.Context, words: list[str]) -> tuple[list[str], click.Co
         path.append(name)
         command = sub
     return path, command, words
+
+
+_UNITS = (("w", 604800.0), ("d", 86400.0), ("h", 3600.0), ("m", 60.0), ("s", 1.0))
+
+
+def duration_text(seconds: float) -> str:
+    """Seconds as the largest whole unit a user would write: 604800 -> 1w, 0.5 -> 500ms."""
+    for unit, size in _UNITS:
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return "0" if seconds == 0 else f"{seconds * 1000:g}ms"
 
 
 def _masked(name: str, value: Any) -> str:
@@ -78,7 +89,10 @@ def effective_configuration(root: click.Context, words: list[str]) -> list[tuple
         if param.name == "help":
             continue
         option = next((o for o in param.opts if o.startswith("--")), param.opts[0])
-        rows.append((option, _masked(param.name, ctx.params.get(param.name)), _source(ctx, param)))
+        value = ctx.params.get(param.name)
+        if isinstance(param.type, DurationType) and isinstance(value, float):
+            value = duration_text(value)
+        rows.append((option, _masked(param.name, value), _source(ctx, param)))
     return rows
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from cdc_relay.cli.config_show import duration_text
 from cdc_relay.cli.main import cli
 from cdc_relay.cli.options import config_first, run_cli
 from cdc_relay.config import ReplicationConfig, parse_duration
@@ -88,7 +89,16 @@ def test_config_show_gives_each_value_its_source_with_secrets_masked(
     assert "postgresql://relay:***@db/shop" in rows["--dsn"]
     assert rows["--slot"].endswith(f"file {config} ([run] slot)")
     assert rows["--brokers"].endswith("flag")
-    assert rows["--status-interval"].endswith("default")
+    assert rows["--status-interval"].split()[1:] == ["1s", "default"]
+    assert rows["--message-timeout"].split()[1] == "30s"
+
+
+@pytest.mark.parametrize("seconds, text", [(604800.0, "1w"), (86400.0, "1d"), (300.0, "5m"),
+                                           (30.0, "30s"), (0.5, "500ms"), (90.0, "90s"),
+                                           (0.0, "0")])
+def test_config_show_writes_durations_with_a_unit(seconds: float, text: str) -> None:
+    assert duration_text(seconds) == text
+    assert parse_duration(text) == seconds
 
 
 def test_a_value_may_come_from_a_file_named_by_the_variable_with_file(
