@@ -14,7 +14,8 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from cdc_relay.cli.options import FILE_KEYS, DurationType
+from cdc_relay.cli.config_file import FILE_KEYS
+from cdc_relay.cli.options import DurationType
 from cdc_relay.errors import mask_secrets
 
 _SECRET_WORDS = ("password", "secret", "token", "key")

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from cdc_relay.cli.config_file import config_first
 from cdc_relay.cli.config_show import duration_text
 from cdc_relay.cli.main import cli
-from cdc_relay.cli.options import config_first, run_cli
+from cdc_relay.cli.options import run_cli
 from cdc_relay.config import ReplicationConfig, parse_duration
 from cdc_relay.db import privilege_fix
 from cdc_relay.errors import ConfigError, ExitCode
