@@ -27,7 +27,7 @@ def _command(root: click.Context, words: list[str]) -> tuple[list[str], click.Co
     path: list[str] = []
     while isinstance(command, click.Group):
         if not words or words[0].startswith("-"):
-            raise click.UsageError("name a command, e.g. cdc-relay config show run --dsn ...")
+            raise click.UsageError("name a command, e.g. cdc-relay config show run (its options may follow)")
         name = words.pop(0)
         sub = command.get_command(root, name)
         if sub is None:
