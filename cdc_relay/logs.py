@@ -9,7 +9,7 @@ configured until ``setup_logging`` is called by the composition root.
 The "one line" promise under failure: the broker clients' own loggers (pika, nats,
 asyncio) are quieted below debug level - the relay's own line names the cause and the fix
 - and a warning or error repeated while a service is down (same logger, same text but
-for its numbers) is written once per minute with a count of the repeats
+for its numbers) is written twice, then once per minute with a count of the repeats
 (``RepeatFilter``). Lines about one event (``event_id``) are never held back.
 """
 
@@ -87,17 +87,21 @@ CLIENT_LOGGERS = ("pika", "nats", "asyncio")
 
 
 class RepeatFilter(logging.Filter):
-    """Writes a repeated warning or error once per ``window`` s, then says how many were held.
+    """Writes a repeated warning or error ``burst`` times per ``window`` s, then holds it
+    back; the first one after the window says how many were held (``repeated``).
 
     Repeats are lines of one logger and level whose text is the same but for its numbers
     (a generation, a delay, a port). Event-level lines (``event_id``) always pass.
     """
 
-    def __init__(self, window: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, window: float = 60.0, burst: int = 2,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()
         self.window = window
+        self.burst = burst
         self._clock = clock
-        self._seen: dict[tuple[str, int, str], tuple[float, int]] = {}
+        # key -> (window start, lines written in it, lines held back in it)
+        self._seen: dict[tuple[str, int, str], tuple[float, int, int]] = {}
         self._lock = threading.Lock()
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -106,13 +110,16 @@ class RepeatFilter(logging.Filter):
         key = (record.name, record.levelno, _DIGITS.sub("#", record.getMessage()))
         now = self._clock()
         with self._lock:
-            first, held = self._seen.get(key, (-self.window, 0))
-            if now - first < self.window:
-                self._seen[key] = (first, held + 1)
-                return False
+            start, written, held = self._seen.get(key, (-self.window, 0, 0))
+            if now - start < self.window:
+                if written >= self.burst:
+                    self._seen[key] = (start, written, held + 1)
+                    return False
+                self._seen[key] = (start, written + 1, held)
+                return True
             if len(self._seen) > 1024:
                 self._seen.clear()
-            self._seen[key] = (now, 0)
+            self._seen[key] = (now, 1, 0)
         if held:
             record.repeated = held  # an extra: text "repeated=N", JSON "repeated": N
         return True
