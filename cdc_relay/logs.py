@@ -9,7 +9,7 @@ configured until ``setup_logging`` is called by the composition root.
 The "one line" promise under failure: the broker clients' own loggers (pika, nats,
 asyncio) are quieted below debug level - the relay's own line names the cause and the fix
 - and a warning or error repeated while a service is down (same logger, same text but
-for its numbers) is written twice, then once per minute with a count of the repeats
+for its numbers) is written three times, then once per minute with a count of the repeats
 (``RepeatFilter``). Lines about one event (``event_id``) are never held back.
 """
 
@@ -94,7 +94,7 @@ class RepeatFilter(logging.Filter):
     (a generation, a delay, a port). Event-level lines (``event_id``) always pass.
     """
 
-    def __init__(self, window: float = 60.0, burst: int = 2,
+    def __init__(self, window: float = 60.0, burst: int = 3,
                  clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()
         self.window = window

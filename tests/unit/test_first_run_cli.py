@@ -163,16 +163,16 @@ def _record(msg: str, level: int = logging.ERROR, **extra: object) -> logging.Lo
     return record
 
 
-def test_repeated_failure_lines_pass_twice_then_once_per_window_with_a_count() -> None:
+def test_repeated_failure_lines_pass_three_times_then_once_per_window_with_a_count() -> None:
     now = [0.0]
-    repeat = RepeatFilter(window=60.0, burst=2, clock=lambda: now[0])
+    repeat = RepeatFilter(window=60.0, burst=3, clock=lambda: now[0])
     passed = []
     for second in range(120):
         now[0] = float(second)
         record = _record(f"sink generation {second} failed: connection refused")
         if repeat.filter(record):
             passed.append((second, getattr(record, "repeated", 0)))
-    assert passed == [(0, 0), (1, 0), (60, 58), (61, 0)]
+    assert passed == [(0, 0), (1, 0), (2, 0), (60, 57), (61, 0), (62, 0)]
     assert repeat.filter(_record("another failure"))  # other text passes
     for _ in range(5):
         assert repeat.filter(_record("info line 1", logging.INFO))
