@@ -39,7 +39,7 @@ from nats.aio.msg import Msg
 from nats.js import api
 from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
 
-from cdc_relay.errors import BrokerError, mask_secrets
+from cdc_relay.errors import AccessRefused, BrokerError, mask_secrets
 from cdc_relay.model import Message
 from cdc_relay.sink.background import BackgroundSink
 from cdc_relay.sink.base import (
@@ -60,7 +60,7 @@ def is_refusal(error: BaseException) -> bool:
     """Whether NATS refused the credentials or a permission (nats-py says it in text)."""
     text = str(error).lower()
     return any(word in text for word in ("authorization violation", "authentication",
-                                         "permissions violation", "user authentication"))
+                                         "permissions violation"))
 
 
 def classify(error: BaseException, subject: str) -> DeliveryError:
@@ -169,9 +169,11 @@ class NatsSink(BackgroundSink):
             raise
         except Exception as exc:
             if is_refusal(exc):
-                self._fail(f"{mask_secrets(str(exc))} (check the credentials in --brokers or "
-                           "--sink-config, and the user's publish permissions)", refused=True)
-                self._raise_failure(f"NATS at {where}")
+                reason = (f"{mask_secrets(str(exc))} (check the credentials in --brokers or "
+                          "--sink-config, and the user's publish permissions)")
+                self._fail(reason, refused=True)
+                self._refused = True  # also when a disconnect callback failed it first
+                raise AccessRefused(f"NATS at {where} refused the relay: {reason}") from exc
             self._fail(mask_secrets(str(exc) or type(exc).__name__))
             raise BrokerError(f"cannot connect to NATS at {where}: "
                               f"{mask_secrets(str(exc) or type(exc).__name__)} (check --brokers "
@@ -256,7 +258,7 @@ class NatsSink(BackgroundSink):
             self._fail("connection to NATS lost")
 
     async def _on_error(self, error: Exception) -> None:
-        if not self._closing:
+        if not self._closing and not is_refusal(error):  # a refusal is the exit's one line
             self._log.warning("nats sink generation %d: %s", self.generation,
                               mask_secrets(str(error) or type(error).__name__),
                               extra={"sink": self.kind})

@@ -3,8 +3,13 @@ broker is retried with backoff, a few lines a minute (the machine's real RabbitM
 
 from __future__ import annotations
 
+import shutil
 import signal
+import socket
+import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -17,6 +22,43 @@ from tests.support import CliProcess, run_cli, wait_for
 # expected (a handful of lines), far below the flood it guards against (~40k lines).
 WINDOW = 10.0
 MAX_LINES = 60
+
+
+@pytest.fixture
+def nats_with_a_password() -> Iterator[str]:
+    """A nats-server of this test's own that wants user relay, password right: its port."""
+    binary = shutil.which("nats-server")
+    if binary is None:
+        pytest.skip("nats-server is not installed")
+    port, store = free_port(), tempfile.mkdtemp(prefix="cdc-relay-nats-")
+    server = subprocess.Popen([binary, "-a", "127.0.0.1", "-p", str(port), "--user", "relay",
+                               "--pass", "right", "-js", "-sd", store],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: _accepts(port), timeout=20, message="nats-server listening")
+        yield f"nats://relay:wrong@127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(10)
+        shutil.rmtree(store, ignore_errors=True)
+
+
+def _accepts(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.mark.parametrize("mode", ["run", "poll"])
+def test_a_refused_nats_login_exits_6_with_one_line(
+        db: str, nats_with_a_password: str, topic_prefix: str, mode: str) -> None:
+    _init(db, mode)
+    result = run_cli(mode, "--dsn", db, "--brokers", nats_with_a_password, "--sink", "nats",
+                     "--sink-config", f"stream={topic_prefix.upper()}",
+                     "--topic-pattern", topic_prefix + ".{aggregate_type}", timeout=60)
+    assert result.returncode == ExitCode.REFUSED, result.stderr
+    errors = [line for line in result.stderr.splitlines() if "ERROR" in line or "error:" in line]
+    assert len(errors) == 1, result.stderr
+    assert "Authorization Violation" in errors[0] and "wrong" not in result.stderr
 
 
 def _wrong_password(url: str) -> str:
