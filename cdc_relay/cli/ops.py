@@ -73,7 +73,7 @@ def status(dsn: str, slot: str, table: TableRef, columns: str | None, standby_ds
 @standby_dsn_option
 @format_option
 def doctor(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str | None,
-           producer_config: tuple[str, ...], slot: str, plugin: str, publication: str,
+           producer_config: tuple[str, ...], slot: str, plugin: str | None, publication: str,
            table: TableRef, columns: str | None, mode: str, topic_pattern: str,
            dead_letter_topic: str, exactly_once: bool, checkpoint_topic: str,
            standby_dsn: str | None, output_format: str) -> int:
@@ -93,7 +93,9 @@ def doctor(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str | Non
     elif sink != "kafka":
         raise ConfigError(f"doctor --sink {sink} needs --brokers (the address the relay uses)")
     checks = run_doctor(DoctorOptions(dsn=dsn, outbox=outbox_config(table, columns), slot=slot,
-                                      plugin=plugin, publication=publication, mode=mode,
+                                      plugin=plugin or "pgoutput",
+                                      plugin_from_slot=plugin is None,
+                                      publication=publication, mode=mode,
                                       kafka=kafka, sink=other, standby_dsn=standby_dsn))
     if exactly_once:
         from cdc_relay.ops.doctor.gather_exactly_once import run_exactly_once_checks

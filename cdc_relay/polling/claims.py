@@ -161,7 +161,7 @@ class PollingSource:
 
     def _fail(self, exc: psycopg.Error, doing: str) -> RelayError:
         """Translate, and drop a connection that cannot be trusted any more."""
-        error = translate_error(exc, doing)
+        error = translate_error(exc, doing, grant="SELECT, UPDATE", conn=self._conn)
         if self._conn is not None and (self._conn.broken or self._conn.closed):
             self.close()
         else:

@@ -302,11 +302,17 @@ def _startup_checks(settings: WalSettings
     from cdc_relay.message_columns import resolve_message_columns
     from cdc_relay.wal.backfill_state import warn_if_unfinished
     from cdc_relay.wal.continuity import read_record
-    from cdc_relay.wal.setup import ensure_replication
+    from cdc_relay.wal.setup import ensure_replication, plugin_for_slot
 
     repl = settings.replication
     conn = connect(repl.dsn, autocommit=True)
     try:
+        if repl.plugin_from_slot:
+            plugin, note = plugin_for_slot(conn, repl.slot)
+            if note:
+                log.info("%s", note, extra={"slot": repl.slot, "plugin": plugin})
+            repl = replace(repl, plugin=plugin, plugin_from_slot=False)
+            settings = replace(settings, replication=repl)
         outbox = resolve_message_columns(repl.dsn, settings.outbox, settings.router, conn=conn)
         setup = ensure_replication(repl.dsn, outbox, slot=repl.slot, plugin=repl.plugin,
                                    publication=repl.publication, conn=conn,

@@ -54,7 +54,7 @@ def test_a_missing_compiled_decoder_is_a_warning_and_a_chosen_pure_one_is_not(
     app._log_decoder(ReplicationConfig(dsn="host=x", compiled_decoder=False), _Pure())  # type: ignore[arg-type]
     levels = [(r.levelno, r.getMessage()) for r in caplog.records]
     assert levels[0][0] == logging.WARNING and "compiled decoders are not built" in levels[0][1]
-    assert levels[1] == (logging.INFO, "decoding wal2json in pure Python (--pure-python-decoder)")
+    assert levels[1] == (logging.INFO, "decoding pgoutput in pure Python (--pure-python-decoder)")
 
 
 @pytest.mark.parametrize("compiled", [True, False])

@@ -48,9 +48,10 @@ class DoctorOptions:
     dsn: str
     outbox: OutboxConfig = field(default_factory=OutboxConfig)
     slot: str = "cdc_relay"
-    plugin: str = "wal2json"
+    plugin: str = "pgoutput"
     publication: str = "cdc_relay_outbox"
     mode: str = "wal"  # or "poll": skip logical decoding checks
+    plugin_from_slot: bool = False  # no --plugin: an existing slot's plugin, as run does
     kafka: KafkaConfig | None = None
     broker_timeout: float = 10.0
     sink: RabbitMqConfig | NatsConfig | None = None  # --sink rabbitmq|nats (then kafka is None)
