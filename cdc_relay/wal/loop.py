@@ -36,7 +36,14 @@ from collections.abc import Callable
 
 from cdc_relay.backoff import Backoff
 from cdc_relay.config import FlowConfig
-from cdc_relay.errors import ConfigError, DeadLetterRefused, RelayError, SlotBusy, SourceLost
+from cdc_relay.errors import (
+    AccessRefused,
+    ConfigError,
+    DeadLetterRefused,
+    RelayError,
+    SlotBusy,
+    SourceLost,
+)
 from cdc_relay.routing import Router
 from cdc_relay.sink.base import Sink, SinkFactory, ignore_reports
 from cdc_relay.wal.delivery import AtLeastOnce, DeliveryMode
@@ -70,6 +77,8 @@ def warm_up(sink: Sink, timeout: float, clock: Callable[[], float],
         try:
             sink.warm_up(max(0.0, min(_WARMUP_SLICE, deadline - clock())))
             return True
+        except AccessRefused:
+            raise  # credentials or permissions: retrying cannot fix it (exit 6)
         except RelayError as exc:
             if stopped():
                 return False
