@@ -56,6 +56,7 @@ from cdc_relay.sink.config import SinkProbe
 from cdc_relay.sink.sqs_batches import Pending, Planner
 from cdc_relay.sink.sqs_config import DEFAULT_MAX_MESSAGE_BYTES, SqsConfig
 from cdc_relay.sink.sqs_entries import Entry, build_entry, too_large
+from cdc_relay.text import shorten
 
 _log = logging.getLogger("cdc_relay.sqs")
 MISSING = ("AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist")
@@ -115,7 +116,8 @@ def refusal(exc: BaseException, where: str) -> AccessRefused | None:
         return AccessRefused(f"SQS at {where}: no AWS credentials found; {IAM_FIX}")
     status = getattr(exc, "response", {}).get("ResponseMetadata", {}).get("HTTPStatusCode")
     if error_code(exc) in _REFUSED or status == 403:  # 403: a refusal whose body was unparsed
-        return AccessRefused(f"SQS at {where} refused the relay: {mask_secrets(str(exc))}; {IAM_FIX}")
+        text = shorten(" ".join(mask_secrets(str(exc)).split()), 300)
+        return AccessRefused(f"SQS at {where} refused the relay: {text}; {IAM_FIX}")
     return None
 
 

@@ -15,6 +15,7 @@ import orjson
 import psycopg
 import pytest
 
+from cdc_relay.local.moto_sqs import MotoServer
 from cdc_relay.outbox import emit
 from tests.integration.sinks.sqs_support import SqsReader, ids_of, sqs_args
 from tests.integration.sinks.support import crash_with_replays, poll_rows, write_continuously
@@ -172,3 +173,14 @@ def test_doctor_checks_the_sqs_endpoint_and_queues(db: str, moto_url: str, sqs: 
     assert ready.returncode == 0, ready.stdout
     assert "PASS  broker: queue" in ready.stdout and f"{topic_prefix}-order.fifo" in ready.stdout
     assert f"{topic_prefix}-customer'" not in ready.stdout
+
+
+@pytest.mark.parametrize("mode", ["run", "poll"])
+def test_refused_credentials_stop_either_mode_with_exit_6_and_the_fix(
+        mode: str, db: str, moto_url: str, topic_prefix: str) -> None:
+    init_db(db)
+    with MotoServer(env={"INITIAL_NO_AUTH_ACTION_COUNT": "0"}) as strict:
+        result = run_cli(mode, "--dsn", db, "--brokers", strict.url, *sqs_args(topic_prefix),
+                         timeout=90)
+    assert result.returncode == 6, result.stderr
+    assert "sqs:SendMessage" in result.stderr and "Traceback" not in result.stderr
