@@ -169,7 +169,6 @@ class SqsSink(BackgroundSink):
         if self._warm_error is not None:
             raise self._warm_error
         self._ready = True
-        self._clear_failure()
         for n in range(self._config.concurrency):
             thread = threading.Thread(target=self._sender, daemon=True,
                                       name=f"sqs-sink-{self.generation}-{n}")
@@ -307,16 +306,9 @@ class SqsSink(BackgroundSink):
 
     def _hold_and_send(self, queue: str, url: str, item: tuple[Pending, Entry]) -> None:
         """Send one entry of a refused batch alone (its group is busy again meanwhile)."""
-        pending = item[0]
         with self._cond:
-            waiting = self._planner.waiting.get(queue, [])
-            if pending not in waiting:
+            if not self._planner.claim(item[0]):
                 return  # another sender took it already
-            waiting.remove(pending)
-            if not waiting:
-                self._planner.drop_queue(queue)
-            if pending.group is not None:
-                self._planner.busy.add((queue, pending.group))
         self._send_batch(queue, url, [item], split=False)
 
     def _settle_reply(self, pendings: list[Pending], reply: dict[str, Any]) -> None:

@@ -125,9 +125,22 @@ class Planner:
     def drop_queue(self, queue: str) -> list[Pending]:
         """Remove and return every waiting entry of ``queue`` (a queue found missing)."""
         dropped = self.waiting.pop(queue, [])
-        if dropped:
+        if queue in self._turns:
             self._turns.remove(queue)
         return dropped
+
+    def claim(self, entry: Pending) -> bool:
+        """Take this one waiting entry out of turn (it is sent alone); False if it is not waiting."""
+        waiting = self.waiting.get(entry.queue, [])
+        index = bisect.bisect_left(waiting, entry)
+        if index == len(waiting) or waiting[index].seq != entry.seq:
+            return False
+        del waiting[index]
+        if not waiting:
+            self.drop_queue(entry.queue)
+        if entry.group is not None:
+            self.busy.add((entry.queue, entry.group))
+        return True
 
     def next_ready(self) -> float | None:
         """The earliest ``not_before`` among waiting entries (None if nothing waits)."""

@@ -260,3 +260,16 @@ def test_failed_entries_alone_are_sent_again_and_their_group_waits_for_them() ->
     assert order_of_a == ["0", "1", "1", "2"]  # 1 failed once and was sent again before 2
     assert all(len([b for b in batch if b in ("0", "1", "2")]) <= 1 for batch in client.sent)
     assert sum(batch.count("3") for batch in client.sent) == 1  # never sent again
+
+
+def test_an_entry_claimed_out_of_turn_leaves_the_planner_consistent() -> None:
+    planner = Planner()
+    one, two = Pending(1, "q.fifo", "g", 1), Pending(2, "q.fifo", "h", 1)
+    planner.add(one)
+    planner.add(two)
+    assert planner.claim(two) and not planner.claim(two)
+    assert ("q.fifo", "h") in planner.busy
+    assert planner.claim(one) and planner.waiting == {}
+    planner.settle([one, two], [], 0.0)
+    planner.add(Pending(3, "q.fifo", "g", 1))
+    assert [p.seq for p in planner.take(0.0, {}, 10)] == [3]
