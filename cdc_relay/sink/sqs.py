@@ -137,6 +137,9 @@ class SqsSink(BackgroundSink):
         self._cond = threading.Condition()
         self._planner = Planner()
         self._entries: dict[int, Entry] = {}  # seq -> entry, until settled (under _cond)
+        # seq -> when it was first sent, oldest first, until done: the message timeout runs
+        # from there (entries waiting their turn locally are no sign of a stalled endpoint).
+        self._first_sent: dict[int, float] = {}
         self._queues: dict[str, tuple[str, int]] = {}  # name -> (url, byte limit)
         self._limits: dict[str, int] = {}
         self._client: Any = client  # None: built by warm_up (make_client)
@@ -205,6 +208,18 @@ class SqsSink(BackgroundSink):
             self._planner.add(Pending(seq, entry.queue, entry.group, entry.size))
             self._cond.notify()
 
+    def _check_timeout(self) -> None:
+        """FATAL when an entry sent first longer than the message timeout ago is unsettled."""
+        sent, pending = self._sent, self._pending
+        while sent and sent[0][1] not in pending:  # the base class's record, kept trimmed
+            sent.popleft()
+        with self._cond:
+            oldest = next(iter(self._first_sent.values()), None)
+        if (oldest is not None and self._fatal is None
+                and self._clock() - oldest > self._message_timeout):
+            self._fail(f"no reply within {self._message_timeout:g} s of sending (message "
+                       "timeout): the endpoint is stalled or unreachable")
+
     def _stop(self) -> None:
         with self._cond:
             self._stopping = True
@@ -233,6 +248,8 @@ class SqsSink(BackgroundSink):
             now = self._clock()
             batch = self._planner.take(now, self._limits, DEFAULT_MAX_MESSAGE_BYTES)
             if batch:
+                for p in batch:
+                    self._first_sent.setdefault(p.seq, now)
                 return batch
             ready = self._planner.next_ready()
             self._cond.wait(0.5 if ready is None else min(0.5, max(0.001, ready - now)))
@@ -243,6 +260,7 @@ class SqsSink(BackgroundSink):
         with self._cond:
             for p in done:
                 self._entries.pop(p.seq, None)
+                self._first_sent.pop(p.seq, None)
             self._planner.settle(done, again or [], self._clock() + delay)
             self._cond.notify_all()
 

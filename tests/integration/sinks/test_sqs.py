@@ -175,6 +175,7 @@ def test_doctor_checks_the_sqs_endpoint_and_queues(db: str, moto_url: str, sqs: 
     assert f"{topic_prefix}-customer'" not in ready.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["run", "poll"])
 def test_refused_credentials_stop_either_mode_with_exit_6_and_the_fix(
         mode: str, db: str, moto_url: str, topic_prefix: str) -> None:
