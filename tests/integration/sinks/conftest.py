@@ -7,7 +7,7 @@ SQS is moto's server, started for the session and stopped after it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -16,7 +16,6 @@ from cdc_relay.local.machine_services import ensure_nats, ensure_rabbitmq
 from cdc_relay.local.moto_sqs import MOTO_ENV, MotoServer
 from tests.integration.sinks.sqs_support import SqsReader
 from tests.integration.sinks.support import RabbitReader, delete_stream
-from tests.integration.tcp_proxy import TcpProxy
 
 
 @pytest.fixture(scope="session")
@@ -52,21 +51,6 @@ def nats_stream(nats_url: str, topic_prefix: str) -> Iterator[str]:
         yield name
     finally:
         delete_stream(nats_url, name)
-
-
-@pytest.fixture
-def proxy_factory() -> Iterator[Callable[[int], TcpProxy]]:
-    proxies: list[TcpProxy] = []
-
-    def make(port: int) -> TcpProxy:
-        proxies.append(TcpProxy(port))
-        return proxies[-1]
-
-    try:
-        yield make
-    finally:
-        for proxy in proxies:
-            proxy.close()
 
 
 @pytest.fixture(scope="session")
