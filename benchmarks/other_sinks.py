@@ -98,10 +98,11 @@ def sqs_side(topics: list[str]) -> Iterator[SinkSide]:
             for queue in [*queues.values(), "bench-dlq.fifo"]:
                 client.create_queue(QueueName=queue, Attributes={"FifoQueue": "true"})
             # moto spends CPU per message in proportion to what a queue holds, and shares
-            # the two cores: a long timeout, so its slowness is measured, not replayed.
+            # the two cores: long timeouts, so its slowness is measured, not replayed.
             yield SinkSide(server.url, ("--sink", "sqs", "--topic-pattern",
                                         "bench-{aggregate_type}.fifo", "--dead-letter-topic",
-                                        "bench-dlq.fifo", "--message-timeout", "5m"),
+                                        "bench-dlq.fifo", "--message-timeout", "5m",
+                                        "--sink-config", "read_timeout=60"),
                            count_process_sqs, lambda topic: (server.url, queues[topic]))
     finally:
         for key, value in saved.items():

@@ -114,7 +114,9 @@ def refusal(exc: BaseException, where: str) -> AccessRefused | None:
     """AccessRefused when ``exc`` says the credentials or permissions were refused."""
     if isinstance(exc, botocore.exceptions.NoCredentialsError):
         return AccessRefused(f"SQS at {where}: no AWS credentials found; {IAM_FIX}")
-    status = getattr(exc, "response", {}).get("ResponseMetadata", {}).get("HTTPStatusCode")
+    response = getattr(exc, "response", None)  # None on some botocore errors (timeouts)
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode") if isinstance(
+        response, dict) else None
     if error_code(exc) in _REFUSED or status == 403:  # 403: a refusal whose body was unparsed
         text = shorten(" ".join(mask_secrets(str(exc)).split()), 300)
         return AccessRefused(f"SQS at {where} refused the relay: {text}; {IAM_FIX}")

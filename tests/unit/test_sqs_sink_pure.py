@@ -273,3 +273,19 @@ def test_an_entry_claimed_out_of_turn_leaves_the_planner_consistent() -> None:
     planner.settle([one, two], [], 0.0)
     planner.add(Pending(3, "q.fifo", "g", 1))
     assert [p.seq for p in planner.take(0.0, {}, 10)] == [3]
+
+
+def test_errors_without_a_response_are_no_refusal_and_403s_are() -> None:
+    import botocore.exceptions
+
+    from cdc_relay.sink.sqs import error_code, refusal
+
+    timeout = botocore.exceptions.ReadTimeoutError(endpoint_url="http://x")
+    timeout.response = None  # type: ignore[attr-defined]
+    assert refusal(timeout, "http://x") is None and error_code(timeout) == ""
+    forbidden = botocore.exceptions.ClientError(
+        {"Error": {"Code": "403"}, "ResponseMetadata": {"HTTPStatusCode": 403}}, "GetQueueUrl")
+    refused = refusal(forbidden, "http://x")
+    assert refused is not None and "sqs:GetQueueUrl" in str(refused)
+    denied = botocore.exceptions.ClientError({"Error": {"Code": "AccessDenied"}}, "SendMessageBatch")
+    assert refusal(denied, "http://x") is not None
