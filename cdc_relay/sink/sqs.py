@@ -408,7 +408,12 @@ def _permanent(code: str, text: str) -> DeliveryError:
 
 
 def sqs_sink_factory(config: SqsConfig, *, logger: logging.Logger | None = None) -> SinkFactory:
-    """A factory of SqsSinks, numbering their generations and sharing an access refusal."""
+    """A factory of SqsSinks, numbering their generations and sharing an access refusal.
+
+    Builds a client once first (no I/O), so a missing region or unknown profile is a
+    ConfigError at start-up (exit 2), not a warm-up that WAL mode would retry.
+    """
+    make_client(config)
     generation = 0
     shared = SharedState()
 

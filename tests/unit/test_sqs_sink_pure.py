@@ -289,3 +289,15 @@ def test_errors_without_a_response_are_no_refusal_and_403s_are() -> None:
     assert refused is not None and "sqs:GetQueueUrl" in str(refused)
     denied = botocore.exceptions.ClientError({"Error": {"Code": "AccessDenied"}}, "SendMessageBatch")
     assert refusal(denied, "http://x") is not None
+
+
+def test_a_missing_region_is_a_config_error_when_the_factory_is_built(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from cdc_relay.sink.sqs import sqs_sink_factory
+
+    for key in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    with pytest.raises(ConfigError, match="no AWS region"):
+        sqs_sink_factory(parse("http://127.0.0.1:1"))
+    assert sqs_sink_factory(parse("sqs://eu-west-1")) is not None
