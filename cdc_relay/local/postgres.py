@@ -48,8 +48,9 @@ from cdc_relay.local.registry import track, untrack
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 # Settings a standby must not inherit from its primary's postgresql.auto.conf: they would
-# make the standby, once promoted, wait for standbys and slots it does not have.
-_PRIMARY_ONLY = ("synchronous_standby_names", "synchronized_standby_slots")
+# make the standby, once promoted, wait for standbys and slots it does not have (the
+# second exists on 17+ only).
+_PRIMARY_ONLY = {"synchronous_standby_names": 0, "synchronized_standby_slots": 17}
 
 
 class PostgresCluster:
@@ -216,19 +217,22 @@ class PostgresCluster:
         self._server_cmd([str(self.bin_dir / "pg_basebackup"), "-D", str(self.data_dir),
                           "-d", conninfo, "-R", "-X", "stream", "-S", slot, "-c", "fast",
                           "--no-sync", "-w"])
-        settings = {"port": str(self._port or free_port()), "listen_addresses": HOST,
-                    "unix_socket_directories": str(self._root), "primary_conninfo": conninfo,
-                    "primary_slot_name": slot, "hot_standby_feedback": "on"}
-        if self.version >= 17:
-            settings["sync_replication_slots"] = "on"
-        settings.update({key: "" for key in _PRIMARY_ONLY if self.version >= 17
-                         or key == "synchronous_standby_names"})
-        settings.update(self._settings)
+        settings = self._standby_settings(conninfo, slot)
         self._port = int(settings["port"])
         auto_conf = self.data_dir / "postgresql.auto.conf"
         kept = [line for line in auto_conf.read_text(encoding="utf-8").splitlines()
                 if line.split("=", 1)[0].strip() not in settings]
         auto_conf.write_text("\n".join(kept) + render_settings(settings), encoding="utf-8")
+
+    def _standby_settings(self, conninfo: str, slot: str) -> dict[str, str]:
+        settings = {"port": str(self._port or free_port()), "listen_addresses": HOST,
+                    "unix_socket_directories": str(self._root), "primary_conninfo": conninfo,
+                    "primary_slot_name": slot, "hot_standby_feedback": "on"}
+        if self.version >= 17:
+            settings["sync_replication_slots"] = "on"
+        settings.update({key: "" for key, since in _PRIMARY_ONLY.items() if self.version >= since})
+        settings.update(self._settings)
+        return settings
 
     @property
     def in_recovery(self) -> bool:
