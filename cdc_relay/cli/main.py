@@ -143,7 +143,7 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
     topic_pattern, dead_letter_topic = sink_topics(sink, topic_pattern, dead_letter_topic)
     other = sink_settings(sink, brokers, sink_config, producer_config, topic_pattern=topic_pattern,
                           dead_letter_topic=dead_letter_topic, message_timeout=message_timeout,
-                          header=header)
+                          header=header, message_format=message_format)
     settings = WalSettings(
         replication=ReplicationConfig(dsn=dsn, slot=slot, plugin=plugin, publication=publication,
                                       status_interval=status_interval,
@@ -213,7 +213,7 @@ def poll(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_
     topic_pattern, dead_letter_topic = sink_topics(sink, topic_pattern, dead_letter_topic)
     other = sink_settings(sink, brokers, sink_config, producer_config, topic_pattern=topic_pattern,
                           dead_letter_topic=dead_letter_topic, message_timeout=message_timeout,
-                          header=header)
+                          header=header, message_format=message_format)
     settings = PollSettings(
         poll=PollConfig(dsn=dsn, batch_size=batch_size, interval=interval,
                         max_attempts=max_attempts, backoff_base=backoff_base,

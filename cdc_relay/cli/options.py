@@ -138,7 +138,7 @@ def sink_topics(sink: str, topic_pattern: str, dead_letter_topic: str) -> tuple[
 def sink_settings(sink: str, brokers: str, sink_config: tuple[str, ...],
                   producer_config: tuple[str, ...], *, topic_pattern: str,
                   dead_letter_topic: str, message_timeout: float,
-                  header: tuple[str, ...] = ()) -> OtherSink | None:
+                  header: tuple[str, ...] = (), message_format: str = "raw") -> OtherSink | None:
     """The RabbitMQ/NATS config of the sink options; None for Kafka (its config is KafkaConfig)."""
     timeout_ms = int(message_timeout * 1000)
     if sink == "kafka":
@@ -156,7 +156,8 @@ def sink_settings(sink: str, brokers: str, sink_config: tuple[str, ...],
     if sink == "sqs":
         return parse_sqs(brokers, sink_config, topic_pattern=topic_pattern,
                          dead_letter_topic=dead_letter_topic, message_timeout_ms=timeout_ms,
-                         header_names=[parse_header_option(h)[1] for h in header])
+                         header_names=[parse_header_option(h)[1] for h in header],
+                         message_format=message_format)
     if sink == "rabbitmq":
         return parse_rabbitmq(brokers, sink_config, dead_letter_topic=dead_letter_topic,
                               message_timeout_ms=timeout_ms)

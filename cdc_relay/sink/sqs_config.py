@@ -130,26 +130,35 @@ def check_queue_names(topic_pattern: str, dead_letter_queue: str) -> None:
                           f"(e.g. {DEFAULT_QUEUE_PATTERN})")
 
 
-def check_headers(header_names: Sequence[str]) -> None:
-    """ConfigError when the ``--header`` names do not fit SQS's attributes (module docstring)."""
-    if len(header_names) > MAX_HEADER_COLUMNS:
+def check_headers(header_names: Sequence[str], message_format: str = "raw") -> None:
+    """ConfigError when the ``--header`` names (and the message format's own headers) do not
+    fit SQS's attributes (module docstring)."""
+    if message_format == "cloudevents":
+        raise ConfigError("--message-format cloudevents (binary mode) adds up to 9 ce_* headers, "
+                          f"more than SQS's {MAX_ATTRIBUTES} message attributes allow beside the "
+                          "relay's own: use --message-format cloudevents-structured with the sqs sink")
+    reserved = (*RESERVED_ATTRIBUTES, "content-type") if message_format.startswith(
+        "cloudevents") else RESERVED_ATTRIBUTES
+    room = MAX_ATTRIBUTES - len(reserved)
+    if len(header_names) > room:
         raise ConfigError(
             f"{len(header_names)} --header columns do not fit SQS's {MAX_ATTRIBUTES} message "
-            f"attributes: {len(RESERVED_ATTRIBUTES)} are the relay's own ("
-            + ", ".join(RESERVED_ATTRIBUTES) + f"), so at most {MAX_HEADER_COLUMNS} --header "
-            "columns can be sent; drop some (the payload can carry them)")
+            f"attributes: {len(reserved)} are the relay's own (" + ", ".join(reserved)
+            + f"), so at most {room} --header columns can be sent; drop some (the payload can "
+            "carry them)")
     for name in header_names:
         problem = attribute_name_problem(name)
         if problem is not None:
             raise ConfigError(f"invalid --header name for the sqs sink: {problem}; rename it "
                               "with COLUMN:NAME")
-        if name in RESERVED_ATTRIBUTES:
+        if name in (*RESERVED_ATTRIBUTES, "content-type"):
             raise ConfigError(f"--header name {name!r} is one of the relay's own attributes; "
                               "rename it with COLUMN:NAME")
 
 
 def parse_sqs(brokers: str, items: Iterable[str], *, topic_pattern: str, dead_letter_topic: str,
-              header_names: Sequence[str] = (), message_timeout_ms: int = 30_000) -> SqsConfig:
+              header_names: Sequence[str] = (), message_format: str = "raw",
+              message_timeout_ms: int = 30_000) -> SqsConfig:
     """The SQS config of ``--brokers`` and ``--sink-config`` (queue names as ``sqs_topics`` gives)."""
     endpoint, region = _endpoint(brokers)
     settings = parse_producer_config(list(items))
@@ -166,7 +175,7 @@ def parse_sqs(brokers: str, items: Iterable[str], *, topic_pattern: str, dead_le
                               f"{settings['region']} disagree: give the region once")
         region = settings["region"]
     check_queue_names(topic_pattern, dead_letter_topic)
-    check_headers(header_names)
+    check_headers(header_names, message_format)
     return SqsConfig(
         endpoint_url=endpoint, region=region, profile=settings.get("profile") or None,
         dead_letter_queue=dead_letter_topic, topic_pattern=topic_pattern,

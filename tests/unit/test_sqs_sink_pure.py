@@ -301,3 +301,14 @@ def test_a_missing_region_is_a_config_error_when_the_factory_is_built(
     with pytest.raises(ConfigError, match="no AWS region"):
         sqs_sink_factory(parse("http://127.0.0.1:1"))
     assert sqs_sink_factory(parse("sqs://eu-west-1")) is not None
+
+
+def test_cloudevents_binary_is_refused_and_structured_leaves_no_room_for_a_header() -> None:
+    with pytest.raises(ConfigError, match="use --message-format cloudevents-structured"):
+        parse_sqs("sqs://eu-west-1", [], topic_pattern=DEFAULT_QUEUE_PATTERN,
+                  dead_letter_topic="d", message_format="cloudevents")
+    assert parse_sqs("sqs://eu-west-1", [], topic_pattern=DEFAULT_QUEUE_PATTERN,
+                     dead_letter_topic="d", message_format="cloudevents-structured")
+    with pytest.raises(ConfigError, match="at most 0 --header columns"):
+        parse_sqs("sqs://eu-west-1", [], topic_pattern=DEFAULT_QUEUE_PATTERN, dead_letter_topic="d",
+                  header_names=("tenant",), message_format="cloudevents-structured")
