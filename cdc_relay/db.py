@@ -61,6 +61,17 @@ TCP_KEEPALIVES = {
     "tcp_user_timeout": "30000",
 }
 
+# The server's side of the same bounds, for a session whose backend must not outlive a
+# silent network: the polling connection's claimed rows stay locked (SKIP LOCKED hides
+# them from every other connection) until its backend notices the client is gone, which
+# with the OS's defaults takes from 15 minutes to hours. Same units as pg_settings.
+SERVER_TCP_KEEPALIVES = {
+    "tcp_keepalives_idle": TCP_KEEPALIVES["keepalives_idle"],
+    "tcp_keepalives_interval": TCP_KEEPALIVES["keepalives_interval"],
+    "tcp_keepalives_count": TCP_KEEPALIVES["keepalives_count"],
+    "tcp_user_timeout": TCP_KEEPALIVES["tcp_user_timeout"],
+}
+
 # What PostgreSQL says when it refuses the role rather than being unreachable: a retry
 # cannot fix these (a connection failure carries no SQLSTATE, only the server's words).
 _REFUSALS = (
