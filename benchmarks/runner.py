@@ -25,9 +25,9 @@ went (benchmarks/README.md, "Who uses the two cores").
 writer commits events on a fixed schedule and a consumer stamps their receipt
 (latency.py).
 
-Modes with another sink (wal-rabbitmq, wal-nats) use the machine's RabbitMQ or NATS
-with names of the run's own (other_sinks.py) instead of a fresh broker, and measure
-backlog throughput only: the latency harness reads Kafka.
+Modes with another sink (wal-rabbitmq, wal-nats, wal-sqs) use the machine's RabbitMQ or NATS
+(or a moto server of their own) with names of the run's own (other_sinks.py) instead of a
+fresh broker, and measure backlog throughput only: the latency harness reads Kafka.
 
 Must not: start the cluster (the caller shares one across modes) or write output files.
 """

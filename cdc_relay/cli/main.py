@@ -30,6 +30,7 @@ from cdc_relay.cli.options import (
     router_config,
     sink_options,
     sink_settings,
+    sink_topics,
     slot_option,
     standby_dsn_option,
     table_option,
@@ -140,8 +141,10 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
     from cdc_relay.wal.app import WalSettings, run_wal
 
     setup_logging(log_level, log_format)  # first: a config error is then a log line too
+    topic_pattern, dead_letter_topic = sink_topics(sink, topic_pattern, dead_letter_topic)
     other = sink_settings(sink, brokers, sink_config, producer_config, topic_pattern=topic_pattern,
-                          dead_letter_topic=dead_letter_topic, message_timeout=message_timeout)
+                          dead_letter_topic=dead_letter_topic, message_timeout=message_timeout,
+                          header=header, message_format=message_format)
     settings = WalSettings(
         replication=ReplicationConfig(dsn=dsn, slot=slot, plugin=plugin or "pgoutput",
                                       plugin_from_slot=plugin is None, publication=publication,
@@ -209,8 +212,10 @@ def poll(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_
                                "initial): polling mode publishes every pending row anyway")
 
     setup_logging(log_level, log_format)  # first: a config error is then a log line too
+    topic_pattern, dead_letter_topic = sink_topics(sink, topic_pattern, dead_letter_topic)
     other = sink_settings(sink, brokers, sink_config, producer_config, topic_pattern=topic_pattern,
-                          dead_letter_topic=dead_letter_topic, message_timeout=message_timeout)
+                          dead_letter_topic=dead_letter_topic, message_timeout=message_timeout,
+                          header=header, message_format=message_format)
     settings = PollSettings(
         poll=PollConfig(dsn=dsn, batch_size=batch_size, interval=interval,
                         max_attempts=max_attempts, backoff_base=backoff_base,

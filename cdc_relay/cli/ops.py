@@ -25,6 +25,7 @@ from cdc_relay.cli.options import (
     publication_option,
     sink_options,
     sink_settings,
+    sink_topics,
     slot_option,
     standby_dsn_option,
     table_option,
@@ -83,6 +84,7 @@ def doctor(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str | Non
     from cdc_relay.ops.doctor.report import failed, format_checks, format_checks_json
 
     kafka = other = None
+    topic_pattern, dead_letter_topic = sink_topics(sink, topic_pattern, dead_letter_topic)
     if brokers:
         other = sink_settings(sink, brokers, sink_config, producer_config,
                               topic_pattern=topic_pattern, dead_letter_topic=dead_letter_topic,

@@ -36,6 +36,7 @@ from cdc_relay.errors import ConfigError, ExitCode, RelayError, mask_secrets
 from cdc_relay.logs import DEFERRED_WARNINGS, JsonFormatter, setup_logging
 from cdc_relay.sink.config import SINK_KINDS, parse_nats, parse_rabbitmq
 from cdc_relay.sink.factory import OtherSink
+from cdc_relay.sink.sqs_config import parse_sqs, sqs_topics
 
 F = TypeVar("F", bound=Callable[..., Any])
 ENV_PREFIX = "CDC_RELAY_"
@@ -131,7 +132,8 @@ def columns_option(f: F) -> F:
 
 
 BROKERS_HELP = ("Broker address in the sink's form: HOST:PORT[,...] (kafka), "
-                "amqp://USER:PASSWORD@HOST:PORT/VHOST (rabbitmq), nats://HOST:PORT[,...] (nats).")
+                "amqp://USER:PASSWORD@HOST:PORT/VHOST (rabbitmq), nats://HOST:PORT[,...] (nats), "
+                "sqs://REGION or http[s]://HOST:PORT (sqs).")
 
 
 def brokers_option(f: F) -> F:
@@ -141,24 +143,32 @@ def brokers_option(f: F) -> F:
 def sink_options(f: F) -> F:
     """``--sink`` and ``--sink-config`` (docs/sinks.md)."""
     f = option("--sink-config", multiple=True, metavar="KEY=VALUE",
-               help="A RabbitMQ or NATS sink setting (repeatable), e.g. exchange=outbox, "
-                    "stream=OUTBOX; see docs/sinks.md.")(f)
+               help="A RabbitMQ, NATS or SQS sink setting (repeatable), e.g. exchange=outbox, "
+                    "stream=OUTBOX, region=eu-west-1; see docs/sinks.md.")(f)
     return option("--sink", type=click.Choice(list(SINK_KINDS)), default="kafka",
                   show_default=True, help="The broker to publish to.")(f)
 
 
 _ADDRESS_SINKS = (("amqp://", "rabbitmq"), ("amqps://", "rabbitmq"), ("nats://", "nats"),
-                  ("tls://", "nats"))
+                  ("tls://", "nats"), ("sqs://", "sqs"))
+
+
+def sink_topics(sink: str, topic_pattern: str, dead_letter_topic: str) -> tuple[str, str]:
+    """The topic pattern and dead-letter topic for the sink: SQS swaps Kafka's defaults for its
+    own (docs/sinks.md), which Kafka's are not legal queue names."""
+    return sqs_topics(topic_pattern, dead_letter_topic) if sink == "sqs" else (
+        topic_pattern, dead_letter_topic)
 
 
 def sink_settings(sink: str, brokers: str, sink_config: tuple[str, ...],
                   producer_config: tuple[str, ...], *, topic_pattern: str,
-                  dead_letter_topic: str, message_timeout: float) -> OtherSink | None:
+                  dead_letter_topic: str, message_timeout: float,
+                  header: tuple[str, ...] = (), message_format: str = "raw") -> OtherSink | None:
     """The RabbitMQ/NATS config of the sink options; None for Kafka (its config is KafkaConfig)."""
     timeout_ms = int(message_timeout * 1000)
     if sink == "kafka":
         if sink_config:
-            raise ConfigError("--sink-config is for the rabbitmq and nats sinks; Kafka producer "
+            raise ConfigError("--sink-config is for the rabbitmq, nats and sqs sinks; Kafka producer "
                               "settings go in --producer-config KEY=VALUE")
         for prefix, other in _ADDRESS_SINKS:
             if brokers.strip().lower().startswith(prefix):
@@ -168,6 +178,11 @@ def sink_settings(sink: str, brokers: str, sink_config: tuple[str, ...],
     if producer_config:
         raise ConfigError(f"--producer-config is for the Kafka sink; {sink} settings go in "
                           "--sink-config KEY=VALUE (see docs/sinks.md)")
+    if sink == "sqs":
+        return parse_sqs(brokers, sink_config, topic_pattern=topic_pattern,
+                         dead_letter_topic=dead_letter_topic, message_timeout_ms=timeout_ms,
+                         header_names=[parse_header_option(h)[1] for h in header],
+                         message_format=message_format)
     if sink == "rabbitmq":
         return parse_rabbitmq(brokers, sink_config, dead_letter_topic=dead_letter_topic,
                               message_timeout_ms=timeout_ms)

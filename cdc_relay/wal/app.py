@@ -99,7 +99,7 @@ class WalSettings:
     kafka: KafkaConfig
     flow: FlowConfig = field(default_factory=FlowConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
-    sink: OtherSink | None = None  # --sink rabbitmq|nats; None: the Kafka sink of ``kafka``
+    sink: OtherSink | None = None  # --sink rabbitmq|nats|sqs; None: the Kafka sink of ``kafka``
     snapshot: str = "never"  # "initial": backfill pending rows when the relay creates the slot
     exactly_once: ExactlyOnceSettings | None = None
 
@@ -112,7 +112,7 @@ class WalSettings:
                               "restart with it")
         if self.sink is not None and self.exactly_once is not None:
             raise ConfigError("--exactly-once needs Kafka transactions: it works with --sink kafka "
-                              "only (RabbitMQ and NATS stay at least once, docs/sinks.md)")
+                              "only (RabbitMQ, NATS and SQS stay at least once, docs/sinks.md)")
 
 
 def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
