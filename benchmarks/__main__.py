@@ -287,14 +287,14 @@ def report(directory: Path, readme: Path | None) -> None:
         results = json.loads((directory / "results.json").read_text())
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"cannot read {directory / 'results.json'}: {exc}") from exc
-    write_all(results, directory)
-    click.echo(f"wrote {directory / 'report.md'}")
-    if readme is not None:
+    if readme is not None:  # first: a README without its markers fails before anything is drawn
         try:
             update_readme(readme, results)
         except ValueError as exc:
             raise click.ClickException(str(exc)) from exc
         click.echo(f"wrote the headline of {readme}")
+    write_all(results, directory)
+    click.echo(f"wrote {directory / 'report.md'}")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ rows written (``pg_stat_user_tables``) after it stopped, when its backend has fl
 its statistics. The broker's CPU (Kafka modes: the fresh broker is ours) and the counting
 consumer's, from its ready signal, are read when the consumer holds every event: they
 share the two cores with the relay and PostgreSQL, so they show where the machine's CPU
-went (benchmarks/README.md, "Who uses the two cores").
+went (benchmarks/history/2026-12.md, "Who uses the two cores").
 
 **Latency.** A second, fresh relay; once a probe event has come through, for each rate a
 writer commits events on a fixed schedule and a consumer stamps their receipt
