@@ -227,13 +227,15 @@ def _measure(plan: Plan, cluster: PostgresCluster, progress: Progress, workdir: 
     # and what the producer's linger costs at low rates
     one["latency_floor"].append(broker_floor(plan, progress, workdir, plan.floor_rate, 0))
     for mode in plan.modes:
+        mode_run = ModeRun(plan, mode, cluster, progress, workdir)
         try:
-            throughput, latency = ModeRun(plan, mode, cluster, progress, workdir).run()
+            throughput, latency = mode_run.run()
         except Exception as exc:  # one broken mode must not cost the others' figures
             progress.result(f"{mode.name} FAILED: {exc}")
             (workdir / f"{mode.name}-error.txt").write_text(traceback.format_exc())
             errors.append({"mode": mode.name, "error": str(exc)[:2000]})
             continue
+        errors.extend({"mode": mode.name, "error": error[:2000]} for error in mode_run.errors)
         one["throughput"].extend(throughput)
         one["latency"].extend(latency)
     return one

@@ -172,17 +172,10 @@ def _java_props(values: dict[str, str]) -> Any:
     return props
 
 
-def _run(dsn: str, brokers: str, topic_pattern: str, poll_interval_ms: int | None,
-         slot: str) -> int:
-    """Start the engine; deliver until SIGTERM/SIGINT; the exit code (0: a clean stop)."""
-    workdir = tempfile.mkdtemp(prefix="bench-debezium-")
-    os.chdir(workdir)  # pydbzengine's log4j file appender writes logs/ under the cwd
-    from pydbzengine import BasePythonChangeHandler, DebeziumEngine
-    from pydbzengine.engine.jvm import ensure_jvm_started
-
-    # -Xrs: SIGTERM reaches Python (a clean stop), not the JVM's shutdown hooks.
-    ensure_jvm_started(jvm_opts=["-Xrs"])
+def _kafka_sink(brokers: str) -> tuple[Any, Any]:
+    """(the Java producer, a handler delivering each batch with it) - the JVM must be up."""
     import jpype
+    from pydbzengine import BasePythonChangeHandler
 
     producer = jpype.JClass("org.apache.kafka.clients.producer.KafkaProducer")(
         _java_props(producer_properties(brokers)))
@@ -205,16 +198,18 @@ def _run(dsn: str, brokers: str, topic_pattern: str, poll_interval_ms: int | Non
             for future in futures:
                 future.get()
 
-    engine = DebeziumEngine(properties=_java_props(engine_properties(
-        dsn, topic_pattern, str(Path(workdir) / "offsets.dat"), poll_interval_ms, slot)),
-        handler=KafkaSink(), format="connect")
+    return producer, KafkaSink()
+
+
+def _serve(engine: Any) -> BaseException | None:
+    """Run ``engine`` on a thread until it ends or SIGTERM/SIGINT; what it failed with."""
     stop = threading.Event()
     failed: list[BaseException] = []
 
     def run() -> None:
         try:
             engine.run()
-        except BaseException as exc:  # reported by the main thread
+        except BaseException as exc:  # reported by the caller
             failed.append(exc)
         finally:
             stop.set()
@@ -227,10 +222,28 @@ def _run(dsn: str, brokers: str, topic_pattern: str, poll_interval_ms: int | Non
         pass
     engine.close()
     thread.join(30)
+    return failed[0] if failed else None
+
+
+def _run(dsn: str, brokers: str, topic_pattern: str, poll_interval_ms: int | None,
+         slot: str) -> int:
+    """Start the engine; deliver until SIGTERM/SIGINT; the exit code (0: a clean stop)."""
+    workdir = tempfile.mkdtemp(prefix="bench-debezium-")
+    os.chdir(workdir)  # pydbzengine's log4j file appender writes logs/ under the cwd
+    from pydbzengine import DebeziumEngine
+    from pydbzengine.engine.jvm import ensure_jvm_started
+
+    # -Xrs: SIGTERM reaches Python (a clean stop), not the JVM's shutdown hooks.
+    ensure_jvm_started(jvm_opts=["-Xrs"])
+    producer, sink = _kafka_sink(brokers)
+    properties = engine_properties(dsn, topic_pattern, str(Path(workdir) / "offsets.dat"),
+                                   poll_interval_ms, slot)
+    failed = _serve(DebeziumEngine(properties=_java_props(properties), handler=sink,
+                                   format="connect"))
     producer.close()
     shutil.rmtree(workdir, ignore_errors=True)
-    if failed:
-        print(f"debezium engine failed: {failed[0]}", file=sys.stderr)
+    if failed is not None:
+        print(f"debezium engine failed: {failed}", file=sys.stderr)
         return 1
     return 0
 

@@ -151,6 +151,8 @@ def message_check(results: Results) -> str:
 
 def section(results: Results) -> str:
     """The headline: environment, the WAL table, the polling table (markdown)."""
+    if not results["throughput"]:
+        return environment(results) + "\n\nNo mode was measured in this run."
     events = _largest(results)
     skipped = results.get("skipped") or {}
     lines = [environment(results), "",
@@ -163,6 +165,9 @@ def section(results: Results) -> str:
     check = message_check(results)
     if check:
         lines += [check, ""]
+    failed = [f"- {e['mode']}: {e['error'].splitlines()[0][:200]}" for e in results.get("errors", [])]
+    if failed:
+        lines += ["Failed in this run (their rows are missing or partial):", "", *failed, ""]
     lines += [f"**Polling mode** ({events:,}-event backlog; *x its limit*: the bare producer):",
               "", polling_table(results)]
     return "\n".join(lines)

@@ -81,6 +81,7 @@ class ModeRun:
                  workdir: Path) -> None:
         self.plan, self.mode, self.cluster, self.progress = plan, mode, cluster, progress
         self.workdir = workdir
+        self.errors: list[str] = []  # a latency rate that failed (the figures before it stay)
         self.db = "bench_" + mode.name.replace("-", "_")
         self.dsn = ""
         self.bootstrap = ""
@@ -292,11 +293,17 @@ class ModeRun:
                 per_txn = self.plan.events_per_txn(rate)
                 progress.phase(name, f"latency at {rate:,}/s ({per_txn}/txn)",
                                int(rate * (self.plan.warmup + self.plan.duration)))
-                stats = measure(progress, self.bootstrap, f"bench.lat{rate}", rate_writer,
-                                (self.dsn, f"lat{rate}", rate, per_txn, self.plan.duration,
-                                 self.plan.warmup),
-                                seconds=self.plan.warmup + self.plan.duration, drain_timeout=30,
-                                workdir=self.workdir, check=relay.check_alive)
+                try:
+                    stats = measure(progress, self.bootstrap, f"bench.lat{rate}", rate_writer,
+                                    (self.dsn, f"lat{rate}", rate, per_txn, self.plan.duration,
+                                     self.plan.warmup),
+                                    seconds=self.plan.warmup + self.plan.duration,
+                                    drain_timeout=30, workdir=self.workdir,
+                                    check=relay.check_alive)
+                except RuntimeError as exc:  # e.g. a rate the relay cannot keep up with
+                    self.errors.append(f"latency at {rate:,}/s: {exc}")
+                    progress.result(f"{name} latency at {rate:,}/s FAILED: {exc}")
+                    break  # higher rates would fail the same way
                 entry = {"mode": name, "rate_eps": rate, "events_per_txn": per_txn, **stats,
                          "foreign_cpu_s": progress.phase_foreign()}
                 entries.append(entry)

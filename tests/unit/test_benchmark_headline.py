@@ -71,6 +71,16 @@ def test_a_run_without_debezium_says_why_and_leaves_the_ratio_empty(
     assert _row(text, "wal-pgoutput")[3] == "-"
     assert "Debezium embedded was not measured: no java found." in text
     assert "a quiet run" in text and "Message check" not in text
+    assert "Failed in this run" not in text
+
+    quiet["errors"] = [{"mode": "wal-nats", "error": "latency at 5,000/s: too slow\ndetail"}]
+    assert "- wal-nats: latency at 5,000/s: too slow\n" in section(quiet)
+
+
+def test_a_run_that_measured_no_mode_still_has_a_headline(results: dict[str, Any]) -> None:
+    empty = copy.deepcopy(results)
+    empty["throughput"] = []
+    assert section(empty).endswith("No mode was measured in this run.")
 
 
 def test_update_readme_rewrites_only_the_marked_section(tmp_path: Path,
