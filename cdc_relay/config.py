@@ -232,6 +232,12 @@ class ReplicationConfig:
     # False: decode in pure Python even where the compiled decoders are built
     # (docs/design.md, "The compiled decoders"); the results are the same, only slower.
     compiled_decoder: bool = True
+    # Continuity (docs/design.md, continuity): create failover slots on PostgreSQL 17+;
+    # what a slot loss does ("exit": stop with exit 7 and the recovery command, "recover":
+    # recover by itself); silence on the stream after which the connection is dropped.
+    failover_slot: bool = True
+    on_slot_loss: str = "exit"
+    replication_timeout: float = 30.0
 
     def __post_init__(self) -> None:
         validate_slot_name(self.slot)
@@ -240,6 +246,11 @@ class ReplicationConfig:
             raise ConfigError(f"unknown plugin {self.plugin!r}: use wal2json or pgoutput")
         if self.status_interval <= 0:
             raise ConfigError("--status-interval must be positive")
+        if self.on_slot_loss not in ("exit", "recover"):
+            raise ConfigError(f"unknown --on-slot-loss {self.on_slot_loss!r}: use exit or recover")
+        if self.replication_timeout < 3 * self.status_interval:
+            raise ConfigError("--replication-timeout must be at least three --status-interval "
+                              f"({3 * self.status_interval:g}s)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,6 +293,7 @@ class MetricsConfig:
 
     port: int | None = None
     host: str = "127.0.0.1"
+    standby_dsn: str | None = None  # also probe failover readiness (docs/high-availability.md)
 
 
 _TOPIC_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")

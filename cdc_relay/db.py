@@ -32,6 +32,7 @@ from psycopg.rows import TupleRow
 
 from cdc_relay.config import TableRef, validate_identifier
 from cdc_relay.errors import (
+    AccessRefused,
     ConfigError,
     DatabaseError,
     RelayError,
@@ -45,6 +46,31 @@ from cdc_relay.text import one_line
 # Only applied when neither the DSN, the caller nor PGCONNECT_TIMEOUT sets one: an
 # unreachable host should fail a command in seconds, not hang on the OS's TCP timeout.
 DEFAULT_CONNECT_TIMEOUT = 10
+
+# Every connection notices a dead peer or a silent network (a half-open connection: no
+# FIN, no RST) within ~30 s instead of waiting on the socket for ever: TCP keepalives
+# while idle, and a bound on unacknowledged data while sending (docs/design.md,
+# continuity). Each applies only where the DSN does not set it.
+TCP_KEEPALIVES = {
+    "keepalives": "1",
+    "keepalives_idle": "10",
+    "keepalives_interval": "5",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "30000",
+}
+
+# What PostgreSQL says when it refuses the role rather than being unreachable: a retry
+# cannot fix these (a connection failure carries no SQLSTATE, only the server's words).
+_REFUSALS = (
+    "password authentication failed",
+    "no pg_hba.conf entry",
+    "must be superuser or replication role",
+    "must have the replication attribute",
+    "is not permitted to log in",
+    "permission denied",
+    "authentication failed",
+)
+_ROLE_MISSING = re.compile(r'role "[^"]*" does not exist')
 
 MAX_IDENTIFIER = 63  # NAMEDATALEN - 1; longer names are silently truncated by PostgreSQL
 
@@ -70,12 +96,28 @@ def _connect_kwargs(dsn: str, kwargs: dict[str, Any]) -> dict[str, Any]:
         "PGCONNECT_TIMEOUT" not in os.environ
     ):
         kwargs = {**kwargs, "connect_timeout": DEFAULT_CONNECT_TIMEOUT}
-    return kwargs
+    unset = {k: v for k, v in TCP_KEEPALIVES.items() if k not in params and k not in kwargs}
+    return {**unset, **kwargs}
+
+
+def refused(exc: BaseException) -> bool:
+    """True when PostgreSQL refused the role (credentials, pg_hba, privileges), not unreachable."""
+    state = getattr(exc, "sqlstate", None) or ""
+    if state.startswith("28") or state == "42501":
+        return True
+    text = str(exc).lower()
+    return any(marker in text for marker in _REFUSALS) or bool(_ROLE_MISSING.search(text))
 
 
 def _connect_failed(dsn: str, exc: psycopg.Error) -> RelayError:
     if isinstance(exc, psycopg.ProgrammingError):  # e.g. an unknown option in kwargs
         return ConfigError(f"invalid connection settings: {_one_line(str(exc))}")
+    if refused(exc):
+        return AccessRefused(
+            f"PostgreSQL at {describe_dsn(dsn)} refused the connection: {_connect_reason(exc)}. "
+            "Fix the credentials (DSN, PGPASSFILE) or pg_hba.conf, or grant the role what it "
+            "needs (docs/operations.md, least-privilege roles); retrying cannot fix this"
+        )
     return ServiceUnavailable(
         f"cannot connect to PostgreSQL at {describe_dsn(dsn)}: {_connect_reason(exc)}"
     )

@@ -196,6 +196,8 @@ class SlotStatus:
     retained_bytes: int | None  # current WAL position - restart LSN: WAL kept for the slot
     wal_status: str | None  # reserved / extended / unreserved / lost
     safe_wal_size: int | None  # bytes writable before invalidation; None = unlimited
+    failover: bool | None = None  # a failover slot (PostgreSQL 17+; None before)
+    synced: bool | None = None  # a standby's copy synchronized from the primary (17+)
 
 
 def human_bytes(value: float) -> str:

@@ -205,6 +205,7 @@ def init_database(
     notify_trigger: bool | None = None,
     mode: str | None = None,
     trace_context: bool = False,
+    failover: bool = True,
 ) -> InitReport:
     """Apply pending migrations, then install what ``mode`` uses (see the module docstring).
 
@@ -239,7 +240,7 @@ def init_database(
         idle: tuple[SlotStatus, ...] = ()
         if mode == "wal" and slot is not None:
             replication = ensure_publication_and_slot(
-                conn, table, slot=slot, plugin=plugin, publication=publication
+                conn, table, slot=slot, plugin=plugin, publication=publication, failover=failover
             )
         else:
             slot = None

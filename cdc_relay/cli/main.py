@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from cdc_relay import __version__
+from cdc_relay.cli.continuity import continuity_options
 from cdc_relay.cli.exactly_once import exactly_once_options
 from cdc_relay.cli.options import (
     DURATION,
@@ -30,6 +31,7 @@ from cdc_relay.cli.options import (
     sink_options,
     sink_settings,
     slot_option,
+    standby_dsn_option,
     table_option,
 )
 from cdc_relay.config import (
@@ -74,10 +76,12 @@ def cli(ctx: click.Context, config_file: str | None) -> None:
         help="Polling mode without the NOTIFY trigger (pollers then wake every --interval).")
 @option("--with-trace-context", is_flag=True, default=False,
         help="Add the optional traceparent/tracestate columns (W3C trace headers).")
+@option("--failover-slot/--no-failover-slot", default=True, show_default=True,
+        help="Create the slot as a failover slot on PostgreSQL 17+ (docs/high-availability.md).")
 @click.pass_context
 def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mode: str, slot: str,
          plugin: str, publication: str, no_slot: bool, no_trigger: bool,
-         with_trace_context: bool) -> None:
+         with_trace_context: bool, failover_slot: bool) -> None:
     """Apply the outbox schema (idempotent) and install what the relay mode uses."""
     from click.core import ParameterSource
 
@@ -91,7 +95,7 @@ def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mod
     report = init_database(dsn, outbox_config(table, columns), slot=slot if mode == "wal" else None,
                            plugin=plugin, publication=publication, mode=mode,
                            notify_trigger=False if no_trigger else None,
-                           trace_context=with_trace_context)
+                           trace_context=with_trace_context, failover=failover_slot)
     click.echo(str(report))
 
 
@@ -117,7 +121,9 @@ def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mod
         help="initial: when the relay creates the slot, first publish the rows pending in its "
              "snapshot (moving from polling mode; docs/migration.md).")
 @exactly_once_options
+@continuity_options
 @observability_options
+@standby_dsn_option
 def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_pattern: str,
         dead_letter_topic: str, message_timeout: float, producer_config: tuple[str, ...],
         table: TableRef, columns: str | None, slot: str,
@@ -125,7 +131,8 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
         pure_python_decoder: bool,
         message_format: str, header: tuple[str, ...], partition_column: str | None, snapshot: str,
         metrics_port: int | None, metrics_host: str, log_level: str, log_format: str,
-        exactly_once: ExactlyOnceSettings | None) -> int:
+        exactly_once: ExactlyOnceSettings | None, continuity: dict[str, Any],
+        standby_dsn: str | None) -> int:
     """WAL mode: stream outbox inserts from a logical replication slot to the broker."""
     tune_gc()  # done by cli/entry.py already, unless invoked in process (cdc_relay/runtime.py)
     from cdc_relay.wal.app import WalSettings, run_wal
@@ -136,14 +143,14 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
     settings = WalSettings(
         replication=ReplicationConfig(dsn=dsn, slot=slot, plugin=plugin, publication=publication,
                                       status_interval=status_interval,
-                                      compiled_decoder=not pure_python_decoder),
+                                      compiled_decoder=not pure_python_decoder, **continuity),
         outbox=outbox_config(table, columns),
         router=router_config(topic_pattern, dead_letter_topic, message_format, header,
                              partition_column),
         kafka=KafkaConfig(brokers=brokers, producer_config=parse_producer_config(producer_config),
                           message_timeout_ms=int(message_timeout * 1000)),
         flow=FlowConfig(max_inflight_events=max_inflight),
-        metrics=MetricsConfig(port=metrics_port, host=metrics_host),
+        metrics=MetricsConfig(port=metrics_port, host=metrics_host, standby_dsn=standby_dsn),
         sink=other,
         snapshot=snapshot,
         exactly_once=exactly_once,

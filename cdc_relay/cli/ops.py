@@ -26,6 +26,7 @@ from cdc_relay.cli.options import (
     sink_options,
     sink_settings,
     slot_option,
+    standby_dsn_option,
     table_option,
 )
 from cdc_relay.config import KafkaConfig, RouterConfig, TableRef, parse_producer_config
@@ -37,12 +38,14 @@ from cdc_relay.errors import ConfigError, ExitCode
 @slot_option
 @table_option
 @columns_option
+@standby_dsn_option
 @format_option
-def status(dsn: str, slot: str, table: TableRef, columns: str | None, output_format: str) -> None:
-    """Slot position and lag, WAL retained, pending outbox rows, dead letters."""
+def status(dsn: str, slot: str, table: TableRef, columns: str | None, standby_dsn: str | None,
+           output_format: str) -> None:
+    """Slot position and lag, WAL retained, failover readiness, pending rows, dead letters."""
     from cdc_relay.ops.status import status as read_status
 
-    report = read_status(dsn, slot, outbox_config(table, columns))
+    report = read_status(dsn, slot, outbox_config(table, columns), standby_dsn=standby_dsn)
     click.echo(report.to_json() if output_format == "json" else "\n".join(report.lines()))
 
 
@@ -67,12 +70,13 @@ def status(dsn: str, slot: str, table: TableRef, columns: str | None, output_for
         help="Also check run --exactly-once: checkpoint topic, checkpoint vs slot, ACL hints.")
 @option("--checkpoint-topic", default="cdc-relay.checkpoints", show_default=True,
         help="The checkpoint topic the relay uses (with --exactly-once).")
+@standby_dsn_option
 @format_option
 def doctor(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str | None,
            producer_config: tuple[str, ...], slot: str, plugin: str, publication: str,
            table: TableRef, columns: str | None, mode: str, topic_pattern: str,
            dead_letter_topic: str, exactly_once: bool, checkpoint_topic: str,
-           output_format: str) -> int:
+           standby_dsn: str | None, output_format: str) -> int:
     """Check the server, role, table, slot and broker; print the fix for each failure."""
     from cdc_relay.ops.doctor.checks import DoctorOptions
     from cdc_relay.ops.doctor.gather import run_doctor
@@ -90,7 +94,7 @@ def doctor(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str | Non
         raise ConfigError(f"doctor --sink {sink} needs --brokers (the address the relay uses)")
     checks = run_doctor(DoctorOptions(dsn=dsn, outbox=outbox_config(table, columns), slot=slot,
                                       plugin=plugin, publication=publication, mode=mode,
-                                      kafka=kafka, sink=other))
+                                      kafka=kafka, sink=other, standby_dsn=standby_dsn))
     if exactly_once:
         from cdc_relay.ops.doctor.gather_exactly_once import run_exactly_once_checks
 

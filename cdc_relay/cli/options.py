@@ -210,6 +210,13 @@ def outbox_config(table: TableRef, columns: str | None) -> OutboxConfig:
     return OutboxConfig(table=table, columns=parse_columns(columns))
 
 
+def standby_dsn_option(f: F) -> F:
+    return option("--standby-dsn", default=None,
+                  help="A streaming standby of the primary (libpq DSN): doctor, status and "
+                       "run's metrics check that it holds a failover-ready copy of the slot "
+                       "(PostgreSQL 17+ failover slots; docs/high-availability.md).")(f)
+
+
 def observability_options(f: F) -> F:
     f = option("--log-format", type=click.Choice(["text", "json"]), default="text",
                show_default=True, help="Log line format on stderr.")(f)

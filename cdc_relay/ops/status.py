@@ -2,7 +2,8 @@
 
 Owns the read-only queries an operator runs against a live deployment - the slot's
 position and lag (``pg_replication_slots``, ``pg_current_wal_lsn()``, the walsender's
-``flush_lag`` in ``pg_stat_replication``) and the outbox backlog - and the report
+``flush_lag`` in ``pg_stat_replication``), its failover readiness (read by
+``cdc_relay.ops.failover.read``) and the outbox backlog - and the report
 ``status`` prints (table or JSON). The slot query itself is
 ``cdc_relay.wal.setup.query_slot_status`` (one query, one ``model.SlotStatus`` for every
 command). The metrics lag probe reuses ``SlotReader``, the doctor ``read_slot_status``.
@@ -24,6 +25,8 @@ from cdc_relay.config import OutboxConfig, TableRef, validate_slot_name
 from cdc_relay.db import connect, describe_dsn, translate_error, validated_table
 from cdc_relay.errors import ConfigError, RelayError
 from cdc_relay.model import Lsn, SlotStatus, human_bytes
+from cdc_relay.ops.failover.facts import HA_DOCS, FailoverStatus
+from cdc_relay.ops.failover.read import read_failover
 from cdc_relay.polling.admin import count_pending
 from cdc_relay.wal.backfill_state import BackfillRecord, backfill_running, read_record
 from cdc_relay.wal.setup import drop_slot, query_slot_status
@@ -105,6 +108,7 @@ class StatusReport:
     partitions: tuple[str, ...] | None = None  # None: not a partitioned table
     backfill: BackfillRecord | None = None  # run --snapshot initial's record for the slot
     backfill_running: bool = False
+    failover: FailoverStatus | None = None  # PostgreSQL 17+ failover slots (ops/failover)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values (LSNs as text) for JSON."""
@@ -123,6 +127,7 @@ class StatusReport:
                        "partitioned": self.partitions is not None,
                        "partitions": list(self.partitions) if self.partitions is not None else None},
             "backfill": _backfill_dict(self.backfill, self.backfill_running),
+            "failover": self.failover.to_dict() if self.failover is not None else None,
         }
 
     def to_json(self) -> str:
@@ -132,6 +137,7 @@ class StatusReport:
         """Aligned ``key  value`` lines for people."""
         rows = [("slot", self.slot_name)]
         rows += _slot_rows(self.slot) if self.slot else [("  state", "does not exist")]
+        rows += _failover_rows(self.failover)
         rows += [
             ("server WAL position", str(self.current_lsn)),
             ("outbox", str(self.table)),
@@ -142,6 +148,24 @@ class StatusReport:
         ]
         width = max(len(key) for key, _ in rows)
         return [f"{key.ljust(width)}  {value}" for key, value in rows]
+
+
+def _failover_rows(failover: FailoverStatus | None) -> list[tuple[str, str]]:
+    """One verdict line, then one line per reason it is not ready."""
+    if failover is None:
+        return []
+    if not failover.available:
+        verdict = (f"unavailable: {failover.problems[0]}; a promotion loses the slot and the "
+                   f"relay stops with the recovery command ({HA_DOCS})")
+        return [("  failover", verdict)]
+    flag = {True: "failover = true", False: "failover = false", None: "no slot"}
+    if failover.ready is None:
+        verdict = f"{flag[failover.slot_failover]}; standby not checked (pass --standby-dsn)"
+    elif failover.ready:
+        verdict = "ready: the standby holds a synced, persistent copy of the slot"
+    else:
+        verdict = "NOT ready: a promotion now would lose the slot"
+    return [("  failover", verdict), *(("    problem", problem) for problem in failover.problems)]
 
 
 def _partition_rows(partitions: tuple[str, ...] | None) -> list[tuple[str, str]]:
@@ -243,8 +267,9 @@ def outbox_counts(conn: psycopg.Connection[Any], dsn: str,
     return count_pending(conn, outbox)
 
 
-def status(dsn: str, slot: str, outbox: OutboxConfig) -> StatusReport:
-    """Read the slot's position and lag and the outbox backlog (read-only)."""
+def status(dsn: str, slot: str, outbox: OutboxConfig, *,
+           standby_dsn: str | None = None) -> StatusReport:
+    """Read the slot's position and lag, failover readiness and the outbox backlog (read-only)."""
     validate_slot_name(slot)
     validated_table(outbox.table)
     with connect(dsn, autocommit=True, application_name="cdc-relay status") as conn:
@@ -253,8 +278,9 @@ def status(dsn: str, slot: str, outbox: OutboxConfig) -> StatusReport:
         partitions = outbox_partitions(conn, outbox.table)
         record = read_record(conn, outbox.table, slot)
         running = record is not None and not record.finished and backfill_running(conn, slot)
+        failover = read_failover(conn, standby_dsn, slot)
     return StatusReport(slot, current, slot_status, outbox.table, pending, dead, partitions,
-                        record, running)
+                        record, running, failover)
 
 
 def drop_replication_slot(dsn: str, slot: str) -> None:

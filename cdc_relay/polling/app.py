@@ -32,6 +32,7 @@ from cdc_relay.routing import Router
 from cdc_relay.signals import install_signal_handlers
 from cdc_relay.sink.base import ignore_reports
 from cdc_relay.sink.factory import OtherSink, make_sink_factory, sink_name
+from cdc_relay.startup import until_reachable
 from cdc_relay.text import shorten
 
 log = logging.getLogger("cdc_relay")
@@ -99,11 +100,19 @@ def run_poll(settings: PollSettings, stats: PollStats | None = None,
         stop = threading.Event()
         install_signal_handlers(stop)
     monitor = OutboxMonitor(poll.dsn, settings.outbox, listen=poll.notify)
-    monitor.check()  # a missing table or column is a one-line error now, not a retry loop
-    warn_unread_slots(poll.dsn)
-    # The --header / --partition-column columns, and the trace columns the table has.
-    settings = replace(settings, outbox=resolve_message_columns(poll.dsn, settings.outbox,
+
+    def checks() -> PollSettings:
+        monitor.check()  # a missing table or column is a one-line error now, not a retry loop
+        warn_unread_slots(poll.dsn)
+        # The --header / --partition-column columns, and the trace columns the table has.
+        return replace(settings, outbox=resolve_message_columns(poll.dsn, settings.outbox,
                                                                 settings.router))
+
+    # An unreachable PostgreSQL is waited for, as mid-run (cdc_relay/startup.py).
+    checked = until_reachable(checks, stop)
+    if checked is None:
+        return ExitCode.OK
+    settings = checked
     sink = sink_name(settings.sink)
     # A missing client library or a bad --producer-config: one line now, not per worker later.
     make_sink_factory(settings.kafka, settings.sink)(ignore_reports).close(0)

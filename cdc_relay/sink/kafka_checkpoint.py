@@ -3,8 +3,9 @@
 Owns the topic's required shape - one partition (the records of one source stay in
 order), ``cleanup.policy=compact`` alone (compaction keeps the latest record per source
 however old; a ``delete`` policy would expire the checkpoint of an idle relay and make it
-replay), created with the broker's default replication factor - and reading its committed
-records with a ``read_committed`` consumer up to the last stable offset. It must not
+replay), created with the broker's default replication factor - and reading it back
+twice: its committed records with a ``read_committed`` consumer up to the last stable
+offset, and all its records (``read_uncommitted``) to compare with. It must not
 interpret the records (cdc_relay/wal/checkpoint.py does) nor write them (the transactional
 producer does, inside each transaction: sink/kafka_txn.py).
 """
@@ -21,6 +22,7 @@ from confluent_kafka.cimpl import NewTopic
 
 from cdc_relay.errors import BrokerError, ConfigError, mask_secrets
 from cdc_relay.sink.kafka_client import _MaskingLogger, exception_text
+from cdc_relay.sink.transactions import CheckpointViews, Record
 
 _log = logging.getLogger("cdc_relay.sink.checkpoint")
 
@@ -96,43 +98,75 @@ def ensure_topic(settings: dict[str, str], topic: str, timeout: float = 15.0) ->
                           "--checkpoint-topic, or fix it with kafka-configs --alter)")
 
 
-def read_records(settings: dict[str, str], topic: str,
-                 timeout: float) -> list[tuple[bytes | None, bytes | None]]:
-    """Every committed record of the checkpoint topic, oldest first, up to the last stable offset.
+def read_views(settings: dict[str, str], topic: str, timeout: float, *,
+               wait: bool = True) -> CheckpointViews:
+    """The checkpoint topic as its log holds it and as ``read_committed`` consumers see it.
 
-    A ``read_committed`` consumer stops at the last stable offset: behind a transaction
-    still open there (another source's relay) it waits until that resolves, so a later
-    committed record of this source is never missed.
+    First every record up to the end of the log (``read_uncommitted``); then, once the
+    last stable offset has reached that end - a transaction open there (another source's
+    relay, or this one's before ``init_transactions``) ends within its interval - every
+    committed record up to it: a committed record of ours behind another source's open
+    transaction is never missed. wal/checkpoint.py's ``committed_view_behind`` compares
+    the two readings. A last stable offset that stays behind is a BrokerError naming it.
+    Without ``wait`` (doctor, beside a running relay whose transaction may be long) the
+    committed records are read up to the last stable offset as it is.
     """
-    consumer = Consumer({**client_settings(settings), "group.id": "cdc-relay-checkpoint-reader",
-                         "isolation.level": "read_committed", "enable.partition.eof": True,
-                         "enable.auto.commit": False, "fetch.wait.max.ms": 50})
     deadline = time.monotonic() + timeout
+    logged, end = _read(settings, topic, deadline, "read_uncommitted")
+    committed, stable = _read(settings, topic, deadline, "read_committed",
+                              at_least=end if wait else 0)
+    return CheckpointViews(committed=committed, logged=logged, stable_offset=stable)
+
+
+def _read(settings: dict[str, str], topic: str, deadline: float, isolation: str,
+          at_least: int = 0) -> tuple[list[Record], int]:
+    """The records of the topic's partition up to where a consumer of ``isolation`` stops
+    (``read_committed``: the last stable offset, awaited until it reaches ``at_least``),
+    with that offset."""
+    consumer = Consumer({**client_settings(settings), "group.id": "cdc-relay-checkpoint-reader",
+                         "isolation.level": isolation, "enable.partition.eof": True,
+                         "enable.auto.commit": False, "fetch.wait.max.ms": 50})
     try:
         partition = TopicPartition(topic, 0)
-        _, high = consumer.get_watermark_offsets(partition, timeout=timeout, cached=False)
+        high = _end_offset(consumer, partition, deadline, at_least)
         consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        records: list[tuple[bytes | None, bytes | None]] = []
+        records: list[Record] = []
         while high > 0:
             if time.monotonic() > deadline:
                 raise BrokerError(
-                    f"the checkpoint topic {topic!r} could not be read to its end within "
-                    f"{timeout:g} s (a transaction left open there blocks read_committed readers "
-                    "until transaction.timeout.ms expires; retrying)")
+                    f"the checkpoint topic {topic!r} could not be read ({isolation}) to offset "
+                    f"{high} in time; retrying")
             message = consumer.poll(0.2)
             if message is None:
                 continue
             error = message.error()
             if error is None:
-                records.append((message.key(), message.value()))
+                records.append((message.offset() or 0, message.key(), message.value()))
             elif error.code() == KafkaError._PARTITION_EOF:
                 if consumer.position([partition])[0].offset >= high:
                     break
             else:
                 raise BrokerError(f"cannot read the checkpoint topic {topic!r}: "
                                   f"{mask_secrets(error.str())}")
-        return records
+        return records, high
     except KafkaException as exc:
         raise BrokerError(f"cannot read the checkpoint topic {topic!r}: {exception_text(exc)}") from exc
     finally:
         consumer.close()
+
+
+def _end_offset(consumer: Consumer, partition: TopicPartition, deadline: float,
+                at_least: int) -> int:
+    """Where ``consumer`` stops reading (its isolation level's end), once it is ``at_least``."""
+    while True:
+        _, high = consumer.get_watermark_offsets(
+            partition, timeout=max(0.1, deadline - time.monotonic()), cached=False)
+        if high >= at_least:
+            return int(high)
+        if time.monotonic() > deadline:
+            raise BrokerError(
+                f"the checkpoint topic {partition.topic!r}'s last stable offset stays at {high}, "
+                f"behind the end of its log at {at_least}: a transaction open there blocks "
+                "read_committed readers until it ends (transaction.timeout.ms at the latest); "
+                "retrying")
+        time.sleep(0.05)

@@ -35,9 +35,9 @@ from cdc_relay.config import KafkaConfig
 from cdc_relay.errors import ConfigError
 from cdc_relay.sink.base import DeliveryHandler
 from cdc_relay.sink.kafka import KafkaSink
-from cdc_relay.sink.kafka_checkpoint import ensure_topic, read_records
+from cdc_relay.sink.kafka_checkpoint import ensure_topic, read_views
 from cdc_relay.sink.kafka_client import describe_error, producer_settings
-from cdc_relay.sink.transactions import TransactionalSink, TxnError, TxnErrorKind
+from cdc_relay.sink.transactions import CheckpointViews, TransactionalSink, TxnError, TxnErrorKind
 
 _log = logging.getLogger("cdc_relay.sink.kafka")
 _CONNECTION_LOST = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN})
@@ -126,11 +126,11 @@ class TransactionalKafkaSink(KafkaSink):
             raise _txn_error(exc, "init_transactions failed") from exc
         self._initialized = True
 
-    def read_checkpoints(self, timeout: float) -> list[tuple[bytes | None, bytes | None]]:
-        """Ensure the checkpoint topic (create or check it), then read its committed records."""
+    def read_checkpoint_views(self, timeout: float) -> CheckpointViews:
+        """Ensure the checkpoint topic (create or check it), then read it back (both views)."""
         settings = producer_settings(self._txn_kafka)
         ensure_topic(settings, self._txn_config.checkpoint_topic, min(timeout, 15.0))
-        return read_records(settings, self._txn_config.checkpoint_topic, timeout)
+        return read_views(settings, self._txn_config.checkpoint_topic, timeout)
 
     def begin_transaction(self) -> None:
         try:

@@ -14,6 +14,8 @@ transaction calls are classified so the strategy can act without knowing the bro
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from cdc_relay.sink.base import Sink
@@ -37,6 +39,23 @@ class TxnError(Exception):
         self.reason = reason
 
 
+Record = tuple[int, bytes | None, bytes | None]  # offset, key, value of a checkpoint record
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointViews:
+    """The checkpoint topic read twice: as ``read_committed`` consumers see it (up to the
+    last stable offset) and as the log holds it (``read_uncommitted``, up to its end)."""
+
+    committed: Sequence[Record]
+    logged: Sequence[Record]
+    stable_offset: int  # the partition's last stable offset when ``committed`` was read
+
+    def committed_records(self) -> list[tuple[bytes | None, bytes | None]]:
+        """``(key, value)`` of the committed view, in offset order (what ``choose`` takes)."""
+        return [(key, value) for _, key, value in self.committed]
+
+
 class TransactionalSink(Sink, Protocol):
     """A Sink whose messages are grouped into transactions, each with a checkpoint record."""
 
@@ -55,8 +74,8 @@ class TransactionalSink(Sink, Protocol):
     def init_transactions(self, timeout: float) -> None:
         """Register the transactional id, fencing every older producer with it."""
 
-    def read_checkpoints(self, timeout: float) -> list[tuple[bytes | None, bytes | None]]:
-        """The checkpoint topic's committed records, oldest first, up to the last stable offset."""
+    def read_checkpoint_views(self, timeout: float) -> CheckpointViews:
+        """The checkpoint topic's records, committed (up to the last stable offset) and all."""
 
     def begin_transaction(self) -> None:
         """Start a transaction; every message produced until commit/abort belongs to it."""

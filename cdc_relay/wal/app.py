@@ -30,7 +30,12 @@ from cdc_relay.config import (
     ReplicationConfig,
     RouterConfig,
 )
-from cdc_relay.errors import ConfigError, ExitCode
+from cdc_relay.errors import (
+    ConfigError,
+    ExitCode,
+    RelayError,
+    SlotLost,
+)
 from cdc_relay.model import Lsn
 from cdc_relay.routing import Router
 from cdc_relay.signals import install_signal_handlers
@@ -146,7 +151,8 @@ def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
         router=router or _router(settings),
         sink_factory=sink_factory or make_sink_factory(settings.kafka, settings.sink),
         flow=settings.flow,
-        timings=LoopTimings(status_interval=repl.status_interval, reconnect_max=repl.reconnect_max),
+        timings=LoopTimings(status_interval=repl.status_interval, reconnect_max=repl.reconnect_max,
+                            replication_timeout=repl.replication_timeout),
         stats=stats,
         mode=mode,
         first_sink=first_sink,
@@ -154,9 +160,64 @@ def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
 
 
 def run_wal(settings: WalSettings) -> int:
-    """``cdc-relay run``: ensure the slot (or backfill first), stream until a signal, exit 0."""
+    """``cdc-relay run``: ensure the slot (or backfill first), stream until a signal, exit 0.
+
+    A slot loss (wal/continuity.py) stops with exit 7 and the recovery command, or, with
+    ``--on-slot-loss recover``, is recovered (wal/recovery.py) and streaming goes on.
+    """
     stop = threading.Event()
     install_signal_handlers(stop)  # first: a SIGTERM during start-up is a clean stop too
+    while True:
+        try:
+            return _run_wal_once(settings, stop)
+        except SlotLost as exc:
+            if str(exc) == _UNFINISHED:
+                log.warning("%s: finishing it before streaming", exc)
+            elif settings.replication.on_slot_loss != "recover":
+                raise _explained(exc, settings) from None
+            else:
+                log.warning("%s; recovering (--on-slot-loss recover)", exc)
+        if not _recover(settings, stop):
+            log.info("stopped during the recovery: nothing streamed")
+            return ExitCode.OK
+
+
+_UNFINISHED = "a recovery of the slot did not finish"
+
+
+def _explained(exc: SlotLost, settings: WalSettings) -> SlotLost:
+    """The loss as the stream saw it, with what the slot's record adds and the command."""
+    from cdc_relay.db import connect
+    from cdc_relay.wal import continuity
+
+    if "Recover" in str(exc):
+        return exc  # already explained at start-up
+    record = None
+    try:
+        with connect(settings.replication.dsn, autocommit=True) as conn:
+            record = continuity.read_record(conn, settings.outbox.table.schema,
+                                            settings.replication.slot)
+    except RelayError as read_failed:
+        log.debug("cannot read the slot's record: %s", read_failed)
+    return continuity.slot_lost(str(exc), record)
+
+
+def _recover(settings: WalSettings, stop: threading.Event) -> bool:
+    """Run the recovery (or finish one), with the relay's router and sink; False if stopped."""
+    from cdc_relay.message_columns import resolve_message_columns
+    from cdc_relay.wal.backfill import BackfillStats
+    from cdc_relay.wal.recovery import recover
+
+    repl = settings.replication
+    outbox = resolve_message_columns(repl.dsn, settings.outbox, settings.router)
+    settings = replace(settings, outbox=outbox)
+    return recover(repl=repl, outbox=outbox, router=_router(settings),
+                   sink_factory=make_sink_factory(settings.kafka, settings.sink),
+                   flow=settings.flow, stats=BackfillStats(), stop=stop)
+
+
+def _run_wal_once(settings: WalSettings, stop: threading.Event) -> int:
+    """Start-up (retrying an unreachable PostgreSQL), then stream; SlotLost leaves as is."""
     repl = settings.replication
     # A missing client library or bad sink settings: one line now, before touching the slot.
     factory = make_sink_factory(settings.kafka, settings.sink)
@@ -169,6 +230,7 @@ def run_wal(settings: WalSettings) -> int:
     elif settings.sink is not None:  # a RabbitMQ or NATS sink does no I/O until warm_up
         factory(ignore_reports).close(0)
     checks_conn = None
+    relay = None
     try:
         # Only now the PostgreSQL side is imported (see the module docstring).
         if settings.snapshot == "initial":
@@ -181,37 +243,65 @@ def run_wal(settings: WalSettings) -> int:
                 repl.dsn, settings.outbox, settings.router)), stop)
         if settings.exactly_once is not None:
             check_exactly_once(settings)  # before any I/O: bad options exit 2 at once
-        settings, partitioned, checks_conn = _startup_checks(settings)
+        checked = _startup_checks_retried(settings, stop)
+        if checked is None:
+            return ExitCode.OK  # stopped while PostgreSQL was unreachable
+        settings, partitioned, checks_conn, recovering = checked
+        if recovering:  # a recovery stopped half-way: finish it before streaming
+            raise SlotLost(_UNFINISHED)
         eos = None if settings.exactly_once is None else exactly_once_parts(settings)
         relay = build_wal_relay(settings, partitioned=partitioned, exactly_once=eos,
                                 sink_factory=factory, first_sink=warm, position_conn=checks_conn)
-    except BaseException:
-        if warm is not None:
-            warm.cancel()
-        if checks_conn is not None:
-            checks_conn.close()
-        raise
+    finally:
+        if relay is None:  # start-up ended here: nothing takes them
+            if warm is not None:
+                warm.cancel()
+            if checks_conn is not None:
+                checks_conn.close()
     _log_start(settings)
     # The first stream takes the checks' connection and closes it after one query;
     # closing() only closes it for a relay stopped before it streamed.
     with closing(checks_conn), _serve_metrics(
             settings.metrics, relay.stats, dsn=repl.dsn, slot=repl.slot,
-            sink=sink_name(settings.sink), txn=eos.mode.stats if eos else None):
+            sink=sink_name(settings.sink), txn=eos.mode.stats if eos else None), \
+            _horizon(settings, relay.stats):
         relay.run(stop)
     return _stopped(relay.stats, repl.slot, sink_name(settings.sink))
 
 
+def _horizon(settings: WalSettings, stats: RelayStats) -> AbstractContextManager[object]:
+    """The thread that moves the slot's recorded horizon forward (wal/continuity.py)."""
+    from cdc_relay.wal.continuity import HorizonRecorder
+
+    repl = settings.replication
+    return HorizonRecorder(repl.dsn, settings.outbox.table.schema, repl.slot,
+                           lambda: stats.confirmed_lsn)
+
+
+def _startup_checks_retried(settings: WalSettings, stop: threading.Event
+                            ) -> tuple[WalSettings, bool, psycopg.Connection[Any], bool] | None:
+    """``_startup_checks``, retried with backoff while PostgreSQL cannot be reached (as a
+    lost connection is mid-run); what a retry cannot fix is raised at once. None: stopped."""
+    from cdc_relay.startup import until_reachable
+
+    return until_reachable(lambda: _startup_checks(settings), stop,
+                           maximum=settings.replication.reconnect_max)
+
+
 def _startup_checks(settings: WalSettings
-                    ) -> tuple[WalSettings, bool, psycopg.Connection[Any]]:
+                    ) -> tuple[WalSettings, bool, psycopg.Connection[Any], bool]:
     """The checks before streaming, on one connection: (settings to stream with, partitioned,
-    that connection, still open: the first stream reads the slot's position on it).
+    that connection, still open: the first stream reads the slot's position on it, whether
+    a recovery is unfinished).
 
     --header / --partition-column must name real columns (a typo is one line, exit 2); the
-    publication and the slot are created if missing; an unfinished backfill is a warning.
+    publication and the slot are created if missing (a lost one raises SlotLost); an
+    unfinished backfill is a warning.
     """
     from cdc_relay.db import connect
     from cdc_relay.message_columns import resolve_message_columns
     from cdc_relay.wal.backfill_state import warn_if_unfinished
+    from cdc_relay.wal.continuity import read_record
     from cdc_relay.wal.setup import ensure_replication
 
     repl = settings.replication
@@ -219,12 +309,16 @@ def _startup_checks(settings: WalSettings
     try:
         outbox = resolve_message_columns(repl.dsn, settings.outbox, settings.router, conn=conn)
         setup = ensure_replication(repl.dsn, outbox, slot=repl.slot, plugin=repl.plugin,
-                                   publication=repl.publication, conn=conn)
-        warn_if_unfinished(conn, outbox.table, repl.slot)
+                                   publication=repl.publication, conn=conn,
+                                   failover=repl.failover_slot)
+        record = read_record(conn, outbox.table.schema, repl.slot)
+        recovering = record is not None and record.recovering
+        if not recovering:
+            warn_if_unfinished(conn, outbox.table, repl.slot)
     except BaseException:
         conn.close()
         raise
-    return replace(settings, outbox=outbox), setup.partitioned, conn
+    return replace(settings, outbox=outbox), setup.partitioned, conn, recovering
 
 
 def _serve_metrics(config: MetricsConfig, stats: RelayStats, **kwargs: Any
@@ -257,7 +351,7 @@ def _backfill_then_stream(settings: WalSettings, stop: threading.Event) -> int:
             log.info("stopped during the backfill: nothing streamed")
             return ExitCode.OK
         setup = ensure_replication(repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
-                                   publication=repl.publication)
+                                   publication=repl.publication, failover=repl.failover_slot)
         relay = build_wal_relay(settings, partitioned=setup.partitioned, router=router,
                                 sink_factory=sink_factory, stats=stats)
         relay.run(stop)

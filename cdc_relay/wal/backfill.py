@@ -52,6 +52,7 @@ class BackfillStats:
     dead_lettered: int = 0
     rate: float = 0.0  # rows acknowledged per second since the backfill started
     snapshot_age: float = 0.0  # seconds the reading transaction (its xmin) has been held
+    snapshot_xmin: int | None = None  # the read snapshot's xmin (a recovery's new horizon)
 
 
 @dataclass(frozen=True, slots=True)

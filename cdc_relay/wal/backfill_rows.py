@@ -87,12 +87,21 @@ class RowMarker:
 class SnapshotReader:
     """The reading transaction: pending rows of one snapshot, oldest first."""
 
-    def __init__(self, dsn: str, outbox: OutboxConfig, snapshot_name: str | None) -> None:
+    def __init__(self, dsn: str, outbox: OutboxConfig, snapshot_name: str | None, *,
+                 horizon_xid: int | None = None) -> None:
         table = validated_table(outbox.table)
         cols = validated_columns(outbox.columns)
         c = {role: sql.Identifier(getattr(cols, role)) for role in cols.__dataclass_fields__}
-        names = {"t": sql.Identifier(table.schema, table.name), **{f"c_{k}": v for k, v in c.items()}}
+        names: dict[str, sql.Composable] = {
+            "t": sql.Identifier(table.schema, table.name),
+            **{f"c_{k}": v for k, v in c.items()}, "h": sql.Literal(horizon_xid)}
         pending = "FROM {t} WHERE processed_at IS NULL AND dead_lettered_at IS NULL"
+        if horizon_xid is not None:
+            # A recovery (wal/recovery.py): only rows of transactions at or after the
+            # horizon. age() compares 32-bit xids from one reference point, so both sides
+            # are measured alike; the horizon's own age guards against wraparound.
+            pending += (" AND (age(mod({h}, 4294967296)::text::xid) >= 2000000000"
+                        " OR age(xmin) <= age(mod({h}, 4294967296)::text::xid))")
         self._count = sql.SQL("SELECT count(*) " + pending).format(**names)
         self._select = sql.SQL(
             "SELECT {c_id}::text, {c_aggregate_type}::text, {c_aggregate_id}::text,"
@@ -110,6 +119,7 @@ class SnapshotReader:
         self._conn: psycopg.Connection[Any] | None = None
         self._cursors = 0
         self.pid = 0
+        self.snapshot_xmin: int | None = None  # the snapshot's xmin (a recovery's new horizon)
 
     def open(self) -> int:
         """Begin the transaction (importing the snapshot); return the number of pending rows."""
@@ -123,11 +133,13 @@ class SnapshotReader:
                 conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(
                     sql.Literal(self._snapshot_name)))
             row = conn.execute(self._count).fetchone()
-            pid = conn.execute("SELECT pg_backend_pid()").fetchone()
+            pid = conn.execute("SELECT pg_backend_pid(),"
+                               " pg_snapshot_xmin(pg_current_snapshot())::text::bigint").fetchone()
         except psycopg.Error as exc:
             self.close()
             raise translate_error(exc, "opening the backfill's snapshot") from exc
         self.pid = int(pid[0]) if pid else 0
+        self.snapshot_xmin = int(pid[1]) if pid else None
         return int(row[0]) if row else 0
 
     def rows(self, offset: int) -> Generator[tuple[Any, OutboxEvent], None, None]:

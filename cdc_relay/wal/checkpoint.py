@@ -14,19 +14,25 @@ On start the relay reads the records back (``choose``) and ``ReplayFilter`` tell
 loop, transaction by transaction, how many events to skip: all of a transaction at or
 below the checkpoint, the first ``events`` of the split one, none of the others.
 
+``committed_view_behind`` compares what ``read_committed`` consumers see of the topic with
+what it holds (``CheckpointViews``: both readings and the last stable offset): a newer
+checkpoint record of this source that they cannot see while the slot is confirmed past
+it means events confirmed in PostgreSQL that no ``read_committed`` consumer will get.
+
 Pure: values in, values out; no broker client, no database.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import orjson
 
 from cdc_relay.errors import ConfigError, RelayError
 from cdc_relay.model import Lsn
+from cdc_relay.sink.transactions import CheckpointViews, Record
 
 FORMAT_VERSION = 1
 SKIP_ALL = sys.maxsize  # ReplayFilter.skip(): the whole transaction
@@ -147,3 +153,52 @@ class ReplayFilter:
         if commit_lsn == checkpoint.partial_commit_lsn:
             return checkpoint.partial_events
         return 0
+
+
+def _newest(records: Sequence[Record], key: bytes) -> tuple[int, Checkpoint | None] | None:
+    """Offset and checkpoint of ``key``'s last record (None: a tombstone or unreadable)."""
+    for offset, found, value in reversed(records):
+        if found == key:
+            try:
+                return offset, None if value is None else Checkpoint.decode(value)
+            except CheckpointCorrupt:
+                return offset, None
+    return None
+
+
+def committed_view_behind(views: CheckpointViews, *, system_id: str, slot: str,
+                          confirmed: Lsn | None, fenced: bool) -> str | None:
+    """One line saying how the committed view lags this source's checkpoint, or None.
+
+    Only the source's newest record in the log counts, and only when ``read_committed``
+    readers do not see it. It is wrong (1) when ``fenced`` - read after
+    ``init_transactions`` ended every transaction of this source - and the last stable
+    offset is not past it, or (2) when the slot is ``confirmed`` at or past its LSN: the
+    relay confirms only after a commit, so the events up to it were confirmed, yet no
+    ``read_committed`` consumer sees them. A newer record behind a slot that has not
+    reached it is an aborted transaction's (killed before its commit): replayed, fine.
+    Not ``fenced`` (doctor, beside a running relay), records at or past the last stable
+    offset are not judged: their transactions may still be open.
+    """
+    key = checkpoint_key(system_id, slot)
+    stable = views.stable_offset
+    logged = _newest(views.logged if fenced else [r for r in views.logged if r[0] < stable], key)
+    committed = _newest(views.committed, key)
+    if logged is None or (committed is not None and committed[0] >= logged[0]):
+        return None
+    offset, newer = logged
+    if newer is None:
+        return None
+    seen = committed[1].lsn if committed is not None and committed[1] is not None else None
+    seen_text = f"only checkpoint {seen}" if seen is not None else "no checkpoint of this source"
+    if fenced and offset >= views.stable_offset:
+        return (f"checkpoint {newer.lsn} of this source (offset {offset} of the checkpoint topic) "
+                f"is not below the last stable offset {views.stable_offset} although "
+                "init_transactions ended every transaction of this source: read_committed "
+                f"consumers see {seen_text}; the broker keeps a transaction open there")
+    if confirmed is not None and confirmed >= newer.lsn and (seen is None or newer.lsn > seen):
+        return (f"the slot is confirmed at {confirmed}, past checkpoint {newer.lsn} (offset "
+                f"{offset} of the checkpoint topic), but read_committed consumers see "
+                f"{seen_text}: the events up to {newer.lsn} are confirmed in PostgreSQL and "
+                "invisible to them (the broker did not commit, or does not show, that transaction)")
+    return None

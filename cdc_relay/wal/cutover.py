@@ -32,6 +32,7 @@ from cdc_relay.db import connect, describe_dsn, translate_error, validated_table
 from cdc_relay.errors import ConfigError
 from cdc_relay.routing import Router
 from cdc_relay.sink.base import SinkFactory
+from cdc_relay.wal import continuity
 from cdc_relay.wal.backfill import Backfill, BackfillStats, BackfillTimings
 from cdc_relay.wal.backfill_rows import RowMarker, SnapshotReader
 from cdc_relay.wal.backfill_state import StateStore, read_record
@@ -124,14 +125,24 @@ def backfill_before_streaming(*, repl: ReplicationConfig, outbox: OutboxConfig, 
                 "point %s and rows published but not yet marked may be published twice",
                 repl.slot, record.state, record.rows_done, record.rows_total, record.attempt,
                 record.consistent_point)
-            return _backfill(store, None, repl=repl, outbox=outbox, router=router,
+            return run_backfill(store, None, repl=repl, outbox=outbox, router=router,
                              sink_factory=sink_factory, flow=flow, stats=stats, stop=stop,
                              timings=timings)
+        loss = continuity.loss_reason(None, continuity.read_record(
+            conn, outbox.table.schema, repl.slot), continuity.identity(conn)[0])
+        if loss is not None:  # the slot existed: a backfill would not cover what it lost
+            raise continuity.slot_lost(loss, continuity.read_record(
+                conn, outbox.table.schema, repl.slot))
         if repl.plugin == "pgoutput":
             ensure_publication(conn, outbox.table, repl.publication)  # before the slot exists
         store.begin()
+        horizon = continuity.oldest_running(conn)
         exported = create_slot_exporting_snapshot(repl)
-        return _backfill(store, exported.snapshot, exported_close=exported.close, repl=repl,
+        continuity.record_creation(
+            conn, schema=outbox.table.schema, slot=repl.slot, plugin=repl.plugin,
+            table=str(outbox.table), created_lsn=exported.snapshot.consistent_point,
+            failover=exported.snapshot.failover, horizon_xid=horizon)
+        return run_backfill(store, exported.snapshot, exported_close=exported.close, repl=repl,
                          outbox=outbox, router=router, sink_factory=sink_factory, flow=flow,
                          stats=stats, stop=stop, timings=timings)
 
@@ -147,11 +158,15 @@ def _wait_for_lock(store: StateStore, slot: str, stop: threading.Event) -> bool:
     return True
 
 
-def _backfill(store: StateStore, snapshot: SlotSnapshot | None, *, repl: ReplicationConfig,
-              outbox: OutboxConfig, router: Router, sink_factory: SinkFactory, flow: FlowConfig,
-              stats: BackfillStats, stop: threading.Event, timings: BackfillTimings,
-              exported_close: Any = None) -> bool:
-    reader = SnapshotReader(repl.dsn, outbox, snapshot.snapshot_name if snapshot else None)
+def run_backfill(store: StateStore, snapshot: SlotSnapshot | None, *, repl: ReplicationConfig,
+                 outbox: OutboxConfig, router: Router, sink_factory: SinkFactory,
+                 flow: FlowConfig, stats: BackfillStats, stop: threading.Event,
+                 timings: BackfillTimings, exported_close: Any = None,
+                 horizon_xid: int | None = None) -> bool:
+    """Publish the pending rows of ``snapshot`` (a fresh snapshot when None) and mark them;
+    with ``horizon_xid``, only those of transactions at or after it (a recovery)."""
+    reader = SnapshotReader(repl.dsn, outbox, snapshot.snapshot_name if snapshot else None,
+                            horizon_xid=horizon_xid)
     try:
         try:
             total = reader.open()
@@ -161,6 +176,7 @@ def _backfill(store: StateStore, snapshot: SlotSnapshot | None, *, repl: Replica
         store.started(snapshot.consistent_point if snapshot else None, total,
                       redo=snapshot is None)
         stats.rows_total = total
+        stats.snapshot_xmin = reader.snapshot_xmin
         where = f"the slot's snapshot at {snapshot.consistent_point}" if snapshot else \
             "a fresh snapshot"
         log.info("backfill: %d pending rows of %s in %s; streaming starts once all are "

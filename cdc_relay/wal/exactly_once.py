@@ -5,9 +5,11 @@ The DeliveryMode (wal/delivery.py) behind ``run --exactly-once``. Per replicatio
 1. **Start-up** (after the slot is ours, before anything is read): a new producer calls
    ``init_transactions`` - fencing the previous owner of this source's transactional.id -
    then reads the checkpoint topic up to the last stable offset (``choose``: refuses
-   another cluster's checkpoint unless ``--reset-checkpoint``). A producer kept from the
-   previous session aborts what it left open and keeps its in-memory checkpoint: only it
-   can have written one since.
+   another cluster's checkpoint unless ``--reset-checkpoint``) and logs an error when
+   ``read_committed`` consumers do not see what the slot was confirmed for
+   (``committed_view_behind``: the broker lost or hides a committed transaction). A
+   producer kept from the previous session aborts what it left open and keeps its
+   in-memory checkpoint: only it can have written one since.
 2. **Replay**: a transaction whose commit record lies before the checkpoint is skipped
    whole (the loop confirms it at its Commit); the split one skips the events already
    in Kafka (ReplayFilter).
@@ -43,7 +45,14 @@ from cdc_relay.logs import event_fields
 from cdc_relay.model import Begin, Lsn, Message, OutboxEvent
 from cdc_relay.sink.base import Cause, DeliveryError, ErrorKind, Sink
 from cdc_relay.sink.transactions import TransactionalSink, TxnError, TxnErrorKind
-from cdc_relay.wal.checkpoint import SKIP_ALL, Checkpoint, ReplayFilter, checkpoint_key, choose
+from cdc_relay.wal.checkpoint import (
+    SKIP_ALL,
+    Checkpoint,
+    ReplayFilter,
+    checkpoint_key,
+    choose,
+    committed_view_behind,
+)
 from cdc_relay.wal.session import ProducerFailed
 from cdc_relay.wal.txn_policy import CommittedTracker, TxnBatch, TxnLimits, TxnStats
 
@@ -106,7 +115,7 @@ class ExactlyOnce:
         if not txn_sink.initialized:
             self._call(lambda: txn_sink.init_transactions(self._config.call_timeout),
                        "init_transactions")
-            self._checkpoint = self._read_checkpoint(txn_sink)
+            self._checkpoint = self._read_checkpoint(txn_sink, start)
             self._reset = False  # only the first read ignores what is there
         elif txn_sink.in_transaction:
             self._abort("the previous replication session ended with it open")
@@ -120,13 +129,21 @@ class ExactlyOnce:
         self._tracker = CommittedTracker(start)
         return self._tracker
 
-    def _read_checkpoint(self, sink: TransactionalSink) -> Checkpoint | None:
+    def _read_checkpoint(self, sink: TransactionalSink, confirmed: Lsn) -> Checkpoint | None:
+        """The checkpoint read_committed consumers see; says so when their view lags the log."""
+        config = self._config
         try:
-            records = sink.read_checkpoints(self._config.checkpoint_timeout)
+            views = sink.read_checkpoint_views(config.checkpoint_timeout)
         except BrokerError as exc:
             raise ProducerFailed(str(exc)) from exc
-        return choose(records, system_id=self._config.system_id, slot=self._config.slot,
-                      reset=self._reset)
+        checkpoint = choose(views.committed_records(), system_id=config.system_id, slot=config.slot,
+                            reset=self._reset)
+        behind = committed_view_behind(views, system_id=config.system_id, slot=config.slot,
+                                       confirmed=confirmed, fenced=True)
+        if behind is not None:
+            log.error("exactly-once: the committed view of the checkpoint topic is behind: %s",
+                      behind)
+        return checkpoint
 
     # -- the stream --------------------------------------------------------------------
     def begin(self, begin: Begin) -> int:

@@ -32,7 +32,7 @@ from typing import Protocol
 from cdc_relay.acks import AckTracker
 from cdc_relay.config import FlowConfig
 from cdc_relay.decoding.compiled import DecodeFunction
-from cdc_relay.errors import DeadLetterRefused, RelayError
+from cdc_relay.errors import DeadLetterRefused, RelayError, SourceLost
 from cdc_relay.logs import event_fields
 from cdc_relay.model import Begin, Change, Commit, IgnoredMessage, Lsn, Message, OutboxEvent
 from cdc_relay.routing import Router, RoutingError
@@ -129,6 +129,9 @@ class LoopTimings:
     slot_busy_retry: float = 2.0
     shutdown_timeout: float = 20.0  # + closing: exit well within 30 s with a frozen broker
     sink_warmup: float = 10.0
+    # The watchdog: after a third of this without a byte from the server, ask it for a
+    # keepalive; after all of it, the connection is taken for half-open and dropped.
+    replication_timeout: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +177,8 @@ class Session:
         self.next_status = 0.0  # the periodic status update is due
         self.next_prompt = 0.0  # a status update for an advance may go out
         self.sent = Lsn(start)
+        self.heard = parts.clock()  # the last time the server sent anything (the watchdog)
+        self.asked = False  # a keepalive was requested since
 
     # -- delivery reports (called from sink.poll) ------------------------------------
     def on_delivery(self, token: int, error: DeliveryError | None) -> None:
@@ -246,16 +251,38 @@ class Session:
                 self.stats.last_tick = clock()
                 if tracker.inflight >= self._max_events or self.inflight_bytes >= self._max_bytes:
                     # Backpressure: leave the WAL unread (libpq buffers nothing more), but
-                    # keep telling the walsender we are alive.
+                    # keep telling the walsender we are alive. Unread is not unheard.
                     sink.poll(0.05)
+                    self.heard = clock()
                 elif self._read_batch() == 0:
                     timeout = min(0.005 if self.inflight else 0.1, wake)
                     if tracker.confirmed != self.sent:  # an advance waits only for its update
                         timeout = min(timeout, max(0.0, self.next_prompt - clock()))
+                    self._watchdog(clock())
                     source.wait(timeout)
+                else:
+                    self.heard, self.asked = clock(), False
                 self._maybe_send_status(clock())
         except _Stopped:
             return
+
+    def _watchdog(self, now: float) -> None:
+        """Silence from the server: ask for a keepalive, then give the connection up.
+
+        An idle walsender may legitimately say nothing for a while (our status updates
+        keep its timeout at bay), so silence first earns a status update with a reply
+        requested, which a live server answers at once; only silence past
+        ``replication_timeout`` is a half-open connection (docs/design.md, continuity).
+        """
+        silent = now - self.heard
+        limit = self._timings.replication_timeout
+        if silent >= limit:
+            raise SourceLost(f"nothing from the server for {silent:.0f}s, not even a requested "
+                             "keepalive: the replication connection is half-open (a network "
+                             "partition, a NAT or load-balancer timeout); reconnecting")
+        if not self.asked and silent >= limit / 3:
+            self.source.send_status(self.tracker.confirmed, reply=True)
+            self.asked = True
 
     def _check(self) -> None:
         if self.failure is not None:

@@ -40,8 +40,16 @@ from cdc_relay.db import (
     validated_columns,
     validated_table,
 )
-from cdc_relay.errors import ConfigError, DatabaseError, SlotBusy, mask_secrets
+from cdc_relay.errors import (
+    AccessRefused,
+    ConfigError,
+    DatabaseError,
+    RelayError,
+    SlotBusy,
+    mask_secrets,
+)
 from cdc_relay.model import Lsn, SlotStatus
+from cdc_relay.wal import continuity
 
 PLUGINS = ("wal2json", "pgoutput")
 # One lock for every init in a database ("cdc_rela" in ASCII): DDL is rare, serialising
@@ -97,6 +105,7 @@ def ensure_replication(
     plugin: str = "wal2json",
     publication: str = "cdc_relay_outbox",
     conn: psycopg.Connection[Any] | None = None,
+    failover: bool = True,
 ) -> ReplicationReport:
     """WAL mode's start-up check: the publication (pgoutput) and the slot, created if missing.
 
@@ -122,7 +131,7 @@ def ensure_replication(
                 "`cdc-relay init` first, or pass the right --table / --dsn"
             )
         return ensure_publication_and_slot(
-            conn, table, slot=slot, plugin=plugin, publication=publication
+            conn, table, slot=slot, plugin=plugin, publication=publication, failover=failover
         )
 
 
@@ -133,10 +142,14 @@ def ensure_publication_and_slot(
     slot: str,
     plugin: str,
     publication: str,
+    failover: bool = True,
 ) -> ReplicationReport:
     """On an autocommit connection: the publication (pgoutput only), then the slot.
 
     Names must already be validated (``validate_wal_options``, ``validated_table``).
+    A slot created here is recorded (wal/continuity.py) and, on PostgreSQL 17+, is a
+    failover slot unless ``failover`` is False. A slot the record says existed and that is
+    missing or invalidated now raises SlotLost: it is never silently replaced.
     """
     pub = Outcome.SKIPPED
     try:
@@ -146,7 +159,7 @@ def ensure_publication_and_slot(
     if plugin == "pgoutput":
         pub = _publication_in_place(conn, publication, table, partitioned)
     try:
-        slot_outcome = _ensure_slot(conn, slot, plugin)
+        slot_outcome = _ensure_slot(conn, slot, plugin, table, failover)
     except psycopg.Error as exc:
         raise translate_error(exc, f"checking replication slot {slot!r}") from exc
     return ReplicationReport(pub, slot_outcome, partitioned)
@@ -256,25 +269,52 @@ def _publication_includes(conn: psycopg.Connection[Any], pub_oid: int, publicati
     return bool(row and row[0])
 
 
-def _ensure_slot(conn: psycopg.Connection[Any], slot: str, plugin: str) -> Outcome:
+def _ensure_slot(conn: psycopg.Connection[Any], slot: str, plugin: str, table: TableRef,
+                 failover: bool) -> Outcome:
     info = _slot_info(conn, slot)
+    record = continuity.read_record(conn, table.schema, slot)
+    system_id = continuity.identity(conn)[0] if record is not None else None
+    reason = continuity.loss_reason(info, record, system_id)
+    if reason is not None:
+        raise continuity.slot_lost(reason, record)
     if info is None:
         _check_wal_level(conn)
+        failover = failover and supports_failover_slots(conn)
+        horizon = continuity.oldest_running(conn)
         try:
             conn.execute(
-                "SELECT pg_create_logical_replication_slot(%s, %s)", (slot, plugin)
-            )
+                "SELECT pg_create_logical_replication_slot(%s, %s, false, false, true)"
+                if failover else "SELECT pg_create_logical_replication_slot(%s, %s)",
+                (slot, plugin))
         except pgerrors.DuplicateObject:
             info = _slot_info(conn, slot)  # a concurrent init won the race
         except psycopg.Error as exc:
             raise _slot_error(exc, slot, plugin) from exc
         else:
+            created = _slot_info(conn, slot)
+            continuity.record_creation(
+                conn, schema=table.schema, slot=slot, plugin=plugin, table=str(table),
+                created_lsn=created.confirmed_flush_lsn if created else None, failover=failover,
+                horizon_xid=horizon)
             return Outcome.CREATED
     info = _settled_slot_info(conn, slot, info)
     if info is None:  # created and dropped again between two statements: give up
         raise DatabaseError(f"replication slot {slot!r} vanished while init was creating it")
     _check_slot_matches(conn, info, plugin)
+    if record is None or (record.system_identifier and system_id
+                          and record.system_identifier != system_id):
+        # A slot from before records existed (or of a restored database): record it now,
+        # so that losing it from here on is noticed; its horizon is unknown until the
+        # relay streams (a recovery meanwhile republishes every retained row).
+        continuity.record_creation(
+            conn, schema=table.schema, slot=slot, plugin=plugin, table=str(table),
+            created_lsn=info.confirmed_flush_lsn, failover=bool(info.failover))
     return Outcome.EXISTED
+
+
+def supports_failover_slots(conn: psycopg.Connection[Any]) -> bool:
+    """PostgreSQL 17+ can create failover slots (synchronized to standbys)."""
+    return conn.info.server_version >= 170000
 
 
 def _settled_slot_info(conn: psycopg.Connection[Any], slot: str,
@@ -303,7 +343,7 @@ def _check_wal_level(conn: psycopg.Connection[Any]) -> None:
         )
 
 
-def _slot_error(exc: psycopg.Error, slot: str, plugin: str) -> DatabaseError:
+def _slot_error(exc: psycopg.Error, slot: str, plugin: str) -> RelayError:
     message = mask_secrets(" ".join((exc.diag.message_primary or str(exc)).split()))
     if exc.sqlstate == "58P01" or "could not access file" in message:
         return DatabaseError(
@@ -317,6 +357,10 @@ def _slot_error(exc: psycopg.Error, slot: str, plugin: str) -> DatabaseError:
             "ALTER SYSTEM SET output_plugin_libraries = 'pgoutput', 'test_decoding', "
             f"'{plugin}'; SELECT pg_reload_conf(); — or use --plugin pgoutput"
         )
+    if exc.sqlstate == "42501":
+        return AccessRefused(
+            f"cannot create slot {slot!r}: {message}. Fix: ALTER ROLE <user> REPLICATION (or "
+            "create the slot once as a superuser with `cdc-relay init`)")
     error = translate_error(exc, f"creating replication slot {slot!r}")
     return error if isinstance(error, DatabaseError) else DatabaseError(str(error))
 
@@ -355,7 +399,8 @@ SELECT w.lsn::text, s.slot_name, s.plugin, s.slot_type, s.database, s.active, s.
        greatest(pg_wal_lsn_diff(w.lsn, s.restart_lsn), 0)::bigint,
        s.wal_status, s.safe_wal_size,
        CASE WHEN r.pid IS NULL THEN NULL
-            ELSE coalesce(extract(epoch FROM r.flush_lag), 0)::float8 END
+            ELSE coalesce(extract(epoch FROM r.flush_lag), 0)::float8 END,
+       {failover}
 FROM (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
                   ELSE pg_current_wal_lsn() END AS lsn) AS w
 LEFT JOIN pg_replication_slots AS s ON s.slot_name = %s
@@ -373,7 +418,10 @@ def query_slot_status(conn: psycopg.Connection[Any], slot: str) -> tuple[Lsn, Sl
     The one query of ``pg_replication_slots`` every command shares (init, start-up,
     ``slot drop``, ``status``, ``doctor``, the metrics probe). psycopg errors pass through.
     """
-    row = conn.execute(_SLOT_STATUS_SQL, (slot,)).fetchone()
+    # failover / synced exist from PostgreSQL 17 on (failover slots).
+    columns = ("s.failover, s.synced" if conn.info.server_version >= 170000
+               else "NULL::boolean, NULL::boolean")
+    row = conn.execute(_SLOT_STATUS_SQL.replace("{failover}", columns), (slot,)).fetchone()
     assert row is not None
     current = Lsn.parse(row[0]) if row[0] else Lsn(0)
     if row[1] is None:
@@ -382,7 +430,7 @@ def query_slot_status(conn: psycopg.Connection[Any], slot: str) -> tuple[Lsn, Sl
         name=row[1], plugin=row[2], slot_type=row[3], database=row[4], active=bool(row[5]),
         active_pid=row[6], confirmed_flush_lsn=_lsn(row[7]), restart_lsn=_lsn(row[8]),
         lag_bytes=row[9], lag_seconds=row[13], retained_bytes=row[10], wal_status=row[11],
-        safe_wal_size=row[12],
+        safe_wal_size=row[12], failover=row[14], synced=row[15],
     )
 
 
@@ -432,6 +480,7 @@ def drop_slot(conninfo: str | psycopg.Connection[Any], slot: str) -> bool:
             if info.active:
                 raise SlotBusy(_busy_message(slot, info.active_pid))
             conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+            continuity.forget(conn, slot)  # dropped on purpose: no loss to report later
         except pgerrors.UndefinedObject:
             return False  # dropped by someone else in between
         except pgerrors.ObjectInUse as exc:

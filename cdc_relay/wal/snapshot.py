@@ -37,6 +37,7 @@ class SlotSnapshot:
     consistent_point: Lsn
     snapshot_name: str
     plugin: str
+    failover: bool = False  # created as a failover slot (PostgreSQL 17+)
 
 
 class ExportedSlot:
@@ -75,7 +76,9 @@ def create_slot_exporting_snapshot(config: ReplicationConfig) -> ExportedSlot:
     except psycopg.Error as exc:
         raise ServiceUnavailable("cannot open a replication connection to create slot "
                                  f"{slot!r}: {_first_line(exc)}") from exc
-    command = f'CREATE_REPLICATION_SLOT "{slot}" LOGICAL "{config.plugin}" (SNAPSHOT \'export\')'
+    failover = config.failover_slot and conn.info.server_version >= 170000
+    options = "SNAPSHOT 'export'" + (", FAILOVER" if failover else "")
+    command = f'CREATE_REPLICATION_SLOT "{slot}" LOGICAL "{config.plugin}" ({options})'
     result = conn.pgconn.exec_(command.encode())
     if result.status != pq.ExecStatus.TUPLES_OK:
         sqlstate = (result.error_field(pq.DiagnosticField.SQLSTATE) or b"").decode()
@@ -84,7 +87,7 @@ def create_slot_exporting_snapshot(config: ReplicationConfig) -> ExportedSlot:
         raise _creation_error(sqlstate, message, slot, config.plugin)
     row = [(result.get_value(0, i) or b"").decode() for i in range(result.nfields)]
     # slot_name, consistent_point, snapshot_name, output_plugin
-    snapshot = SlotSnapshot(row[0], Lsn.parse(row[1]), row[2], row[3])
+    snapshot = SlotSnapshot(row[0], Lsn.parse(row[1]), row[2], row[3], failover)
     log.info("created slot %s with an exported snapshot at %s", slot, snapshot.consistent_point,
              extra={"slot": slot, "consistent_point": str(snapshot.consistent_point)})
     return ExportedSlot(conn, snapshot)

@@ -36,8 +36,17 @@ from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from cdc_relay.config import ReplicationConfig
+from cdc_relay.db import TCP_KEEPALIVES, refused
 from cdc_relay.decoding.compiled import DecodeFunction, compiled_extension
-from cdc_relay.errors import DatabaseError, ServiceUnavailable, SlotBusy, SourceLost, mask_secrets
+from cdc_relay.errors import (
+    AccessRefused,
+    DatabaseError,
+    RelayError,
+    SlotBusy,
+    SlotLost,
+    SourceLost,
+    mask_secrets,
+)
 from cdc_relay.model import Lsn
 from cdc_relay.wal.protocol import (
     NO_CHANGE,
@@ -57,14 +66,7 @@ _WAL_START = struct.Struct("!Q")
 # functions, so pin what the decoders parse (timestamps in UTC, ISO style).
 _SESSION_OPTIONS = "-c TimeZone=UTC -c DateStyle=ISO,YMD -c extra_float_digits=3"
 # Detect a dead server or network instead of waiting forever on a silent socket.
-_TCP_DEFAULTS = {
-    "connect_timeout": "10",
-    "keepalives": "1",
-    "keepalives_idle": "10",
-    "keepalives_interval": "5",
-    "keepalives_count": "3",
-    "tcp_user_timeout": "30000",
-}
+_TCP_DEFAULTS = {"connect_timeout": "10", **TCP_KEEPALIVES}
 # SQLSTATE classes a retry will not fix: bad credentials, missing database, privileges.
 _PERMANENT_SQLSTATES = ("28", "3D", "42")
 
@@ -79,9 +81,10 @@ def replication_conninfo(dsn: str) -> str:
 
 
 def plain_conninfo(dsn: str) -> str:
-    """The user's DSN for a short ordinary connection (same connect timeout as the stream)."""
+    """The user's DSN for a short ordinary connection (same timeouts and keepalives as the stream)."""
     params = conninfo_to_dict(dsn)
-    params.setdefault("connect_timeout", _TCP_DEFAULTS["connect_timeout"])
+    for key, value in _TCP_DEFAULTS.items():
+        params.setdefault(key, value)
     params.setdefault("application_name", "cdc-relay")
     return make_conninfo("", **params)
 
@@ -91,9 +94,20 @@ def quote_literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def _wrap_connect_error(exc: psycopg.Error, what: str) -> ServiceUnavailable:
+def _invalidated(sqlstate: str, message: str) -> bool:
+    """START_REPLICATION's answer for a slot PostgreSQL invalidated (wal_status 'lost')."""
+    return sqlstate == "55000" and ("invalidated" in message
+                                    or "can no longer get changes" in message)
+
+
+def _wrap_connect_error(exc: psycopg.Error, what: str) -> RelayError:
     sqlstate = getattr(exc, "sqlstate", None) or ""
     message = mask_secrets(str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc))
+    if refused(exc):
+        fix = ("ALTER ROLE <user> REPLICATION (WAL mode streams over a replication connection)"
+               if "replication" in str(exc).lower() else
+               "fix the credentials (DSN, PGPASSFILE) or pg_hba.conf")
+        return AccessRefused(f"{what}: {message}. Fix: {fix}; retrying cannot fix this")
     if sqlstate.startswith(_PERMANENT_SQLSTATES):
         return DatabaseError(f"{what}: {message}")
     return SourceLost(f"{what}: {message}")
@@ -168,11 +182,12 @@ class ReplicationStream:
             self.close()
             raise _wrap_connect_error(exc, "cannot read the replication slot") from exc
         if row is None:
+            # The start-up check found or created the slot: gone now, it is a slot loss
+            # (a failover to a server without it, or a drop), never a reason to create one.
             self.close()
-            raise DatabaseError(
-                f"replication slot {slot!r} does not exist in this database: run "
-                f"'cdc-relay init --slot {slot} --plugin {self._config.plugin}'"
-            )
+            raise SlotLost(f"replication slot {slot!r} no longer exists on this server "
+                           "(a failover to a standby without a copy of the slot, or a "
+                           "dropped slot)")
         plugin, confirmed = row
         if plugin != self._config.plugin:
             self.close()
@@ -200,6 +215,12 @@ class ReplicationStream:
             self.close()
             if sqlstate == "55006":
                 raise SlotBusy(f"replication slot {slot!r} is active for another process")
+            if _invalidated(sqlstate, message):
+                raise SlotLost(f"replication slot {slot!r} was invalidated by PostgreSQL: "
+                               f"{mask_secrets(' '.join(message.split()))}")
+            if sqlstate.startswith("28") or sqlstate == "42501":
+                raise AccessRefused(f"START_REPLICATION refused: {mask_secrets(message)}. Fix: "
+                                    "ALTER ROLE <user> REPLICATION, or connect as its owner")
             if sqlstate.startswith(_PERMANENT_SQLSTATES) or sqlstate.startswith("58"):
                 raise DatabaseError(f"START_REPLICATION failed: {mask_secrets(message)}")
             raise SourceLost(f"START_REPLICATION failed: {mask_secrets(message)}")

@@ -42,6 +42,8 @@ from tests.support import CliProcess, wait_for
 NOT_HERE = {
     "cdc_relay_transaction_open_age_seconds": "only with run --exactly-once",
     "cdc_relay_slot_safe_wal_size_bytes": "only with max_slot_wal_keep_size set on the server",
+    "cdc_relay_slot_failover_ready": "only with --standby-dsn (test_ha_operations.py)",
+    "cdc_relay_failover_probe_success": "only with --standby-dsn (test_ha_operations.py)",
 }
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"),
             "summary": ("_sum", "_count", "")}

@@ -6,10 +6,12 @@ import orjson
 import pytest
 from confluent_kafka import Producer
 
+from cdc_relay.errors import BrokerError
 from cdc_relay.local.noida import NoidaBroker
 from cdc_relay.model import Lsn
-from cdc_relay.sink.kafka_checkpoint import ensure_topic
-from cdc_relay.wal.checkpoint import Checkpoint, checkpoint_key
+from cdc_relay.sink.kafka_checkpoint import ensure_topic, read_views
+from cdc_relay.wal.checkpoint import Checkpoint, checkpoint_key, choose
+from cdc_relay.wal.identity import system_identifier
 from tests.integration.eos_support import (
     READ_COMMITTED,
     assert_exactly_once,
@@ -74,3 +76,56 @@ def test_another_clusters_checkpoint_is_refused_unless_reset(
         with KafkaCollector(noida.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
             assert_exactly_once(collect_exactly(collector, expected), expected)
         assert relay.stop() == 0
+
+
+def test_a_slot_confirmed_past_a_checkpoint_read_committed_readers_miss_is_reported(
+        db: str, noida: NoidaBroker, topic_prefix: str) -> None:
+    """What issue 32 looked like from the broker (events confirmed, invisible to read_committed):
+    doctor --exactly-once fails its "committed view" check and the relay's start-up logs it."""
+    init_db(db)
+    topic = f"{topic_prefix}.checkpoints"
+    args = ("doctor", "--dsn", db, "--brokers", noida.bootstrap, "--exactly-once",
+            "--checkpoint-topic", topic, "--format", "json")
+    ensure_topic({"bootstrap.servers": noida.bootstrap}, topic)
+    source = system_identifier(db), "cdc_relay"
+    # A checkpoint the slot is already at, written in a transaction that did not commit.
+    producer = Producer({"bootstrap.servers": noida.bootstrap, "transactional.id": topic_prefix})
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    producer.produce(topic, Checkpoint(*source, Lsn(confirmed_flush(db))).encode(),
+                     checkpoint_key(*source))
+    producer.flush(10)
+    producer.abort_transaction(10)
+    result = run_cli(*args)
+    view = {c["name"]: c for c in orjson.loads(result.stdout)}["committed view"]
+    assert result.returncode != 0 and view["verdict"] == "fail", result.stdout
+    assert "past checkpoint" in view["detail"] and "see no checkpoint of this source" in view["detail"]
+    with start_eos_relay(db, noida.bootstrap, topic_prefix) as relay:
+        [line] = [line for line in relay.stderr.splitlines() if "committed view" in line]
+        assert "ERROR" in line and "the slot is confirmed at" in line
+        assert relay.stop() == 0, relay.stderr
+
+
+def test_the_checkpoint_read_waits_for_another_sources_open_transaction(
+        noida: NoidaBroker, topic_prefix: str) -> None:
+    """A committed checkpoint behind another source's open transaction is not missed: the
+    read waits until the last stable offset reaches the end of the log (or says so)."""
+    topic = f"{topic_prefix}.checkpoints"
+    settings = {"bootstrap.servers": noida.bootstrap}
+    ensure_topic(settings, topic)
+    other = Producer({**settings, "transactional.id": f"{topic_prefix}-other"})
+    other.init_transactions(10)
+    other.begin_transaction()
+    other.produce(topic, b"{}", b"99/other")
+    other.flush(10)  # open, before ours
+    ours = Producer({**settings, "transactional.id": f"{topic_prefix}-ours"})
+    ours.init_transactions(10)
+    ours.begin_transaction()
+    ours.produce(topic, Checkpoint("73", "s", Lsn(500)).encode(), checkpoint_key("73", "s"))
+    ours.commit_transaction(10)
+    with pytest.raises(BrokerError, match="last stable offset stays at 0, behind the end of its log"):
+        read_views(settings, topic, timeout=0.5)
+    other.commit_transaction(10)
+    views = read_views(settings, topic, timeout=10)
+    assert views.stable_offset >= 4 and len(views.logged) == 2
+    assert choose(views.committed_records(), system_id="73", slot="s") == Checkpoint("73", "s", Lsn(500))

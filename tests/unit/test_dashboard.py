@@ -35,6 +35,7 @@ REQUIRED = {
     "Failed delivery attempts/s by event type": "outbox_events_failed_total",
     "Pending outbox rows": "outbox_events_pending",
     "Open Kafka transaction age (exactly-once)": "cdc_relay_transaction_open_age_seconds",
+    "Slot wal_status and failover readiness": "cdc_relay_slot_failover_ready",
 }
 
 # Panel -> the lines it draws and the alert each comes from. Grafana colours a value at or

@@ -163,3 +163,11 @@ def test_report_formats() -> None:
         "name": "wal_level", "verdict": "fail", "detail": "wal_level is 'replica'",
         "fix": "ALTER SYSTEM ..."}
 
+
+
+def test_a_low_safe_wal_size_warns_before_the_slot_is_invalidated() -> None:
+    slot = replace(SLOT, retained_bytes=2**20, safe_wal_size=2**30)  # 1 GiB of 10 GiB left
+    check = by_name(slot_checks(facts(slot=slot), OPTIONS))["WAL retention"]
+    assert check.verdict is Verdict.WARN
+    assert "safe_wal_size 1.0 GiB" in check.detail and "invalidates the slot" in check.detail
+    assert "max_slot_wal_keep_size" in (check.fix or "")

@@ -7,11 +7,13 @@ from dataclasses import replace
 from cdc_relay.model import Lsn
 from cdc_relay.ops.doctor.checks import Verdict
 from cdc_relay.ops.doctor.exactly_once import ExactlyOnceFacts, exactly_once_checks
+from cdc_relay.sink.transactions import CheckpointViews
 from cdc_relay.wal.checkpoint import Checkpoint, checkpoint_key
 
 FACTS = ExactlyOnceFacts(system_id="73", slot="s", topic="cp", transactional_id="cdc-relay.73.s",
                          topic_shape=(1, {"cleanup.policy": "compact"}), topic_problems=[],
-                         records=[], slot_confirmed=Lsn(100), server_lsn=Lsn(1000))
+                         records=[], slot_confirmed=Lsn(100), server_lsn=Lsn(1000),
+                         views=CheckpointViews([], [], 0))
 
 
 def _verdicts(facts: ExactlyOnceFacts) -> dict[str, Verdict]:
@@ -42,3 +44,16 @@ def test_the_checkpoint_is_placed_against_slot_and_server() -> None:
     foreign = _with(Checkpoint("99", "s", Lsn(500)))
     check = exactly_once_checks(foreign)[1]
     assert check.verdict is Verdict.FAIL and check.fix and "--reset-checkpoint" in check.fix
+
+
+def test_the_committed_view_fails_when_the_slot_passed_a_checkpoint_it_does_not_show() -> None:
+    key = checkpoint_key("73", "s")
+    shown = [(0, key, Checkpoint("73", "s", Lsn(50)).encode())]
+    hidden = [*shown, (1, key, Checkpoint("73", "s", Lsn(90)).encode())]
+    check = {c.name: c for c in exactly_once_checks(replace(
+        FACTS, records=[r[1:] for r in shown], views=CheckpointViews(shown, hidden, 2)))}
+    assert check["committed view"].verdict is Verdict.FAIL
+    assert "past checkpoint 0/5A" in check["committed view"].detail
+    fine = replace(FACTS, views=CheckpointViews(hidden, hidden, 2))
+    assert _verdicts(fine)["committed view"] is Verdict.PASS
+    assert _verdicts(replace(FACTS, views=None))["committed view"] is Verdict.SKIP  # not read

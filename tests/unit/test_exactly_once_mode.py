@@ -8,7 +8,7 @@ import pytest
 
 from cdc_relay.model import Begin, Lsn, Message, OutboxEvent
 from cdc_relay.sink.base import Cause, DeliveryError, ErrorKind
-from cdc_relay.sink.transactions import TxnError, TxnErrorKind
+from cdc_relay.sink.transactions import CheckpointViews, TxnError, TxnErrorKind
 from cdc_relay.wal.checkpoint import SKIP_ALL, Checkpoint, checkpoint_key
 from cdc_relay.wal.exactly_once import ExactlyOnce, ExactlyOnceConfig, KafkaTransactionAborted
 from cdc_relay.wal.loop import ProducerFailed
@@ -22,6 +22,7 @@ class FakeTxnSink:
     """Records the transaction calls; ``fail`` scripts errors per call name."""
 
     records: list[tuple[bytes | None, bytes | None]] = field(default_factory=list)
+    aborted: list[tuple[bytes | None, bytes | None]] = field(default_factory=list)  # after them
     initialized: bool = False
     in_transaction: bool = False
     doubt: str | None = None
@@ -40,9 +41,12 @@ class FakeTxnSink:
         self._maybe_fail("init")
         self.initialized = True
 
-    def read_checkpoints(self, timeout: float) -> list[tuple[bytes | None, bytes | None]]:
+    def read_checkpoint_views(self, timeout: float) -> CheckpointViews:
         self.calls.append("read")
-        return list(self.records)
+        committed = [(offset, key, value) for offset, (key, value) in enumerate(self.records)]
+        logged = [*committed, *((len(committed) + i, key, value)
+                                for i, (key, value) in enumerate(self.aborted))]
+        return CheckpointViews(committed, logged, stable_offset=len(logged))
 
     def begin_transaction(self) -> None:
         self._maybe_fail("begin")
@@ -126,6 +130,21 @@ def test_start_fences_then_reads_and_commits_only_at_boundaries_after_the_interv
     assert [cp.lsn for cp in sink.committed] == [Lsn(310)]
     assert stream.tracker.confirmed == Lsn(310)
     assert sink.records[-1][0] == checkpoint_key(SYS, SLOT)
+
+
+def test_start_up_says_so_when_read_committed_readers_miss_what_the_slot_confirmed(
+        caplog: pytest.LogCaptureFixture) -> None:
+    hidden = (checkpoint_key(SYS, SLOT), Checkpoint(SYS, SLOT, Lsn(90)).encode())
+    with caplog.at_level("ERROR", logger="cdc_relay.exactly_once"):
+        Stream(_mode(Clock()), FakeTxnSink(aborted=[hidden]))  # the slot is at 0/64
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "committed view of the checkpoint topic is behind" in line
+    assert "confirmed at 0/64, past checkpoint 0/5A" in line
+    caplog.clear()
+    with caplog.at_level("ERROR", logger="cdc_relay.exactly_once"):
+        hidden = (checkpoint_key(SYS, SLOT), Checkpoint(SYS, SLOT, Lsn(900)).encode())
+        Stream(_mode(Clock()), FakeTxnSink(aborted=[hidden]))  # ahead of the slot: a replay
+    assert not caplog.records
 
 
 def test_a_tick_commits_an_idle_transaction_but_never_inside_a_postgres_transaction() -> None:

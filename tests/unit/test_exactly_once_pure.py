@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from cdc_relay.errors import ConfigError, RelayError
 from cdc_relay.model import Lsn
+from cdc_relay.sink.transactions import CheckpointViews
 from cdc_relay.wal.checkpoint import (
     SKIP_ALL,
     Checkpoint,
@@ -16,6 +17,7 @@ from cdc_relay.wal.checkpoint import (
     ReplayFilter,
     checkpoint_key,
     choose,
+    committed_view_behind,
     transactional_id,
 )
 from cdc_relay.wal.txn_policy import CommittedTracker, TxnBatch, TxnLimits
@@ -25,6 +27,61 @@ SYS, SLOT = "7301234567890123456", "cdc_relay"
 
 def _record(cp: Checkpoint) -> tuple[bytes, bytes]:
     return checkpoint_key(cp.system_id, cp.slot), cp.encode()
+
+
+def _views(committed: list[int], aborted: list[int], *, other: int = 0,
+           stable: int | None = None) -> CheckpointViews:
+    """Checkpoints of this source at the given LSNs, committed ones first, then ``other``
+    records of another source, then the ``aborted`` ones (in the log only)."""
+    records = [(checkpoint_key(SYS, SLOT), Checkpoint(SYS, SLOT, Lsn(lsn)).encode())
+               for lsn in committed]
+    records += [(b"99/other", b"{}")] * other
+    log = [(offset, key, value) for offset, (key, value) in enumerate(records)]
+    shown = list(log)
+    for lsn in aborted:
+        log.append((len(log), *_record(Checkpoint(SYS, SLOT, Lsn(lsn)))))
+    return CheckpointViews(shown, log, len(log) if stable is None else stable)
+
+
+def _behind(views: CheckpointViews, confirmed: int | None, *, fenced: bool = False) -> str | None:
+    return committed_view_behind(views, system_id=SYS, slot=SLOT,
+                                 confirmed=None if confirmed is None else Lsn(confirmed),
+                                 fenced=fenced)
+
+
+def test_the_committed_view_is_fine_when_it_shows_the_newest_checkpoint() -> None:
+    assert _behind(_views([100, 200], []), 500, fenced=True) is None  # slot past it: idle advance
+    assert _behind(_views([], []), 500, fenced=True) is None
+    assert _behind(_views([100], [], other=3, stable=2), 100, fenced=True) is None
+
+
+def test_an_aborted_checkpoint_ahead_of_the_slot_is_a_replay_not_a_loss() -> None:
+    # Killed between producing the checkpoint record and the commit: aborted, replayed.
+    assert _behind(_views([100], [200]), 150, fenced=True) is None
+    assert _behind(_views([100], [200]), None) is None  # no slot: nothing confirmed
+
+
+def test_a_slot_confirmed_past_a_checkpoint_read_committed_readers_miss_is_named() -> None:
+    line = _behind(_views([100], [200]), 200)
+    assert line is not None and "0/C8" in line and "checkpoint 0/64" in line
+    assert "confirmed at 0/C8" in line and "\n" not in line
+    assert _behind(_views([], [200]), 300) is not None  # none committed at all
+    assert _behind(_views([300], [200]), 300) is None  # an older record: nothing newer hidden
+
+
+def test_after_fencing_the_last_stable_offset_must_pass_the_newest_record() -> None:
+    stuck = _views([100], [200], stable=1)  # the stable offset stops at the aborted record
+    line = _behind(stuck, 150, fenced=True)
+    assert line is not None and "last stable offset 1" in line
+    assert _behind(stuck, 150, fenced=False) is None  # a running relay's open transaction
+    assert _behind(stuck, 500, fenced=False) is None  # still open: not judged (doctor)
+    assert _behind(_views([100], [200], stable=2), 500, fenced=False) is not None  # below it
+
+
+def test_an_unreadable_or_deleted_newest_record_is_left_to_choose() -> None:
+    views = _views([100], [])
+    log = [*views.logged, (1, checkpoint_key(SYS, SLOT), None), (2, checkpoint_key(SYS, SLOT), b"?")]
+    assert _behind(CheckpointViews(views.committed, log, 3), 500, fenced=True) is None
 
 
 def test_ids_and_keys_are_deterministic_per_source() -> None:

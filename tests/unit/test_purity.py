@@ -41,6 +41,8 @@ PURE_MODULES = (
     "cdc_relay.wal.delivery",
     "cdc_relay.wal.exactly_once",
     "cdc_relay.ops.doctor.exactly_once",
+    "cdc_relay.ops.failover.facts",
+    "cdc_relay.ops.failover.checks",
     "cdc_relay.testing",  # the fakes drive the pure loops without a driver
 )
 DRIVERS = ("psycopg", "confluent_kafka")

@@ -20,7 +20,7 @@ from cdc_relay.routing import Router
 from cdc_relay.sink.base import Cause, DeliveryError, ErrorKind
 from cdc_relay.testing import FakeSink, FakeSinkFactory
 from cdc_relay.wal.loop import LoopTimings, WalRelay
-from cdc_relay.wal.protocol import ChangeReader, ServerMessage, read_changes
+from cdc_relay.wal.protocol import KEEPALIVE, ChangeReader, ServerMessage, read_changes
 from tests.unit.wal_harness import FAST, TABLE, Harness, Txn, report_styles, txns
 
 __all__ = ["report_styles"]  # the autouse fixture: every test with both report styles
@@ -167,6 +167,7 @@ class FlakySource:
         self.now = now
         self.lifetime = lifetime
         self.opened = 0.0
+        self.answer: ServerMessage | None = None
 
     def open(self) -> Lsn:
         self.opened = self.now[0]
@@ -176,7 +177,8 @@ class FlakySource:
         self.now[0] += 1.0
         if self.now[0] - self.opened >= self.lifetime:
             raise SourceLost("fake: connection lost")
-        return None
+        answer, self.answer = self.answer, None
+        return answer
 
     def changes(self, decode: DecodeFunction) -> ChangeReader:
         return read_changes(self.read, decode)
@@ -185,7 +187,8 @@ class FlakySource:
         self.now[0] += timeout
 
     def send_status(self, flushed: Lsn, *, reply: bool = False) -> None:
-        pass
+        if reply:  # a live server answers a requested reply with a keepalive
+            self.answer = (KEEPALIVE, int(flushed), False)
 
     def close(self) -> None:
         pass

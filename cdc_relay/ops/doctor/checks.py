@@ -54,6 +54,7 @@ class DoctorOptions:
     kafka: KafkaConfig | None = None
     broker_timeout: float = 10.0
     sink: RabbitMqConfig | NatsConfig | None = None  # --sink rabbitmq|nats (then kafka is None)
+    standby_dsn: str | None = None  # --standby-dsn: check its copy of the slot (failover)
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,8 +321,9 @@ def slot_checks(facts: Facts, options: DoctorOptions) -> list[Check]:
     if slot.wal_status == "lost":
         return [Check("slot", Verdict.FAIL, f"{name} is invalidated: the WAL it needs was removed "
                       "(max_slot_wal_keep_size exceeded); it can never stream again",
-                      f"{drop}, then cdc-relay init; republish events committed since "
-                      f"{slot.confirmed_flush_lsn} from the outbox table")]
+                      "run the relay once with --on-slot-loss recover (a new slot, and the "
+                      "retained outbox rows that may be unrelayed republished; "
+                      "docs/high-availability.md, Recovering from a slot loss)")]
     state = f"active (pid {slot.active_pid})" if slot.active else "inactive"
     lag = human_bytes(slot.lag_bytes or 0)
     detail = f"{name}: {slot.plugin}, {state}, confirmed {slot.confirmed_flush_lsn}, lag {lag}"
@@ -364,9 +366,13 @@ def _retention_check(slot: SlotStatus, server: ServerFacts) -> Check:
                      f"retains {human_bytes(retained)}, beyond max_slot_wal_keep_size ({limit}): "
                      "the next checkpoint may invalidate the slot",
                      "get the relay streaming and caught up now, or raise max_slot_wal_keep_size")
-    if retained > RETENTION_WARN * server.keep_size:
+    safe = slot.safe_wal_size
+    if retained > RETENTION_WARN * server.keep_size or (
+            safe is not None and safe < (1 - RETENTION_WARN) * server.keep_size):
+        left = f"; safe_wal_size {human_bytes(safe)}: that much more WAL and the server " \
+            "invalidates the slot" if safe is not None else ""
         return Check("WAL retention", Verdict.WARN,
-                     f"retains {human_bytes(retained)} of {limit} allowed",
+                     f"retains {human_bytes(retained)} of {limit} allowed{left}",
                      "check the relay is streaming (cdc-relay status); raise "
                      "max_slot_wal_keep_size if the lag is expected")
     return Check("WAL retention", Verdict.PASS, f"retains {human_bytes(retained)} of {limit} allowed")

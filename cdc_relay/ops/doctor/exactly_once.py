@@ -1,7 +1,8 @@
 """``doctor --exactly-once``: the checks of exactly-once mode, from gathered facts (pure).
 
 Owns what is judged - the checkpoint topic's shape, the checkpoint against the slot and
-the server, and the hints for the transactional.id's ACLs - as values in, Checks out.
+the server, whether ``read_committed`` consumers see what the slot was confirmed for, and
+the hints for the transactional.id's ACLs - as values in, Checks out.
 The facts are gathered by ops/doctor/gather_exactly_once.py. Imports no driver.
 """
 
@@ -11,7 +12,14 @@ from dataclasses import dataclass
 
 from cdc_relay.model import Lsn
 from cdc_relay.ops.doctor.checks import Check, Verdict
-from cdc_relay.wal.checkpoint import Checkpoint, CheckpointCorrupt, CheckpointMismatch, choose
+from cdc_relay.sink.transactions import CheckpointViews
+from cdc_relay.wal.checkpoint import (
+    Checkpoint,
+    CheckpointCorrupt,
+    CheckpointMismatch,
+    choose,
+    committed_view_behind,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,11 +35,13 @@ class ExactlyOnceFacts:
     records: list[tuple[bytes | None, bytes | None]]
     slot_confirmed: Lsn | None
     server_lsn: Lsn
+    views: CheckpointViews | None = None  # both readings of the topic (None: not read)
 
 
 def exactly_once_checks(facts: ExactlyOnceFacts) -> list[Check]:
-    """The checkpoint topic, the checkpoint itself, the transactional.id's ACLs."""
-    return [_topic_check(facts), _checkpoint_check(facts), _acl_hint(facts)]
+    """The checkpoint topic, the checkpoint itself, its committed view, the transactional.id's ACLs."""
+    return [_topic_check(facts), _checkpoint_check(facts), _committed_view_check(facts),
+            _acl_hint(facts)]
 
 
 def _topic_check(facts: ExactlyOnceFacts) -> Check:
@@ -81,6 +91,21 @@ def _placed(facts: ExactlyOnceFacts, checkpoint: Checkpoint) -> Check:
                f"{checkpoint.partial_events} of its events in Kafka"
                if checkpoint.partial_commit_lsn is not None else "")
     return Check(name, Verdict.PASS, f"checkpoint {lsn}, slot at {slot}: {where}{partial}")
+
+
+def _committed_view_check(facts: ExactlyOnceFacts) -> Check:
+    name = "committed view"
+    if facts.views is None:
+        return Check(name, Verdict.SKIP, "not checked: the checkpoint topic was not read")
+    behind = committed_view_behind(facts.views, system_id=facts.system_id, slot=facts.slot,
+                                   confirmed=facts.slot_confirmed, fenced=False)
+    if behind is not None:
+        return Check(name, Verdict.FAIL, behind,
+                     "those events are lost for read_committed consumers: check the broker's "
+                     "transaction state (kafka-transactions describe) and republish them from "
+                     "the outbox table")
+    return Check(name, Verdict.PASS, "read_committed consumers see every checkpoint the slot "
+                 "was confirmed for")
 
 
 def _acl_hint(facts: ExactlyOnceFacts) -> Check:

@@ -1,7 +1,9 @@
 """``cdc-relay doctor``: will the relay work against this database and broker, and if not, why.
 
 Facts are gathered in one pass over one ordinary connection (``gather``): server
-settings, the role, the outbox table and its privileges, the publication and the slot.
+settings, the role, the outbox table and its privileges, the publication and the slot;
+then the failover facts (ops/failover: the primary's, and a standby's over a connection
+of its own when ``--standby-dsn`` is given).
 The checks are pure functions of those facts, so they are tested without a server; each
 failure carries the exact fix (an ``ALTER SYSTEM`` line, a ``GRANT``, a command). Two
 checks need I/O of their own: the output plugin probe - wal2json is not an extension,
@@ -50,6 +52,8 @@ from cdc_relay.ops.doctor.checks import (
     slot_checks,
     table_checks,
 )
+from cdc_relay.ops.failover.checks import failover_checks
+from cdc_relay.ops.failover.read import gather_failover
 from cdc_relay.ops.status import idle_logical_slots, read_slot_status
 from cdc_relay.sink.kafka_client import check_brokers
 from cdc_relay.wal.backfill_state import backfill_running, read_record
@@ -237,6 +241,16 @@ def run_doctor(options: DoctorOptions) -> list[Check]:
     return checks
 
 
+def _failover_checks(conn: psycopg.Connection[Any], options: DoctorOptions) -> list[Check]:
+    """PostgreSQL 17+ failover slots: the primary's side, and the standby's when given."""
+    try:
+        primary, standby, error = gather_failover(conn, options.standby_dsn, options.slot)
+    except RelayError as exc:
+        return [Check("failover", Verdict.FAIL, str(exc))]
+    return failover_checks(primary, standby, options.slot,
+                           standby_given=options.standby_dsn is not None, standby_error=error)
+
+
 def _database_checks(conn: psycopg.Connection[Any], options: DoctorOptions) -> list[Check]:
     try:
         facts = gather(conn, options)
@@ -254,6 +268,7 @@ def _database_checks(conn: psycopg.Connection[Any], options: DoctorOptions) -> l
         backfill = backfill_check(facts, options)
         if backfill is not None:
             checks.append(backfill)
+        checks += _failover_checks(conn, options)
     else:
         checks += idle_slot_checks(facts)
     return checks

@@ -1,7 +1,9 @@
 """Gathers the facts ``doctor --exactly-once`` judges (ops/doctor/exactly_once.py).
 
 Reads, never writes: the system identifier (IDENTIFY_SYSTEM), the slot's confirmed LSN
-and the server's WAL position, the checkpoint topic's shape and its committed records.
+and the server's WAL position, the checkpoint topic's shape and its records - committed
+and all, read after the slot (a checkpoint committed later than the slot was read is
+then seen committed too).
 It never creates a producer with the relay's transactional.id: that would fence the
 running relay.
 """
@@ -15,7 +17,7 @@ from cdc_relay.errors import RelayError
 from cdc_relay.model import Lsn
 from cdc_relay.ops.doctor.checks import Check, Verdict
 from cdc_relay.ops.doctor.exactly_once import ExactlyOnceFacts, exactly_once_checks
-from cdc_relay.sink.kafka_checkpoint import describe_topic, read_records, topic_problems
+from cdc_relay.sink.kafka_checkpoint import describe_topic, read_views, topic_problems
 from cdc_relay.sink.kafka_client import producer_settings
 from cdc_relay.wal.checkpoint import transactional_id
 from cdc_relay.wal.identity import system_identifier
@@ -41,9 +43,12 @@ def _gather(dsn: str, slot: str, kafka: KafkaConfig, topic: str, timeout: float)
     assert row is not None
     settings = producer_settings(kafka)
     shape = describe_topic(settings, topic, timeout)
-    records = read_records(settings, topic, timeout) if shape is not None else []
+    # After the slot; not waiting for the running relay's open transaction to end.
+    views = read_views(settings, topic, timeout, wait=False) if shape is not None else None
     return ExactlyOnceFacts(
         system_id=system_id, slot=slot, topic=topic,
         transactional_id=transactional_id(system_id, slot), topic_shape=shape,
-        topic_problems=topic_problems(*shape) if shape is not None else [], records=records,
-        slot_confirmed=Lsn.parse(row[1]) if row[1] else None, server_lsn=Lsn.parse(row[0]))
+        topic_problems=topic_problems(*shape) if shape is not None else [],
+        records=views.committed_records() if views is not None else [],
+        slot_confirmed=Lsn.parse(row[1]) if row[1] else None, server_lsn=Lsn.parse(row[0]),
+        views=views)

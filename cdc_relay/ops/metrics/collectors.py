@@ -3,7 +3,8 @@
 Owns every metric name, help text and label the relay exposes: ``WalCollector`` reads
 ``RelayStats`` (wal/loop.py) and the slot figures of the lag probe, ``PollCollector`` reads
 ``PollStats`` (polling/settlement.py), ``ReadyCollector`` turns the ``/readyz`` verdict into
-``cdc_relay_ready`` (Prometheus cannot probe /readyz itself), ``TxnCollector`` reads
+``cdc_relay_ready`` (Prometheus cannot probe /readyz itself), ``FailoverCollector`` the
+failover readiness the probe reads given a standby, ``TxnCollector`` reads
 exactly-once's ``TxnStats`` (wal/txn_policy.py), ``make_registry`` adds the process, platform
 and GC collectors. The slot gauges are absent while the probe cannot read or the slot does
 not exist.
@@ -27,6 +28,7 @@ from prometheus_client.core import (
 )
 
 from cdc_relay.model import SlotStatus
+from cdc_relay.ops.failover.facts import FailoverStatus
 from cdc_relay.polling.settlement import BATCH_BUCKETS, PollStats
 from cdc_relay.wal.loop import RelayStats
 from cdc_relay.wal.txn_policy import TxnStats
@@ -73,6 +75,19 @@ def _failed(by_type: dict[str, int]) -> CounterMetricFamily:
     return family
 
 
+WAL_STATUSES = ("reserved", "extended", "unreserved", "lost")
+
+
+def _wal_status(current: str) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(
+        "cdc_relay_slot_wal_status", "pg_replication_slots.wal_status of the slot: 1 for the "
+        "current one (unreserved: the next checkpoint may invalidate it; lost: invalidated).",
+        labels=["status"])
+    for name in sorted({*WAL_STATUSES, current}):
+        family.add_metric([name], 1 if name == current else 0)
+    return family
+
+
 def slot_metrics(probe: SlotFigures) -> Iterator[Metric]:
     """The probe's figures; absent while it cannot read or the slot does not exist."""
     yield _gauge("cdc_relay_slot_probe_success",
@@ -97,6 +112,8 @@ def slot_metrics(probe: SlotFigures) -> Iterator[Metric]:
         yield _gauge("cdc_relay_slot_safe_wal_size_bytes",
                      "WAL that can still be written before the slot is invalidated.",
                      status.safe_wal_size)
+    if status.wal_status is not None:
+        yield _wal_status(status.wal_status)
     if status.lag_seconds is not None:
         yield _gauge("cdc_relay_replication_lag_seconds",
                      "pg_stat_replication.flush_lag of the slot's walsender (0 when caught up).",
@@ -139,6 +156,40 @@ class WalCollector:
                        stats.ignored_messages)
         if self._probe is not None:
             yield from slot_metrics(self._probe)
+
+
+class FailoverFigures(Protocol):
+    """What the failover collector reads (the slot lag probe, given a standby)."""
+
+    @property
+    def failover_ok(self) -> bool:
+        """The last read of the failover facts succeeded (the primary's at least)."""
+
+    @property
+    def failover(self) -> FailoverStatus | None:
+        """The verdict as last read (None: not read yet, or the primary could not be read)."""
+
+
+class FailoverCollector:
+    """Failover readiness (``run --standby-dsn``; docs/high-availability.md), at scrape time."""
+
+    def __init__(self, probe: FailoverFigures) -> None:
+        self._probe = probe
+
+    def collect(self) -> Iterable[Metric]:
+        probe, status = self._probe, self._probe.failover
+        read = probe.failover_ok and status is not None and status.standby_checked
+        yield _gauge("cdc_relay_failover_probe_success", "1 if the last read of the failover "
+                     "facts of both the primary and the standby succeeded.", 1 if read else 0)
+        if not probe.failover_ok or status is None:
+            return
+        if status.slot_failover is not None:
+            yield _gauge("cdc_relay_slot_failover", "1 if the slot has failover = true "
+                         "(PostgreSQL 17+: standbys may sync it).", 1 if status.slot_failover else 0)
+        if status.ready is not None:
+            yield _gauge("cdc_relay_slot_failover_ready", "1 while the standby holds a synced, "
+                         "non-temporary copy of the slot that survives its promotion.",
+                         1 if status.ready else 0)
 
 
 class TxnCollector:

@@ -7,8 +7,10 @@ the rest: the slot lag probe, the health verdicts and the HTTP endpoint. What th
 cannot know - how far the slot lags behind the server's WAL - comes from
 ``SlotLagProbe``: a timer thread with its own ordinary connection that reads
 ``pg_replication_slots`` / ``pg_current_wal_lsn()`` / ``pg_stat_replication`` every few
-seconds (ops/status.py ``SlotReader``). It never runs on the hot path and survives database outages:
-while it cannot read, the lag gauges are absent and ``cdc_relay_slot_probe_success`` is 0.
+seconds (ops/status.py ``SlotReader``), and given a standby (``--standby-dsn``) the slot's
+failover readiness on both servers (ops/failover/read.py ``FailoverReader``). It never runs on
+the hot path and survives database outages: while it cannot read, the lag gauges are absent
+and ``cdc_relay_slot_probe_success`` is 0.
 
 Health: ``/healthz`` answers 503 when the loop is stuck - it is streaming (or polling)
 but has not ticked for a while; while it is connecting, standing by for a busy slot or
@@ -31,7 +33,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry
@@ -40,9 +42,12 @@ from prometheus_client.exposition import choose_encoder
 from cdc_relay.config import MetricsConfig
 from cdc_relay.errors import ConfigError, RelayError
 from cdc_relay.model import SlotStatus
+from cdc_relay.ops.failover.facts import FailoverStatus
+from cdc_relay.ops.failover.read import FailoverReader
 from cdc_relay.ops.metrics.collectors import (
     BackfillCollector,
     BackfillFigures,
+    FailoverCollector,
     PollCollector,
     ReadyCollector,
     SinkInfoCollector,
@@ -66,12 +71,24 @@ HealthCheck = Callable[[], tuple[bool, str]]
 
 # ---------------------------------------------------------------- the slot lag probe
 
+class FailoverSource(Protocol):
+    """Reads the failover verdict (ops/failover/read.py FailoverReader)."""
+
+    def read(self) -> FailoverStatus: ...
+
+    def close(self) -> None: ...
+
+
 class SlotLagProbe:
-    """Reads the slot's status every ``interval`` seconds on a daemon thread."""
+    """Reads the slot's status (and, given a standby, failover readiness) every ``interval`` s."""
 
     def __init__(self, reader: SlotReader, *, interval: float = LAG_INTERVAL,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 failover: FailoverSource | None = None) -> None:
         self._reader = reader
+        self._failover_reader = failover
+        self.failover: FailoverStatus | None = None
+        self.failover_ok = False
         self._interval = interval
         self._clock = clock
         self._stop = threading.Event()
@@ -103,6 +120,21 @@ class SlotLagProbe:
         self.ok = True
         self.read_at = self._clock()
         self.succeeded_at = time.time()
+        self._sample_failover()
+
+    def _sample_failover(self) -> None:
+        if self._failover_reader is None:
+            return
+        try:
+            status = self._failover_reader.read()
+        except RelayError as exc:
+            if self.failover_ok:
+                log.warning("failover probe: %s", exc)
+            self.failover, self.failover_ok = None, False
+            return
+        if status.ready is False and (self.failover is None or self.failover.ready):
+            log.warning("the slot is not failover-ready: %s", "; ".join(status.problems))
+        self.failover, self.failover_ok = status, True
 
     def _run(self) -> None:
         try:
@@ -111,6 +143,8 @@ class SlotLagProbe:
                 self._stop.wait(self._interval)
         finally:
             self._reader.close()
+            if self._failover_reader is not None:
+                self._failover_reader.close()
 
 
 # ---------------------------------------------------------------- health
@@ -255,13 +289,18 @@ def serve_wal(config: MetricsConfig, stats: RelayStats, *, dsn: str, slot: str,
     if config.port is None:
         yield None
         return
-    probe = SlotLagProbe(SlotReader(dsn, slot))
+    failover = None
+    if config.standby_dsn is not None:
+        failover = FailoverReader(dsn, config.standby_dsn, slot)
+    probe = SlotLagProbe(SlotReader(dsn, slot), failover=failover)
 
     def ready() -> tuple[bool, str]:
         return wal_ready(stats)
 
     collectors: list[Any] = [WalCollector(stats, probe), ReadyCollector(ready),
                              SinkInfoCollector(sink)]
+    if failover is not None:
+        collectors.append(FailoverCollector(probe))
     if backfill is not None:
         collectors.append(BackfillCollector(backfill))
     if txn is not None:

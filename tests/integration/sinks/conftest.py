@@ -6,14 +6,13 @@ stopped), and every test uses names from its ``topic_prefix`` and deletes them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from cdc_relay.errors import LocalServiceError
 from cdc_relay.local.machine_services import ensure_nats, ensure_rabbitmq
 from tests.integration.sinks.support import RabbitReader, delete_stream
-from tests.integration.tcp_proxy import TcpProxy
 
 
 @pytest.fixture(scope="session")
@@ -49,18 +48,3 @@ def nats_stream(nats_url: str, topic_prefix: str) -> Iterator[str]:
         yield name
     finally:
         delete_stream(nats_url, name)
-
-
-@pytest.fixture
-def proxy_factory() -> Iterator[Callable[[int], TcpProxy]]:
-    proxies: list[TcpProxy] = []
-
-    def make(port: int) -> TcpProxy:
-        proxies.append(TcpProxy(port))
-        return proxies[-1]
-
-    try:
-        yield make
-    finally:
-        for proxy in proxies:
-            proxy.close()
