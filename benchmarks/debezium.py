@@ -183,7 +183,7 @@ def _kafka_sink(brokers: str) -> tuple[Any, Any]:
     headers_class = jpype.JClass("org.apache.kafka.common.header.internals.RecordHeaders")
     utf8 = jpype.JClass("java.nio.charset.StandardCharsets").UTF_8
 
-    class KafkaSink(BasePythonChangeHandler):  # type: ignore[misc]
+    class KafkaSink(BasePythonChangeHandler):
         """Debezium Server's Kafka sink: send the batch, wait for every ack."""
 
         def handleJsonBatch(self, records: list[Any]) -> None:  # Java's name

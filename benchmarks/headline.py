@@ -31,7 +31,7 @@ NOISY_SHARE = 0.1
 
 
 def _largest(results: Results) -> int:
-    return max(t["events"] for t in results["throughput"])
+    return max(int(t["events"]) for t in results["throughput"])
 
 
 def _row_for(results: Results, mode: str, events: int) -> dict[str, Any] | None:
