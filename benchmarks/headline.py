@@ -76,7 +76,7 @@ def wal_table(results: Results) -> str:
         eps = limits.get(f"pg_recvlogical_{plugin}_eps")
         if eps is not None:
             rows.append([f"pg_recvlogical {plugin} (the server's rate)", f"{float(eps):,.0f}",
-                         "1.00 x (the limit)", _ratio(float(eps), base), "-", "-", "-", "-"])
+                         "(the yardstick)", _ratio(float(eps), base), "-", "-", "-", "-"])
     rows += [_mode_row(results, t, base) for t in results["throughput"]
              if t["events"] == events and _is_wal(t["mode"])]
     return _table(["mode", "events/s", "x its limit", "x Debezium", "first event s",
