@@ -10,8 +10,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from cdc_relay.cloudevents import DEFAULT_SOURCE, SOURCE_FIELDS
+from cdc_relay.cloudevents import FORMATS as CLOUDEVENTS_FORMATS
 from cdc_relay.errors import ConfigError
-from cdc_relay.model import OutboxColumns
+from cdc_relay.model import BOOKKEEPING_COLUMNS, OutboxColumns
 
 # Unquoted-style identifiers only: letters, digits, underscore, dollar; at most 63 bytes
 # (NAMEDATALEN - 1). Everything that reaches SQL is also quoted at the use site.
@@ -29,6 +31,37 @@ def validate_identifier(name: str, what: str) -> str:
             "(starting with a letter or underscore, at most 63 characters)"
         )
     return name
+
+
+def validated_table(table: str | TableRef) -> TableRef:
+    """A TableRef from ``"schema.table"`` text or a TableRef, both parts validated.
+
+    TableRef's constructor does not validate, so a TableRef is re-checked here.
+    """
+    if isinstance(table, str):
+        return TableRef.parse(table)
+    validate_identifier(table.schema, "schema name")
+    validate_identifier(table.name, "table name")
+    return table
+
+
+def validated_columns(columns: OutboxColumns | None) -> OutboxColumns:
+    """OutboxColumns with every name a safe identifier and no two roles on one column."""
+    columns = columns or OutboxColumns()
+    names: dict[str, str] = {}
+    for role in OutboxColumns.__dataclass_fields__:
+        name = validate_identifier(getattr(columns, role), f"column name for {role}")
+        if name in names:
+            raise ConfigError(
+                f"invalid column mapping: {role} and {names[name]} both map to {name!r}"
+            )
+        if name in BOOKKEEPING_COLUMNS:
+            raise ConfigError(
+                f"invalid column mapping: {role} maps to {name!r}, a column the relay "
+                "itself uses; choose another name"
+            )
+        names[name] = role
+    return columns
 
 
 def validate_slot_name(name: str) -> str:
@@ -114,7 +147,7 @@ def parse_columns(text: str | None) -> OutboxColumns:
 
 
 _TOPIC_FIELDS = ("aggregate_type", "event_type", "table", "schema")
-MESSAGE_FORMATS = ("raw", "debezium-json", "debezium-json-schemaless")
+MESSAGE_FORMATS = ("raw", "debezium-json", "debezium-json-schemaless", *CLOUDEVENTS_FORMATS)
 _HEADER_NAME_RE = re.compile(r"^[\x21-\x7e]{1,249}$")
 # Header names the router itself writes: a --header must not shadow them.
 RESERVED_HEADERS = ("id", "event_type", "aggregate_type", "traceparent", "tracestate",
@@ -127,9 +160,12 @@ class RouterConfig:
 
     ``message_format``: ``raw`` (key and value as UTF-8 text, what Debezium emits with
     StringConverter), ``debezium-json`` (JsonConverter with schemas, the stock Debezium
-    Connect image) or ``debezium-json-schemaless`` (JsonConverter, schemas.enable=false).
+    Connect image), ``debezium-json-schemaless`` (JsonConverter, schemas.enable=false),
+    ``cloudevents`` or ``cloudevents-structured`` (cdc_relay/cloudevents.py).
     ``header_columns``: (column, header name) pairs copied into headers (``--header``).
     ``partition_column``: an integer column that picks the partition (``--partition-column``).
+    ``cloudevents_source``: the ``source`` attribute of the CloudEvents formats, a template
+    with ``{database}``, ``{schema}``, ``{table}`` (``--cloudevents-source``).
     """
 
     topic_pattern: str = "outbox.event.{aggregate_type}"
@@ -137,6 +173,7 @@ class RouterConfig:
     message_format: str = "raw"
     header_columns: tuple[tuple[str, str], ...] = ()
     partition_column: str | None = None
+    cloudevents_source: str = DEFAULT_SOURCE
 
     def __post_init__(self) -> None:
         try:
@@ -151,18 +188,24 @@ class RouterConfig:
                 f"unknown message format {self.message_format!r}: use "
                 + ", ".join(MESSAGE_FORMATS)
             )
+        _check_cloudevents_source(self.cloudevents_source)
         seen: set[str] = set()
         for column, name in self.header_columns:
             validate_identifier(column, "--header column")
-            if name in RESERVED_HEADERS or name in seen:
+            if name in RESERVED_HEADERS or name in seen or self._cloudevents_header(name):
                 raise ConfigError(
                     f"invalid --header {column}:{name}: header {name!r} is "
-                    + ("set by the relay itself" if name in RESERVED_HEADERS else "given twice")
+                    + ("given twice" if name in seen else "set by the relay itself")
                     + "; choose another name with COLUMN:NAME"
                 )
             seen.add(name)
         if self.partition_column is not None:
             validate_identifier(self.partition_column, "--partition-column")
+
+    def _cloudevents_header(self, name: str) -> bool:
+        """True for a name the CloudEvents formats write (``ce_*``, ``content-type``)."""
+        return self.message_format in CLOUDEVENTS_FORMATS and (
+            name.lower().startswith("ce_") or name.lower() == "content-type")
 
     def extra_columns(self) -> tuple[str, ...]:
         """The columns events must carry for this config, each once, in a fixed order.
@@ -174,6 +217,19 @@ class RouterConfig:
         if self.partition_column is not None:
             names.append(self.partition_column)
         return tuple(dict.fromkeys(names))
+
+
+def _check_cloudevents_source(template: str) -> None:
+    try:
+        source = template.format(**{name: "x" for name in SOURCE_FIELDS})
+    except (KeyError, IndexError, ValueError) as exc:
+        raise ConfigError(
+            f"invalid --cloudevents-source {template!r}: placeholders may be "
+            + ", ".join("{" + name + "}" for name in SOURCE_FIELDS)
+        ) from exc
+    if not source.strip():
+        raise ConfigError(f"invalid --cloudevents-source {template!r}: CloudEvents needs a "
+                          f"non-empty source, e.g. {DEFAULT_SOURCE}")
 
 
 def parse_header_option(text: str) -> tuple[str, str]:

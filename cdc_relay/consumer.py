@@ -23,35 +23,30 @@ from psycopg import sql
 from psycopg.pq import TransactionStatus
 
 from cdc_relay.config import TableRef
-from cdc_relay.db import validated_table
+from cdc_relay.outbox_core import (
+    DEFAULT_PROCESSED_TABLE,
+    EventIdError,
+    Query,
+    mark_sql,
+    mark_steps,
+    run_async,
+    run_sync,
+)
 
-DEFAULT_TABLE = "public.processed_events"
+__all__ = ["DEFAULT_TABLE", "ID_HEADER", "EventIdError", "event_id_from_headers",
+           "mark_statement", "process_once", "process_once_async"]
+
+DEFAULT_TABLE = DEFAULT_PROCESSED_TABLE
 ID_HEADER = "id"
 
 HeaderValue = bytes | str | None
 Headers = Sequence[tuple[str, HeaderValue]] | Mapping[str, HeaderValue]
 
 
-class EventIdError(ValueError):
-    """A Kafka message has no usable event id header."""
-
-
 @functools.lru_cache(maxsize=64)
 def mark_statement(table: str | TableRef = DEFAULT_TABLE) -> sql.Composed:
     """The INSERT that marks an event processed; ConfigError for an invalid name."""
-    ref = validated_table(table)
-    return sql.SQL(
-        "INSERT INTO {} (event_id) VALUES (%s) ON CONFLICT (event_id) DO NOTHING RETURNING 1"
-    ).format(sql.Identifier(ref.schema, ref.name))
-
-
-def _event_uuid(event_id: uuid.UUID | str) -> uuid.UUID:
-    if isinstance(event_id, uuid.UUID):
-        return event_id
-    try:
-        return uuid.UUID(event_id)
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise EventIdError(f"event id {event_id!r} is not a UUID") from exc
+    return sql.Composed([sql.SQL(mark_sql(table))])
 
 
 def _require_transaction(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
@@ -78,9 +73,13 @@ def process_once(
     another connection) waits until the first transaction ends, then returns False if
     it committed and True if it rolled back.
     """
-    query = mark_statement(table)
+    steps = mark_steps(event_id, table=table, style="format")
     _require_transaction(conn)
-    return conn.execute(query, (_event_uuid(event_id),)).fetchone() is not None
+
+    def execute(query: Query) -> Any:
+        return conn.execute(query.text, query.params).fetchone()
+
+    return run_sync(steps, execute)
 
 
 async def process_once_async(
@@ -90,10 +89,14 @@ async def process_once_async(
     table: str | TableRef = DEFAULT_TABLE,
 ) -> bool:
     """The asyncio twin of :func:`process_once`."""
-    query = mark_statement(table)
+    steps = mark_steps(event_id, table=table, style="format")
     _require_transaction(conn)
-    cursor = await conn.execute(query, (_event_uuid(event_id),))
-    return await cursor.fetchone() is not None
+
+    async def execute(query: Query) -> Any:
+        cursor = await conn.execute(query.text, query.params)
+        return await cursor.fetchone()
+
+    return await run_async(steps, execute)
 
 
 def event_id_from_headers(headers: Headers | None, *, name: str = ID_HEADER) -> uuid.UUID:

@@ -8,8 +8,8 @@ Owns three small things:
   lets a check use a caller's connection or its own.
 * ``translate_error``: a psycopg error -> a RelayError whose message names the cause
   and the fix (wal_level, privileges, slot limits, a busy slot, ...), secrets masked.
-* Identifier hygiene: validating TableRef / OutboxColumns values and deriving object
-  names (indexes, views) that stay within PostgreSQL's 63-byte limit.
+* Identifier hygiene: deriving object names (indexes, views) that stay within
+  PostgreSQL's 63-byte limit (the name checks are config.py's, re-exported here).
 
 It must not hold state, run DDL or know the outbox's semantics: schema.py applies the
 migrations, the sources and helpers run their own statements. Every name that reaches
@@ -27,10 +27,13 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pgerrors
+from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 
-from cdc_relay.config import TableRef, validate_identifier
+# Re-exported: the checks live in config.py (pure), the application side's core uses them.
+from cdc_relay.config import validated_columns as validated_columns
+from cdc_relay.config import validated_table as validated_table
 from cdc_relay.errors import (
     AccessRefused,
     ConfigError,
@@ -40,7 +43,6 @@ from cdc_relay.errors import (
     SlotBusy,
     mask_secrets,
 )
-from cdc_relay.model import BOOKKEEPING_COLUMNS, OutboxColumns
 from cdc_relay.text import one_line
 
 # Only applied when neither the DSN, the caller nor PGCONNECT_TIMEOUT sets one: an
@@ -84,6 +86,21 @@ def describe_dsn(dsn: str) -> str:
     port = str(params.get("port") or "5432")
     dbname = str(params.get("dbname") or params.get("user") or "default database")
     return f"{host}:{port}/{dbname}"
+
+
+def dsn_database(dsn: str) -> str:
+    """The database a DSN connects to, as libpq decides it: ``dbname``, else PGDATABASE,
+    else the user name (the DSN's, PGUSER, else the OS user's)."""
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise ConfigError(f"invalid DSN: {_one_line(str(exc))}") from exc
+    defaults = {option.keyword: option.val for option in pq.Conninfo.get_defaults()}
+    for found in (params.get("dbname"), defaults.get(b"dbname"), params.get("user"),
+                  defaults.get(b"user")):
+        if found:
+            return found.decode() if isinstance(found, bytes) else str(found)
+    return "postgres"
 
 
 def _connect_kwargs(dsn: str, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -203,37 +220,6 @@ def translate_error(exc: psycopg.Error, doing: str) -> RelayError:
             "database and schema and must own the outbox table"
         )
     return DatabaseError(f"PostgreSQL error while {doing}: {message} (SQLSTATE {state})")
-
-
-def validated_table(table: str | TableRef) -> TableRef:
-    """A TableRef from ``"schema.table"`` text or a TableRef, both parts validated.
-
-    TableRef's constructor does not validate, so a TableRef is re-checked here.
-    """
-    if isinstance(table, str):
-        return TableRef.parse(table)
-    validate_identifier(table.schema, "schema name")
-    validate_identifier(table.name, "table name")
-    return table
-
-
-def validated_columns(columns: OutboxColumns | None) -> OutboxColumns:
-    """OutboxColumns with every name a safe identifier and no two roles on one column."""
-    columns = columns or OutboxColumns()
-    names: dict[str, str] = {}
-    for role in OutboxColumns.__dataclass_fields__:
-        name = validate_identifier(getattr(columns, role), f"column name for {role}")
-        if name in names:
-            raise ConfigError(
-                f"invalid column mapping: {role} and {names[name]} both map to {name!r}"
-            )
-        if name in BOOKKEEPING_COLUMNS:
-            raise ConfigError(
-                f"invalid column mapping: {role} maps to {name!r}, a column the relay "
-                "itself uses; choose another name"
-            )
-        names[name] = role
-    return columns
 
 
 def derived_name(base: str, suffix: str) -> str:

@@ -20,6 +20,9 @@ for Debezium keep working and the Java producer's partitioner (murmur2 of the
 * ``debezium-json-schemaless``: ``JsonConverter`` with ``schemas.enable=false``: each is
   a JSON string, ``"<aggregate id>"`` and ``"<payload JSON text>"``.
 
+The CloudEvents formats (``cloudevents``, ``cloudevents-structured``) have the raw key
+here; their headers and envelope need the whole event: cdc_relay/cloudevents.py.
+
 JSON strings are escaped as Jackson (which JsonConverter uses) escapes them: ``"`` and
 ``\\`` with a backslash, ``\\b \\t \\n \\f \\r`` short, other characters below U+0020 as
 ``\\u00XX`` with upper-case hex, everything else (non-ASCII included) as raw UTF-8.
@@ -32,6 +35,7 @@ UTF-8 form; the router turns that into a dead letter.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 __all__ = ["json_string", "key_encoder", "value_encoder"]
@@ -39,6 +43,8 @@ __all__ = ["json_string", "key_encoder", "value_encoder"]
 _ESCAPES: dict[int, str] = {code: f"\\u{code:04X}" for code in range(0x20)}
 _ESCAPES.update({0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0C: "\\f", 0x0D: "\\r",
                  0x22: '\\"', 0x5C: "\\\\"})
+
+_NEEDS_ESCAPE = re.compile(r'[\x00-\x1f"\\]')  # what _ESCAPES changes
 
 _KEY_HEAD = b'{"schema":{"type":"string","optional":false},"payload":'
 _VALUE_HEAD = (
@@ -49,6 +55,8 @@ _VALUE_HEAD = (
 
 def json_string(text: str) -> bytes:
     """``text`` as a JSON string literal, escaped as Jackson escapes it (UTF-8 bytes)."""
+    if _NEEDS_ESCAPE.search(text) is None:  # the common case: one C scan, no translate
+        return ('"' + text + '"').encode()
     return ('"' + text.translate(_ESCAPES) + '"').encode()
 
 
@@ -73,13 +81,19 @@ def _schemaless_value(payload: bytes) -> bytes:
     return json_string(payload.decode())
 
 
+# The CloudEvents formats keep the raw key and (binary mode) value; their attributes, and
+# the structured envelope, are added by the router with cdc_relay/cloudevents.py.
 _KEYS: dict[str, Callable[[str], bytes]] = {
     "raw": _raw_key,
+    "cloudevents": _raw_key,
+    "cloudevents-structured": _raw_key,
     "debezium-json": _schema_key,
     "debezium-json-schemaless": json_string,
 }
 _VALUES: dict[str, Callable[[bytes], bytes]] = {
     "raw": _raw_value,
+    "cloudevents": _raw_value,
+    "cloudevents-structured": _raw_value,
     "debezium-json": _schema_value,
     "debezium-json-schemaless": _schemaless_value,
 }

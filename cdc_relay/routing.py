@@ -15,7 +15,8 @@ only the key, the id header and the Message itself are built per event. Where th
 compiled router is built (decoding/_croute.c) and the configuration is the plain one
 (the raw format, no ``--header`` or ``--partition-column``), ``route`` is its C
 function, which builds that same Message for the common event and hands every other one
-to the Python route (docs/design.md, "The compiled router").
+to the Python route (docs/design.md, "The compiled router"). The CloudEvents formats
+(cdc_relay/cloudevents.py: more headers, or an envelope, per event) are never compiled.
 
 It must not do I/O or decide what happens to a bad event. An event whose topic is not a
 legal Kafka topic name raises RoutingError; the loops turn that into a dead letter and
@@ -26,9 +27,12 @@ ConfigError at construction instead, so it fails at start-up, not per event.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable
 
+from cdc_relay.cloudevents import FORMATS as CLOUDEVENTS_FORMATS
+from cdc_relay.cloudevents import CloudEventsFormat
 from cdc_relay.config import RouterConfig, TableRef
 from cdc_relay.decoding.compiled import compiled_extension
 from cdc_relay.errors import ConfigError
@@ -95,11 +99,12 @@ class Router:
     (default ``public.outbox_events``). Raises ConfigError if the dead-letter topic is
     illegal or the pattern can never produce a legal topic. ``compiled``: None uses the
     compiled router where it is built and applies, False never, True requires it to be
-    built (as the decoders' setting, decoding/compiled.py).
+    built (as the decoders' setting, decoding/compiled.py). ``database`` fills the
+    ``{database}`` of the CloudEvents formats' source (cdc_relay/cloudevents.py).
     """
 
     def __init__(self, config: RouterConfig, table: TableRef | None = None, *,
-                 compiled: bool | None = None) -> None:
+                 compiled: bool | None = None, database: str = "postgres") -> None:
         table = table if table is not None else TableRef()
         self._config = config
         self._pattern = config.topic_pattern
@@ -122,6 +127,12 @@ class Router:
             extra.index(config.partition_column) if config.partition_column is not None else -1
         )
         self._partition_column = config.partition_column
+        self._cloudevents: CloudEventsFormat | None = None
+        if config.message_format in CLOUDEVENTS_FORMATS:
+            source = config.cloudevents_source.format(database=database, schema=table.schema,
+                                                      table=table.name)
+            self._cloudevents = CloudEventsFormat(
+                source, structured=config.message_format == "cloudevents-structured")
 
         problem = topic_problem(config.dead_letter_topic)
         if problem is not None:
@@ -183,7 +194,18 @@ class Router:
             headers.append(("traceparent", _encode(event.traceparent)))
             if event.tracestate is not None:
                 headers.append(("tracestate", _encode(event.tracestate)))
+        if self._cloudevents is not None:
+            value = self._cloud_event(self._cloudevents, event, headers, topic)
         return Message(topic, key, value, headers, event.created_at_ms, partition)
+
+    @staticmethod
+    def _cloud_event(shape: CloudEventsFormat, event: OutboxEvent,
+                     headers: list[tuple[str, bytes]], topic: str) -> bytes:
+        """Add the CloudEvents attributes to ``headers``; return the value (cloudevents.py)."""
+        try:
+            return shape.apply(event, headers)
+        except ValueError as exc:  # lone surrogates, or a payload that is not UTF-8
+            raise RoutingError(f"event {event.id!r} is not valid UTF-8: {exc}", topic) from exc
 
     def _add_column_headers(self, event: OutboxEvent, headers: list[tuple[str, bytes]]) -> None:
         extra = event.extra
@@ -233,6 +255,11 @@ class Router:
                 headers.append(("traceparent", _encode(item.traceparent)))
                 if item.tracestate is not None:
                     headers.append(("tracestate", _encode(item.tracestate)))
+            if self._cloudevents is not None:
+                with contextlib.suppress(RoutingError):  # else: the plain form, as above
+                    attributes: list[tuple[str, bytes]] = []
+                    value = self._cloud_event(self._cloudevents, item, attributes, original_topic)
+                    headers += attributes
             timestamp_ms = item.created_at_ms
         else:
             original_topic = item.topic

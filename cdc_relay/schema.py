@@ -268,36 +268,58 @@ def _apply_schema(
     notify_trigger: bool,
     features: frozenset[str] = frozenset(),
 ) -> tuple[tuple[int, ...], int, Outcome]:
-    table = str(outbox.table)
     with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (ADVISORY_LOCK_KEY,))
-        conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
-        _ensure_schema(conn, outbox.table.schema)
-        conn.execute(render(_support_template("schema_migrations.sql"), names))
-        rows = conn.execute(
-            sql.SQL("SELECT version FROM {} WHERE table_name = %s").format(names["migrations"]),
-            (table,),
-        ).fetchall()
-        done = {row[0] for row in rows}
-        applied: list[int] = []
-        for migration in migrations():
-            if migration.version in done:
-                continue
-            feature = OPTIONAL_MIGRATIONS.get(migration.version)
-            if feature is not None and feature not in features:
-                continue
-            conn.execute(render(migration.template, names))
-            conn.execute(
-                sql.SQL("INSERT INTO {} (table_name, version) VALUES (%s, %s)").format(
-                    names["migrations"]
-                ),
-                (table, migration.version),
-            )
-            applied.append(migration.version)
-        _check_columns(conn, outbox)
+        applied, version = _apply_migrations(conn, outbox, names, features)
         trigger = _ensure_trigger(conn, outbox, names, wanted=notify_trigger)
-    version = max(done | set(applied), default=0)
-    return tuple(applied), version, trigger
+    return applied, version, trigger
+
+
+def apply_migrations(conn: psycopg.Connection[Any], outbox: OutboxConfig, *,
+                     trace_context: bool = False) -> tuple[int, ...]:
+    """Apply the pending sql/ migrations of ``outbox`` on ``conn``; return their versions.
+
+    What ``init`` does before the mode's objects (trigger, slot, publication), in a
+    transaction of its own or as a savepoint of the caller's: the Django app's migration
+    runs it on Django's connection, so its tables are exactly init's (and a later
+    ``init`` finds them recorded).
+    """
+    names = template_names(outbox)
+    features = frozenset({"trace_context"} if trace_context else ())
+    with conn.transaction():
+        applied, _ = _apply_migrations(conn, outbox, names, features)
+    return applied
+
+
+def _apply_migrations(conn: psycopg.Connection[Any], outbox: OutboxConfig,
+                      names: dict[str, sql.Composable], features: frozenset[str],
+                      ) -> tuple[tuple[int, ...], int]:
+    table = str(outbox.table)
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", (ADVISORY_LOCK_KEY,))
+    conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
+    _ensure_schema(conn, outbox.table.schema)
+    conn.execute(render(_support_template("schema_migrations.sql"), names))
+    rows = conn.execute(
+        sql.SQL("SELECT version FROM {} WHERE table_name = %s").format(names["migrations"]),
+        (table,),
+    ).fetchall()
+    done = {row[0] for row in rows}
+    applied: list[int] = []
+    for migration in migrations():
+        if migration.version in done:
+            continue
+        feature = OPTIONAL_MIGRATIONS.get(migration.version)
+        if feature is not None and feature not in features:
+            continue
+        conn.execute(render(migration.template, names))
+        conn.execute(
+            sql.SQL("INSERT INTO {} (table_name, version) VALUES (%s, %s)").format(
+                names["migrations"]
+            ),
+            (table, migration.version),
+        )
+        applied.append(migration.version)
+    _check_columns(conn, outbox)
+    return tuple(applied), max(done | set(applied), default=0)
 
 
 def _ensure_schema(conn: psycopg.Connection[Any], schema: str) -> None:

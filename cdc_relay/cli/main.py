@@ -129,7 +129,8 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
         table: TableRef, columns: str | None, slot: str,
         plugin: str, publication: str, status_interval: float, max_inflight: int,
         pure_python_decoder: bool,
-        message_format: str, header: tuple[str, ...], partition_column: str | None, snapshot: str,
+        message_format: str, header: tuple[str, ...], partition_column: str | None,
+        cloudevents_source: str, snapshot: str,
         metrics_port: int | None, metrics_host: str, log_level: str, log_format: str,
         exactly_once: ExactlyOnceSettings | None, continuity: dict[str, Any],
         standby_dsn: str | None) -> int:
@@ -146,7 +147,7 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
                                       compiled_decoder=not pure_python_decoder, **continuity),
         outbox=outbox_config(table, columns),
         router=router_config(topic_pattern, dead_letter_topic, message_format, header,
-                             partition_column),
+                             partition_column, cloudevents_source),
         kafka=KafkaConfig(brokers=brokers, producer_config=parse_producer_config(producer_config),
                           message_timeout_ms=int(message_timeout * 1000)),
         flow=FlowConfig(max_inflight_events=max_inflight),
@@ -194,7 +195,8 @@ def poll(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_
          table: TableRef, columns: str | None, batch_size: int,
          interval: float, max_attempts: int, backoff_base: float, backoff_max: float, workers: int,
          no_notify: bool, strict_order: bool, no_pipeline: bool, message_format: str, header: tuple[str, ...],
-         partition_column: str | None, poll_snapshot: str | None, metrics_port: int | None,
+         partition_column: str | None, cloudevents_source: str, poll_snapshot: str | None,
+         metrics_port: int | None,
          metrics_host: str, log_level: str, log_format: str) -> int:
     """Polling mode: claim outbox rows (SKIP LOCKED), publish them, mark them processed."""
     tune_gc()  # done by cli/entry.py already, unless invoked in process (cdc_relay/runtime.py)
@@ -214,7 +216,7 @@ def poll(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_
                         strict_order=strict_order, pipeline=not no_pipeline),
         outbox=outbox_config(table, columns),
         router=router_config(topic_pattern, dead_letter_topic, message_format, header,
-                             partition_column),
+                             partition_column, cloudevents_source),
         kafka=KafkaConfig(brokers=brokers, producer_config=parse_producer_config(producer_config),
                           message_timeout_ms=int(message_timeout * 1000)),
         metrics=MetricsConfig(port=metrics_port, host=metrics_host),

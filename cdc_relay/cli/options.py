@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import click
 
+from cdc_relay.cloudevents import DEFAULT_SOURCE as DEFAULT_CLOUDEVENTS_SOURCE
 from cdc_relay.config import (
     MESSAGE_FORMATS,
     OutboxConfig,
@@ -164,7 +165,11 @@ def kafka_options(f: F) -> F:
 
 
 def message_options(f: F) -> F:
-    """``--message-format``, ``--header``, ``--partition-column`` (docs/messages.md)."""
+    """``--message-format``, ``--header``, ``--partition-column``, ``--cloudevents-source``
+    (docs/messages.md)."""
+    f = option("--cloudevents-source", default=DEFAULT_CLOUDEVENTS_SOURCE, show_default=True,
+               metavar="URI", help="The source attribute of the cloudevents formats; "
+                                   "placeholders {database}, {schema}, {table}.")(f)
     f = option("--partition-column", type=IDENTIFIER, default=None, metavar="COLUMN",
                help="Take the partition from this integer column (NULL: hash the key).")(f)
     f = option("--header", multiple=True, metavar="COLUMN[:NAME]",
@@ -172,17 +177,18 @@ def message_options(f: F) -> F:
     return option("--message-format", type=click.Choice(MESSAGE_FORMATS), default="raw",
                   show_default=True,
                   help="Key/value serialization: raw (Debezium StringConverter), debezium-json "
-                       "(JsonConverter with schemas), debezium-json-schemaless.")(f)
+                       "(JsonConverter with schemas), debezium-json-schemaless, cloudevents "
+                       "(binary mode: ce_* headers), cloudevents-structured (JSON envelope).")(f)
 
 
 def router_config(topic_pattern: str, dead_letter_topic: str, message_format: str = "raw",
-                  header: tuple[str, ...] = (), partition_column: str | None = None
-                  ) -> RouterConfig:
+                  header: tuple[str, ...] = (), partition_column: str | None = None,
+                  cloudevents_source: str = DEFAULT_CLOUDEVENTS_SOURCE) -> RouterConfig:
     """The RouterConfig of the topic, dead-letter and message options."""
     return RouterConfig(topic_pattern=topic_pattern, dead_letter_topic=dead_letter_topic,
                         message_format=message_format,
                         header_columns=tuple(parse_header_option(h) for h in header),
-                        partition_column=partition_column)
+                        partition_column=partition_column, cloudevents_source=cloudevents_source)
 
 
 def slot_option(f: F) -> F:

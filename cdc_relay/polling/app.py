@@ -18,6 +18,7 @@ from datetime import datetime
 import orjson
 
 from cdc_relay.config import KafkaConfig, MetricsConfig, OutboxConfig, PollConfig, RouterConfig
+from cdc_relay.db import dsn_database
 from cdc_relay.errors import ExitCode
 from cdc_relay.message_columns import resolve_message_columns
 from cdc_relay.model import human_bytes
@@ -77,7 +78,8 @@ def poller_settings(settings: PollSettings) -> PollerSettings:
 
 def build_pollers(settings: PollSettings, stats: PollStats, waker: Waker) -> list[PollWorker]:
     """One worker per ``--workers``, each with its own connection and sink (no I/O yet)."""
-    router = Router(settings.router, settings.outbox.table)
+    router = Router(settings.router, settings.outbox.table,
+                    database=dsn_database(settings.poll.dsn))
     sink_factory = make_sink_factory(settings.kafka, settings.sink)
     worker_settings = poller_settings(settings)
     return [

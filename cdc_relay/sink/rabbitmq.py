@@ -12,7 +12,8 @@ Each message: exchange ``exchange`` (topic, durable, declared if missing unless
 ``declare_exchange=false``), or the dead-letter exchange for the dead-letter routing
 key; routing key = the message's topic; persistent (delivery_mode 2); ``mandatory``;
 properties ``message_id`` (event id), ``type`` (event type), ``timestamp`` (seconds),
-``content_type=application/json``; headers = the message contract's headers plus
+``content_type`` (the message's ``content-type`` header, which the CloudEvents formats
+set; else ``application/json``); headers = the message contract's headers plus
 ``aggregate_id``. The dead-letter queue is declared and bound so dead letters always
 have somewhere to go.
 
@@ -80,7 +81,8 @@ def properties(message: Message) -> pika.BasicProperties:
     event_type = headers.get("event_type")
     message_id = headers.get("id")
     return pika.BasicProperties(
-        content_type="application/json", delivery_mode=2, headers=headers,
+        content_type=headers.get("content-type", "application/json"), delivery_mode=2,
+        headers=headers,
         message_id=message_id if message_id and len(message_id.encode()) <= _SHORTSTR else None,
         type=event_type if event_type and len(event_type.encode()) <= _SHORTSTR else None,
         timestamp=message.timestamp_ms // 1000 if message.timestamp_ms is not None else None,

@@ -368,8 +368,11 @@ def _log_start(settings: WalSettings) -> None:
 
 def _router(settings: WalSettings) -> Router:
     """The router, compiled where built unless --pure-python-decoder (as the decoder)."""
+    from cdc_relay.db import dsn_database  # psycopg: imported here, after the warm-up began
+
     return Router(settings.router, settings.outbox.table,
-                  compiled=None if settings.replication.compiled_decoder else False)
+                  compiled=None if settings.replication.compiled_decoder else False,
+                  database=dsn_database(settings.replication.dsn))
 
 
 def _log_decoder(repl: ReplicationConfig, decoder: Decoder) -> None:

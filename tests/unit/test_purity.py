@@ -43,6 +43,8 @@ PURE_MODULES = (
     "cdc_relay.ops.doctor.exactly_once",
     "cdc_relay.ops.failover.facts",
     "cdc_relay.ops.failover.checks",
+    "cdc_relay.outbox_core",  # the application side's shared core
+    "cdc_relay.cloudevents",
     "cdc_relay.testing",  # the fakes drive the pure loops without a driver
 )
 DRIVERS = ("psycopg", "confluent_kafka")
