@@ -26,7 +26,14 @@ wal-sqs        ``--plugin wal2json --no-trigger``          ``run --plugin wal2js
 wal-*-eos      as the plugin's WAL mode                    ``run --exactly-once --txn-interval
                                                            100ms`` (``-eos-20ms``, ``-eos-500ms``:
                                                            other intervals; not in the default set)
+debezium-      ``--plugin pgoutput --no-trigger``          ``python -m benchmarks.debezium``:
+embedded                                                   Debezium embedded with the outbox
+                                                           router, the reference (``-poll10``:
+                                                           ``poll.interval.ms=10``)
 =============  ==========================================  ============================
+
+The debezium-embedded modes need the ``bench-debezium`` extra and Java 17+; a run skips
+them with one line where either is missing (benchmarks/debezium.py).
 
 wal-rabbitmq and wal-nats publish to the machine's RabbitMQ and NATS JetStream instead
 of a throwaway Kafka broker, and measure backlog throughput only; wal-sqs does the same
@@ -52,13 +59,18 @@ class Mode:
     plugin: str | None
     init_args: tuple[str, ...]
     relay_args: tuple[str, ...]
-    module: str = "cdc_relay"  # what ``python -m`` runs: the relay, or the classic baseline
+    module: str = "cdc_relay"  # what ``python -m`` runs: the relay, or a baseline
     sink: str = "kafka"  # kafka | rabbitmq | nats | sqs (benchmarks/other_sinks.py)
 
     @property
     def is_relay(self) -> bool:
-        """True for cdc-relay itself, False for the classic baseline."""
+        """True for cdc-relay itself, False for the classic baseline and Debezium."""
         return self.module == "cdc_relay"
+
+    @property
+    def is_debezium(self) -> bool:
+        """Debezium embedded (benchmarks/debezium.py): a reference, skipped where it cannot run."""
+        return self.module == "benchmarks.debezium"
 
 
 MODES: dict[str, Mode] = {m.name: m for m in (
@@ -85,6 +97,10 @@ MODES: dict[str, Mode] = {m.name: m for m in (
             "--txn-interval", interval))
       for plugin in ("wal2json", "pgoutput")
       for suffix, interval in (("", "100ms"), ("-20ms", "20ms"), ("-500ms", "500ms"))),
+    Mode("debezium-embedded", "wal", "pgoutput", ("--plugin", "pgoutput", "--no-trigger"), (),
+         module="benchmarks.debezium"),
+    Mode("debezium-embedded-poll10", "wal", "pgoutput", ("--plugin", "pgoutput", "--no-trigger"),
+         ("--poll-interval-ms", "10"), module="benchmarks.debezium"),
 )}
 # A full or quick run measures these; the other exactly-once intervals and wal-sqs only
 # when named.
