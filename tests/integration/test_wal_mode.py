@@ -212,7 +212,7 @@ def _open_while_the_previous_holder_confirms(
     target = current_wal(db)
     before = confirmed_flush(db)
     stream = _previous_holder_confirms(db, target)(
-        ReplicationConfig(dsn=db), wal2json_options(TableRef()), position_conn=handed)
+        ReplicationConfig(dsn=db, plugin="wal2json"), wal2json_options(TableRef()), position_conn=handed)
     try:
         start = stream.open()
     finally:
