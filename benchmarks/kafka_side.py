@@ -203,3 +203,27 @@ def floor_producer_process(bootstrap: str, topic: str, rate: int, duration: floa
     producer.flush(30)
     Path(out_path).write_bytes(pickle.dumps({"commits": sends, "behind_max_s": 0.0,
                                              "achieved_eps": float(rate)}))
+
+
+def collect(bootstrap: str, topic: str, expected: int, timeout: float = 120.0,
+            check: Any = lambda: None) -> dict[bytes, tuple[Any, ...]]:
+    """``{id header: (key, value, headers, partition)}`` of the first ``expected`` events.
+
+    In this process (nothing is timed). ``check`` is called between fetches (a producer's
+    liveness); RuntimeError when fewer arrive within ``timeout``.
+    """
+    consumer = _consumer(bootstrap, topic)
+    found: dict[bytes, tuple[Any, ...]] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while len(found) < expected:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {len(found)} of {expected} events arrived on {topic}")
+            check()
+            for m in consumer.consume(num_messages=1000, timeout=0.2):
+                if m.error() is None:
+                    found.setdefault(_event_id(m.headers()) or b"", (
+                        m.key(), m.value(), list(m.headers() or ()), m.partition()))
+    finally:
+        consumer.close()
+    return found

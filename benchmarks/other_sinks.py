@@ -1,11 +1,13 @@
-"""The RabbitMQ and NATS side of the benchmark: names of the run's own, and counting consumers.
+"""The RabbitMQ, NATS and SQS side of the benchmark: names of the run's own, and counting consumers.
 
 The wal-rabbitmq and wal-nats modes publish to the machine's shared RabbitMQ and NATS
 (cdc_relay.local.machine_services), so every run declares its own exchange and queues,
-or its own stream, and deletes them afterwards. ``count_process_rabbitmq`` and
-``count_process_nats`` run in spawned children like ``kafka_side.count_process`` and
-stamp the same shared values: the first receipt and the ``expected``-th distinct event
-id. Only backlog throughput is measured for these modes (the latency harness is Kafka's).
+or its own stream, and deletes them afterwards; wal-sqs starts a moto server of its own
+(cdc_relay.local.moto_sqs) with the run's FIFO queues. ``count_process_rabbitmq``,
+``count_process_nats`` and ``count_process_sqs`` run in spawned children like
+``kafka_side.count_process`` and stamp the same shared values: the first receipt and the
+``expected``-th distinct event id (SQS: the queue's message count, see the function).
+Only backlog throughput is measured for these modes (the latency harness is Kafka's).
 
 Must not: touch PostgreSQL.
 """
@@ -13,6 +15,7 @@ Must not: touch PostgreSQL.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -23,6 +26,7 @@ from multiprocessing.synchronize import Event
 from typing import Any
 
 from cdc_relay.local.machine_services import ensure_nats, ensure_rabbitmq
+from cdc_relay.local.moto_sqs import MOTO_ENV, MotoServer
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,10 @@ class SinkSide:
 def machine_sink(sink: str, topics: list[str]) -> Iterator[SinkSide]:
     """Set up the run's own exchange/queues or stream name; clean them up afterwards."""
     run_id = uuid.uuid4().hex[:8]
+    if sink == "sqs":
+        with sqs_side(topics) as side:
+            yield side
+        return
     if sink == "rabbitmq":
         import pika
 
@@ -73,6 +81,35 @@ def machine_sink(sink: str, topics: list[str]) -> Iterator[SinkSide]:
                            count_process_nats, lambda topic: (url, stream, topic))
         finally:
             asyncio.run(_delete_stream(url, stream))
+
+
+@contextmanager
+def sqs_side(topics: list[str]) -> Iterator[SinkSide]:
+    """A moto server with a FIFO queue per topic (``bench.x`` -> ``bench-x.fifo``) and the dead
+    letters', the relay told to send there (its later options win over the runner's)."""
+    import boto3
+
+    saved = {key: os.environ.get(key) for key in MOTO_ENV}
+    os.environ.update(MOTO_ENV)  # for the relay and the counter, children of this process
+    try:
+        with MotoServer() as server:
+            client = boto3.client("sqs", endpoint_url=server.url)
+            queues = {topic: topic.replace(".", "-") + ".fifo" for topic in topics}
+            for queue in [*queues.values(), "bench-dlq.fifo"]:
+                client.create_queue(QueueName=queue, Attributes={"FifoQueue": "true"})
+            # moto spends CPU per message in proportion to what a queue holds, and shares
+            # the two cores: long timeouts, so its slowness is measured, not replayed.
+            yield SinkSide(server.url, ("--sink", "sqs", "--topic-pattern",
+                                        "bench-{aggregate_type}.fifo", "--dead-letter-topic",
+                                        "bench-dlq.fifo", "--message-timeout", "5m",
+                                        "--sink-config", "read_timeout=60"),
+                           count_process_sqs, lambda topic: (server.url, queues[topic]))
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 async def _create_stream(url: str, stream: str, subjects: list[str]) -> None:
@@ -164,3 +201,31 @@ async def _count_nats(url: str, stream: str, subject: str, expected: int,
                 _stamp(seen, fresh, expected, received, first_at, done_at)
     finally:
         await nc.close()
+
+
+def count_process_sqs(url: str, queue: str, expected: int, received: Synchronized[int],
+                      first_at: Synchronized[float], done_at: Synchronized[float],
+                      ready: Event, stop: Event) -> None:
+    """Child: count what ``queue`` holds (ApproximateNumberOfMessages, visible or not).
+
+    Nothing is received: moto answers a FIFO ReceiveMessage (10 messages) in seconds on
+    shared cores, far below what the relay sends. Nothing deletes either, so the FIFO
+    queue's deduplication drops every replay (moto forgets an id only once its message is
+    deleted) and the count is of distinct events.
+    """
+    import boto3
+
+    client = boto3.client("sqs", endpoint_url=url, region_name=MOTO_ENV["AWS_REGION"])
+    queue_url = client.get_queue_url(QueueName=queue)["QueueUrl"]
+    ready.set()
+    while not stop.is_set():
+        attributes = client.get_queue_attributes(QueueUrl=queue_url, AttributeNames=[
+            "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"])["Attributes"]
+        count = sum(int(v) for v in attributes.values())
+        now = time.time()
+        if count and not first_at.value:
+            first_at.value = now
+        received.value = count
+        if count >= expected and not done_at.value:
+            done_at.value = now
+        stop.wait(0.1)

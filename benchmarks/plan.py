@@ -21,13 +21,24 @@ poll-classic   ``--no-slot --no-trigger``                  ``python -m benchmark
                                                            textbook relay, the baseline
 wal-rabbitmq   ``--plugin wal2json --no-trigger``          ``run --plugin wal2json --sink rabbitmq``
 wal-nats       ``--plugin wal2json --no-trigger``          ``run --plugin wal2json --sink nats``
+wal-sqs        ``--plugin wal2json --no-trigger``          ``run --plugin wal2json --sink sqs``
+                                                           (moto's server; only when named)
 wal-*-eos      as the plugin's WAL mode                    ``run --exactly-once --txn-interval
                                                            100ms`` (``-eos-20ms``, ``-eos-500ms``:
                                                            other intervals; not in the default set)
+debezium-      ``--plugin pgoutput --no-trigger``          ``python -m benchmarks.debezium``:
+embedded                                                   Debezium embedded with the outbox
+                                                           router, the reference (``-poll10``:
+                                                           ``poll.interval.ms=10``)
 =============  ==========================================  ============================
 
+The debezium-embedded modes need the ``bench-debezium`` extra and Java 17+; a run skips
+them with one line where either is missing (benchmarks/debezium.py).
+
 wal-rabbitmq and wal-nats publish to the machine's RabbitMQ and NATS JetStream instead
-of a throwaway Kafka broker, and measure backlog throughput only.
+of a throwaway Kafka broker, and measure backlog throughput only; wal-sqs does the same
+with a throwaway moto server, which bounds it (moto is no measure of SQS), so it runs only
+when named.
 
 WAL modes and plain polling run without the NOTIFY trigger (they do not need it, and
 it costs inserts: docs/design.md, polling mode); only poll-notify pays for it.
@@ -48,13 +59,18 @@ class Mode:
     plugin: str | None
     init_args: tuple[str, ...]
     relay_args: tuple[str, ...]
-    module: str = "cdc_relay"  # what ``python -m`` runs: the relay, or the classic baseline
-    sink: str = "kafka"  # kafka | rabbitmq | nats (benchmarks/other_sinks.py)
+    module: str = "cdc_relay"  # what ``python -m`` runs: the relay, or a baseline
+    sink: str = "kafka"  # kafka | rabbitmq | nats | sqs (benchmarks/other_sinks.py)
 
     @property
     def is_relay(self) -> bool:
-        """True for cdc-relay itself, False for the classic baseline."""
+        """True for cdc-relay itself, False for the classic baseline and Debezium."""
         return self.module == "cdc_relay"
+
+    @property
+    def is_debezium(self) -> bool:
+        """Debezium embedded (benchmarks/debezium.py): a reference, skipped where it cannot run."""
+        return self.module == "benchmarks.debezium"
 
 
 MODES: dict[str, Mode] = {m.name: m for m in (
@@ -74,14 +90,22 @@ MODES: dict[str, Mode] = {m.name: m for m in (
          ("run", "--plugin", "wal2json"), sink="rabbitmq"),
     Mode("wal-nats", "wal", "wal2json", ("--plugin", "wal2json", "--no-trigger"),
          ("run", "--plugin", "wal2json"), sink="nats"),
+    Mode("wal-sqs", "wal", "wal2json", ("--plugin", "wal2json", "--no-trigger"),
+         ("run", "--plugin", "wal2json"), sink="sqs"),
     *(Mode(f"wal-{plugin}-eos{suffix}", "wal", plugin, ("--plugin", plugin, "--no-trigger"),
            ("run", "--plugin", plugin, "--exactly-once", "--checkpoint-topic", "bench.checkpoints",
             "--txn-interval", interval))
       for plugin in ("wal2json", "pgoutput")
       for suffix, interval in (("", "100ms"), ("-20ms", "20ms"), ("-500ms", "500ms"))),
+    Mode("debezium-embedded", "wal", "pgoutput", ("--plugin", "pgoutput", "--no-trigger"), (),
+         module="benchmarks.debezium"),
+    Mode("debezium-embedded-poll10", "wal", "pgoutput", ("--plugin", "pgoutput", "--no-trigger"),
+         ("--poll-interval-ms", "10"), module="benchmarks.debezium"),
 )}
-# A full or quick run measures these; the other exactly-once intervals only when named.
-DEFAULT_MODES = tuple(name for name in MODES if not name.endswith(("-20ms", "-500ms")))
+# A full or quick run measures these; the other exactly-once intervals and wal-sqs only
+# when named.
+DEFAULT_MODES = tuple(name for name in MODES
+                      if not name.endswith(("-20ms", "-500ms")) and name != "wal-sqs")
 
 FULL_EVENTS = (100_000, 200_000)  # backlog sizes: both are reported
 QUICK_EVENTS = (50_000,)

@@ -33,15 +33,18 @@ def limits_at(results: Results, events: int) -> dict[str, Any]:
 def limit_for(mode: str, limits: dict[str, Any]) -> tuple[float, str]:
     """The limit a mode is compared with, and its name.
 
-    WAL modes: the slower of pg_recvlogical with the mode's plugin and the bare producer.
+    WAL modes and Debezium embedded: the slower of pg_recvlogical with the mode's plugin
+    and the bare producer.
     Polling modes read no WAL: the bare producer. WAL modes with another sink
-    (wal-rabbitmq, wal-nats): pg_recvlogical wal2json (no bare producer is measured for them).
+    (wal-rabbitmq, wal-nats, wal-sqs): pg_recvlogical wal2json (no bare producer is measured for them).
     """
     producer = float(limits["producer_eps"])
-    if mode.startswith(("wal-rabbitmq", "wal-nats")):
+    if mode.startswith(("wal-rabbitmq", "wal-nats", "wal-sqs")):
         return float(limits.get("pg_recvlogical_wal2json_eps", limits["pg_recvlogical_eps"])), \
             "pg_recvlogical wal2json"
     plugin = next((p for m, p in WAL_PLUGINS.items() if mode.startswith(m)), None)
+    if mode.startswith("debezium-embedded"):  # Debezium reads pgoutput (benchmarks/debezium.py)
+        plugin = "pgoutput"
     if plugin is None:
         return producer, "producer"
     decoding = float(limits.get(f"pg_recvlogical_{plugin}_eps", limits["pg_recvlogical_eps"]))
@@ -219,6 +222,8 @@ def _latency_targets(results: Results) -> list[str]:
 
 def markdown(results: Results) -> str:
     """report.md."""
+    from benchmarks.headline import section  # it builds on this module's tables
+
     m = results["machine"]
     out = [f"# cdc-relay benchmark ({results['plan']['label']} run, {results['started_at']})", "",
            f"Command: `{results['command']}`  ", f"Duration: {results['wall_seconds']:.0f} s; "
@@ -227,6 +232,7 @@ def markdown(results: Results) -> str:
            "CPU seconds during the run (the *other procs CPU s* columns: per measurement; "
            "a few tenths is the machine's idle background, more means the figure was disturbed).",
            "",
+           "## Headline", "", section(results), "",
            "## Machine", "",
            _table(["", ""], [[k.replace("_", " "), str(v)] for k, v in m.items()]), "",
            "## Limits", "", limits_table(results), "",

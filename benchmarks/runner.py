@@ -19,15 +19,18 @@ rows written (``pg_stat_user_tables``) after it stopped, when its backend has fl
 its statistics. The broker's CPU (Kafka modes: the fresh broker is ours) and the counting
 consumer's, from its ready signal, are read when the consumer holds every event: they
 share the two cores with the relay and PostgreSQL, so they show where the machine's CPU
-went (benchmarks/README.md, "Who uses the two cores").
+went (benchmarks/history/2026-12.md, "Who uses the two cores").
 
 **Latency.** A second, fresh relay; once a probe event has come through, for each rate a
 writer commits events on a fixed schedule and a consumer stamps their receipt
 (latency.py).
 
-Modes with another sink (wal-rabbitmq, wal-nats) use the machine's RabbitMQ or NATS
-with names of the run's own (other_sinks.py) instead of a fresh broker, and measure
-backlog throughput only: the latency harness reads Kafka.
+The debezium-embedded modes run Debezium (benchmarks/debezium.py) where the relay
+would run, measured the same way.
+
+Modes with another sink (wal-rabbitmq, wal-nats, wal-sqs) use the machine's RabbitMQ or NATS
+(or a moto server of their own) with names of the run's own (other_sinks.py) instead of a
+fresh broker, and measure backlog throughput only: the latency harness reads Kafka.
 
 Must not: start the cluster (the caller shares one across modes) or write output files.
 """
@@ -78,6 +81,7 @@ class ModeRun:
                  workdir: Path) -> None:
         self.plan, self.mode, self.cluster, self.progress = plan, mode, cluster, progress
         self.workdir = workdir
+        self.errors: list[str] = []  # a latency rate that failed (the figures before it stay)
         self.db = "bench_" + mode.name.replace("-", "_")
         self.dsn = ""
         self.bootstrap = ""
@@ -145,7 +149,7 @@ class ModeRun:
 
     def _relay(self, what: str) -> RelayProcess:
         common = ["--dsn", self.dsn, "--brokers", self.bootstrap, "--topic-pattern", TOPIC_PATTERN]
-        if not self.mode.is_relay:  # the classic baseline takes only the common options
+        if not self.mode.is_relay:  # the classic baseline and Debezium take only the common options
             return RelayProcess([*self.mode.relay_args, *common], self._log(what),
                                 module=self.mode.module)
         extra = self.plan.relay_extra if self.mode.sink == "kafka" else ()
@@ -191,8 +195,7 @@ class ModeRun:
             consumer_cpu = cpu_seconds(counter.pid) - consumer_from  # it stays until told to stop
             broker_cpu = (float("nan") if self.broker_pid is None or broker_from is None
                           else cpu_seconds(self.broker_pid) - broker_from)
-            self._wait_acked(backlog)
-            acked_s = time.time() - spawned
+            acked_s = self._acked_after(backlog, spawned)
             pg_cpu = tree_cpu_seconds(postmaster) - pg_cpu_before
             wal_bytes = int(self._one("SELECT pg_current_wal_lsn() - %s::pg_lsn", wal_before))
             relay_cpu, relay_rss = relay.usage()
@@ -223,6 +226,21 @@ class ModeRun:
                         f"(steady {steady_text}), PG CPU {pg_cpu:.1f} s, relay CPU "
                         f"{relay_cpu:.1f} s, RSS {relay_rss:.0f} MB")
         return entry
+
+    def _acked_after(self, backlog: Backlog, spawned: float) -> float:
+        """Seconds from spawn until PostgreSQL recorded the backlog (NaN: Debezium never did).
+
+        Debezium confirms the last event's position, which may stay short of the last
+        commit's end until more WAL comes: not waited for longer than 10 s.
+        """
+        if not self.mode.is_debezium:
+            self._wait_acked(backlog)
+            return time.time() - spawned
+        try:
+            self._wait_acked(backlog, timeout=10.0)
+        except RuntimeError:
+            return float("nan")
+        return time.time() - spawned
 
     def _wait_acked(self, backlog: Backlog, timeout: float = 60.0) -> None:
         """Until PostgreSQL records the backlog as done (slot confirmed / rows processed).
@@ -275,11 +293,17 @@ class ModeRun:
                 per_txn = self.plan.events_per_txn(rate)
                 progress.phase(name, f"latency at {rate:,}/s ({per_txn}/txn)",
                                int(rate * (self.plan.warmup + self.plan.duration)))
-                stats = measure(progress, self.bootstrap, f"bench.lat{rate}", rate_writer,
-                                (self.dsn, f"lat{rate}", rate, per_txn, self.plan.duration,
-                                 self.plan.warmup),
-                                seconds=self.plan.warmup + self.plan.duration, drain_timeout=30,
-                                workdir=self.workdir, check=relay.check_alive)
+                try:
+                    stats = measure(progress, self.bootstrap, f"bench.lat{rate}", rate_writer,
+                                    (self.dsn, f"lat{rate}", rate, per_txn, self.plan.duration,
+                                     self.plan.warmup),
+                                    seconds=self.plan.warmup + self.plan.duration,
+                                    drain_timeout=30, workdir=self.workdir,
+                                    check=relay.check_alive)
+                except RuntimeError as exc:  # e.g. a rate the relay cannot keep up with
+                    self.errors.append(f"latency at {rate:,}/s: {exc}")
+                    progress.result(f"{name} latency at {rate:,}/s FAILED: {exc}")
+                    break  # higher rates would fail the same way
                 entry = {"mode": name, "rate_eps": rate, "events_per_txn": per_txn, **stats,
                          "foreign_cpu_s": progress.phase_foreign()}
                 entries.append(entry)

@@ -75,11 +75,20 @@ def validate_slot_name(name: str) -> str:
 
 
 def parse_duration(text: str, what: str = "duration") -> float:
-    """Parse ``"250ms"``, ``"1s"``, ``"5m"``, ``"2h"``, ``"7d"`` or plain seconds into seconds."""
+    """Parse ``"250ms"``, ``"1s"``, ``"5m"``, ``"2h"``, ``"7d"``, ``"1w"`` into seconds.
+
+    The unit is required (``0`` alone is allowed): a bare ``7`` meant seven days to one
+    user and seven seconds to the code, so it is refused with an example.
+    """
     match = _DURATION_RE.match(str(text))
     if match is None:
         raise ConfigError(
             f"invalid {what} {text!r}: expected a number with a unit, e.g. 500ms, 1s, 5m, 2h, 7d"
+        )
+    if match.group(2) is None and float(match.group(1)) != 0:
+        raise ConfigError(
+            f"invalid {what} {text!r}: a unit is required, e.g. {match.group(1)}s or "
+            f"{match.group(1)}d (units: ms, s, m, h, d, w)"
         )
     return float(match.group(1)) * _DURATION_UNITS[match.group(2) or "s"]
 
@@ -281,13 +290,12 @@ class ReplicationConfig:
 
     dsn: str
     slot: str = "cdc_relay"
-    plugin: str = "wal2json"
+    plugin: str = "pgoutput"
     publication: str = "cdc_relay_outbox"
+    # True when no --plugin was given: an existing slot's plugin is used (docs/wal-mode.md).
+    plugin_from_slot: bool = False
     status_interval: float = 1.0
     reconnect_max: float = 30.0
-    # False: decode in pure Python even where the compiled decoders are built
-    # (docs/design.md, "The compiled decoders"); the results are the same, only slower.
-    compiled_decoder: bool = True
     # Continuity (docs/design.md, continuity): create failover slots on PostgreSQL 17+;
     # what a slot loss does ("exit": stop with exit 7 and the recovery command, "recover":
     # recover by itself); silence on the stream after which the connection is dropped.

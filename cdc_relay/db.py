@@ -61,6 +61,17 @@ TCP_KEEPALIVES = {
     "tcp_user_timeout": "30000",
 }
 
+# The server's side of the same bounds, for a session whose backend must not outlive a
+# silent network: the polling connection's claimed rows stay locked (SKIP LOCKED hides
+# them from every other connection) until its backend notices the client is gone, which
+# with the OS's defaults takes from 15 minutes to hours. Same units as pg_settings.
+SERVER_TCP_KEEPALIVES = {
+    "tcp_keepalives_idle": TCP_KEEPALIVES["keepalives_idle"],
+    "tcp_keepalives_interval": TCP_KEEPALIVES["keepalives_interval"],
+    "tcp_keepalives_count": TCP_KEEPALIVES["keepalives_count"],
+    "tcp_user_timeout": TCP_KEEPALIVES["tcp_user_timeout"],
+}
+
 # What PostgreSQL says when it refuses the role rather than being unreachable: a retry
 # cannot fix these (a connection failure carries no SQLSTATE, only the server's words).
 _REFUSALS = (
@@ -182,11 +193,47 @@ def _connect_reason(exc: BaseException) -> str:
     return _one_line(text.replace("FATAL:", "")) or type(exc).__name__
 
 
-def translate_error(exc: psycopg.Error, doing: str) -> RelayError:
+_DENIED = re.compile(r"permission denied for (table|schema|relation|view|sequence) \"?([^\s\"]+)")
+# What each mode needs on the outbox table (docs/operations.md, a least-privilege role).
+DEFAULT_GRANT = "SELECT, UPDATE"
+
+
+def privilege_fix(message: str, grant: str | None, role: str | None) -> str:
+    """The GRANT that fixes a 42501 on a table or schema, for the connection's role."""
+    role = role or "<the relay's role>"
+    owner = re.search(r"must be owner of \w+ (\S+)", message)
+    if owner is not None:
+        return (f"run this as the owner of {owner.group(1)} (the role that ran init), or "
+                f"ALTER TABLE {owner.group(1)} OWNER TO {role};")
+    found = _DENIED.search(message)
+    if found is None:
+        return ("grant the relay's role what docs/operations.md (a least-privilege role) "
+                "lists for its mode")
+    kind, name = found.groups()
+    if kind == "schema":
+        return (f"GRANT USAGE ON SCHEMA {name} TO {role}; (init also needs CREATE on it: run "
+                "init as the schema's owner)")
+    if grant is None:
+        return (f"GRANT {DEFAULT_GRANT} ON {name} TO {role}; (polling mode; WAL mode needs "
+                "SELECT; cleanup DELETE; see docs/operations.md, a least-privilege role)")
+    return f"GRANT {grant} ON {name} TO {role};"
+
+
+def _role(conn: psycopg.Connection[Any] | None) -> str | None:
+    try:
+        return conn.info.user if conn is not None and not conn.closed else None
+    except psycopg.Error:
+        return None
+
+
+def translate_error(exc: psycopg.Error, doing: str, *, grant: str | None = None,
+                    conn: psycopg.Connection[Any] | None = None) -> RelayError:
     """Turn a psycopg error raised while ``doing`` into a RelayError that says the fix.
 
     ``doing`` completes "... while <doing>", e.g. ``"creating slot 'cdc_relay'"``.
-    Callers re-raise with ``raise translate_error(exc, ...) from exc``.
+    ``grant``: the table privileges the failing statement needs, for the GRANT a
+    permission error (42501) names, to the role of ``conn``. Callers re-raise with
+    ``raise translate_error(exc, ...) from exc``.
     """
     message = _one_line(exc.diag.message_primary or str(exc))
     state = exc.sqlstate
@@ -215,9 +262,9 @@ def translate_error(exc: psycopg.Error, doing: str) -> RelayError:
                 f"{message} (while {doing}). Fix: ALTER ROLE <user> REPLICATION "
                 "(or connect as a superuser)"
             )
-        return DatabaseError(
-            f"permission denied while {doing}: {message}. The role needs CREATE on the "
-            "database and schema and must own the outbox table"
+        return AccessRefused(
+            f"permission denied while {doing}: {message}. Fix: "
+            f"{privilege_fix(message, grant, _role(conn))}"
         )
     return DatabaseError(f"PostgreSQL error while {doing}: {message} (SQLSTATE {state})")
 

@@ -28,13 +28,14 @@ ConfigError at construction instead, so it fails at start-up, not per event.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 from collections.abc import Callable
 
+from cdc_relay import accel
 from cdc_relay.cloudevents import FORMATS as CLOUDEVENTS_FORMATS
 from cdc_relay.cloudevents import CloudEventsFormat
 from cdc_relay.config import RouterConfig, TableRef
-from cdc_relay.decoding.compiled import compiled_extension
 from cdc_relay.errors import ConfigError
 from cdc_relay.formats import key_encoder, raw_values, value_encoder
 from cdc_relay.model import Message, OutboxEvent
@@ -92,19 +93,43 @@ _Header = tuple[str, bytes]
 _Route = tuple[str, str | None, _Header, _Header]
 
 
+# The configurations the compiled router knows (an allow-list, docs/design.md, "The compiled
+# router"): RouterConfig's fields it reads nothing of (any value: the Python route fills the
+# cache it reads), and the one value each other field may have. A field or a value not
+# listed here - a new message format, a new option - takes the Python route.
+_C_ROUTER_ANY = frozenset({"topic_pattern", "dead_letter_topic",
+                           "cloudevents_source"})  # only the CloudEvents formats read it
+_C_ROUTER_ONLY: dict[str, object] = {"message_format": "raw", "header_columns": (),
+                                     "partition_column": None}
+
+
+def compiled_router_applies(config: RouterConfig) -> bool:
+    """Whether the compiled router builds what the Python route would for ``config``: only
+    for the exact RouterConfig class and the fields and values it knows."""
+    if type(config) is not RouterConfig:
+        return False
+    for field in dataclasses.fields(config):
+        if field.name in _C_ROUTER_ANY:
+            continue
+        if field.name not in _C_ROUTER_ONLY or getattr(config, field.name) != _C_ROUTER_ONLY[
+                field.name]:
+            return False
+    return True
+
+
 class Router:
     """Route outbox events to Kafka messages; build dead letters (see the module docstring).
 
     ``table`` fills the ``{schema}`` and ``{table}`` placeholders of the pattern
     (default ``public.outbox_events``). Raises ConfigError if the dead-letter topic is
-    illegal or the pattern can never produce a legal topic. ``compiled``: None uses the
-    compiled router where it is built and applies, False never, True requires it to be
-    built (as the decoders' setting, decoding/compiled.py). ``database`` fills the
-    ``{database}`` of the CloudEvents formats' source (cdc_relay/cloudevents.py).
+    illegal or the pattern can never produce a legal topic. The compiled router is used
+    where it is built, the process's choice allows it (accel.py) and it knows the
+    configuration (``compiled_router_applies``). ``database`` fills the ``{database}`` of
+    the CloudEvents formats' source (cdc_relay/cloudevents.py).
     """
 
     def __init__(self, config: RouterConfig, table: TableRef | None = None, *,
-                 compiled: bool | None = None, database: str = "postgres") -> None:
+                 database: str = "postgres") -> None:
         table = table if table is not None else TableRef()
         self._config = config
         self._pattern = config.topic_pattern
@@ -147,9 +172,8 @@ class Router:
             )
         # ``route``: the compiled router where it applies (the module docstring), else _route.
         self.route: Callable[[OutboxEvent], Message] = self._route
-        if (config.message_format == "raw" and not self._header_slots
-                and self._partition_slot < 0):
-            module = compiled_extension("_croute", "router", compiled)
+        if compiled_router_applies(config):
+            module = accel.extension("_croute")
             if module is not None:
                 self.route = module.Route(self._cache, self._route, OutboxEvent, Message).route
 

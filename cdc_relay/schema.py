@@ -42,14 +42,16 @@ from cdc_relay.db import (
     validated_columns,
     validated_table,
 )
-from cdc_relay.errors import ConfigError
+from cdc_relay.errors import ConfigError, RelayError
 from cdc_relay.model import NOTIFY_TRIGGER, SlotStatus, human_bytes
 from cdc_relay.ops.status import idle_logical_slots
 from cdc_relay.wal.setup import (
     ADVISORY_LOCK_KEY,
+    DEFAULT_PLUGIN,
     Outcome,
     ReplicationReport,
     ensure_publication_and_slot,
+    plugin_for_slot,
     validate_wal_options,
 )
 
@@ -91,6 +93,7 @@ class InitReport:
     plugin: str | None = None
     mode: str = "wal"
     idle_slots: tuple[SlotStatus, ...] = ()
+    plugin_note: str | None = None  # why an existing slot's plugin was used
 
     @property
     def changed(self) -> bool:
@@ -115,6 +118,8 @@ class InitReport:
             lines.append("replication slot: none (polling mode does not use one)")
         else:
             lines.append(f"replication slot {self.slot_name} ({self.plugin}): {self.slot.value}")
+        if self.plugin_note:
+            lines.append(self.plugin_note)
         lines += [idle_slot_warning(slot) for slot in self.idle_slots]
         return lines
 
@@ -200,7 +205,7 @@ def init_database(
     outbox: OutboxConfig,
     *,
     slot: str | None,
-    plugin: str = "wal2json",
+    plugin: str | None = None,
     publication: str = "cdc_relay_outbox",
     notify_trigger: bool | None = None,
     mode: str | None = None,
@@ -209,6 +214,9 @@ def init_database(
 ) -> InitReport:
     """Apply pending migrations, then install what ``mode`` uses (see the module docstring).
 
+    ``plugin`` None: an existing slot's plugin, else pgoutput (``plugin_for_slot``).
+    When the slot cannot be made (e.g. the server does not allow the plugin), the error
+    says that the schema was applied and what was not.
     ``mode`` is ``"wal"`` (the slot named ``slot`` and, for pgoutput, the publication;
     no NOTIFY trigger) or ``"poll"`` (the trigger; no slot, no publication); by default
     ``"poll"`` when ``slot`` is None, else ``"wal"``. ``notify_trigger`` overrides the
@@ -225,7 +233,7 @@ def init_database(
     if mode == "wal" and slot is None:
         raise ConfigError("WAL mode needs a replication slot name (--slot)")
     names = template_names(outbox)
-    validate_wal_options(slot, plugin, publication)
+    validate_wal_options(slot, plugin or DEFAULT_PLUGIN, publication)
     table = validated_table(outbox.table)
     wanted_trigger = (mode == "poll") if notify_trigger is None else notify_trigger
     with connect(dsn, autocommit=True) as conn:
@@ -238,10 +246,12 @@ def init_database(
             raise translate_error(exc, f"initialising {table}") from exc
         replication = ReplicationReport(Outcome.SKIPPED, Outcome.SKIPPED)
         idle: tuple[SlotStatus, ...] = ()
+        note = None
         if mode == "wal" and slot is not None:
-            replication = ensure_publication_and_slot(
-                conn, table, slot=slot, plugin=plugin, publication=publication, failover=failover
-            )
+            if plugin is None:
+                plugin, note = plugin_for_slot(conn, slot)
+            replication = _replication_or_partial(conn, table, slot, plugin, publication,
+                                                  applied, version, failover=failover)
         else:
             slot = None
             idle = tuple(idle_logical_slots(conn))
@@ -257,7 +267,35 @@ def init_database(
         plugin=plugin if slot is not None else None,
         mode=mode,
         idle_slots=idle,
+        plugin_note=note,
     )
+
+
+def _replication_or_partial(conn: psycopg.Connection[Any], table: TableRef, slot: str,
+                            plugin: str, publication: str, applied: tuple[int, ...],
+                            version: int, *, failover: bool = True) -> ReplicationReport:
+    """The publication and slot; if the server refuses them, an error of the same kind
+    that also says what this run did apply (the schema) and what it did not."""
+    try:
+        return ensure_publication_and_slot(conn, table, slot=slot, plugin=plugin,
+                                           publication=publication, failover=failover)
+    except RelayError as exc:
+        done = (f"applied migrations {', '.join(f'{v:04d}' for v in applied)}" if applied
+                else "schema already up to date")
+        partial = _same_kind(exc, f"init applied the outbox schema to {table} ({done}, version "
+                            f"{version}) but NOT WAL mode's replication slot {slot!r} "
+                            f"({plugin}): {exc}")
+        raise partial from exc
+
+
+def _same_kind(exc: RelayError, message: str) -> RelayError:
+    """A RelayError with ``message`` and the exit code of ``exc`` (its class if it can)."""
+    try:
+        return type(exc)(message)
+    except TypeError:
+        other = RelayError(message)
+        other.exit_code = exc.exit_code
+        return other
 
 
 def _apply_schema(

@@ -135,6 +135,15 @@ install_prometheus() {
     /etc/init.d/prometheus stop >/dev/null 2>&1 || true
   fi
 }
+# --- nftables: the half-open network tests (tests/integration/netns.py) silence one
+# connection with an nft rule (they skip without it, except under CI). Root only.
+if ! command -v nft >/dev/null; then
+  if [ "$(id -u)" = 0 ]; then
+    apt_install nftables
+  else
+    say "missing: nft. The half-open network tests skip without it; install it (as root): apt-get install nftables"
+  fi
+fi
 # --- valgrind: `python -m benchmarks instructions` counts with callgrind (its smoke test
 # skips without it). Not being root is no failure here either.
 if ! command -v valgrind >/dev/null; then

@@ -73,14 +73,16 @@ def stream(plugin: str, shared: bool) -> list[tuple[int, bytes]]:
 
 def run(plugin: str, mode: str, path: str, passes: int) -> None:
     """Decode the stream ``passes`` times (inside callgrind)."""
+    from cdc_relay import accel
     from cdc_relay.config import TableRef
     from cdc_relay.decoding.pgoutput import PgOutputDecoder
     from cdc_relay.decoding.wal2json import Wal2JsonDecoder
     from cdc_relay.model import OutboxColumns, OutboxEvent
 
     table, columns, compiled = TableRef("public", "outbox_events"), OutboxColumns(), path == "compiled"
-    decoder = (Wal2JsonDecoder(table, columns, compiled=compiled) if plugin == "wal2json"
-               else PgOutputDecoder(table, columns, compiled=compiled))
+    with accel.forced(not compiled):
+        decoder = (Wal2JsonDecoder(table, columns) if plugin == "wal2json"
+                   else PgOutputDecoder(table, columns))
     # memoryviews into a larger buffer, as the replication stream hands them out
     messages = [(lsn, memoryview(b"w" * 25 + payload)[25:])
                 for lsn, payload in stream(plugin, mode == "shared")]

@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
+from hypothesis import HealthCheck, settings
 
+from cdc_relay import accel
 from cdc_relay.local.broker import Broker
 from cdc_relay.local.noida import NoidaBroker
 from cdc_relay.local.postgres import PostgresCluster
@@ -45,6 +47,28 @@ def _running(service: S) -> Iterator[S]:
         yield service
     finally:
         service.cleanup()
+
+
+# The ``compiled`` fixture's choice holds for a whole test, every hypothesis example of it
+# included: that it is not reset between examples is the point.
+settings.register_profile("cdc-relay", suppress_health_check=[HealthCheck.function_scoped_fixture])
+# make sanitize (scripts/sanitize.sh): fewer examples under ASan, the same ones every run
+settings.register_profile("sanitize", parent=settings.get_profile("cdc-relay"),
+                          max_examples=20, derandomize=True)
+settings.load_profile("cdc-relay")
+
+
+@pytest.fixture(params=["compiled", "pure"])
+def compiled(request: pytest.FixtureRequest) -> Iterator[bool]:
+    """The path a test runs (docs/design.md, "The compiled paths"), True for the compiled
+    one: everything the test builds takes it (the process's choice, cdc_relay/accel.py).
+    The compiled run skips when the extensions are not built (tests/unit's compiled
+    tests then fail)."""
+    on = request.param == "compiled"
+    if on and not accel.all_built():
+        pytest.skip("the compiled extensions are not built")
+    with accel.forced(not on):
+        yield on
 
 
 @pytest.fixture(scope="session")

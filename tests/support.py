@@ -188,12 +188,14 @@ class CliProcess:
     Files rather than pipes, so a chatty process never blocks on a full pipe.
     """
 
-    def __init__(self, args: Sequence[str], env: dict[str, str] | None = None) -> None:
+    def __init__(self, args: Sequence[str], env: dict[str, str] | None = None,
+                 prefix: Sequence[str] = ()) -> None:
+        """``prefix`` runs it through another command (e.g. ``ip netns exec NS``)."""
         self._dir = Path(tempfile.mkdtemp(prefix="cdc-relay-cli-"))
         self.stdout_path = self._dir / "stdout"
         self.stderr_path = self._dir / "stderr"
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
-            self.proc = subprocess.Popen(cli_command(*args), stdout=out, stderr=err,
+            self.proc = subprocess.Popen([*prefix, *cli_command(*args)], stdout=out, stderr=err,
                                          stdin=subprocess.DEVNULL,
                                          env={**os.environ, **(env or {})})
 

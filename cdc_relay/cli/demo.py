@@ -41,12 +41,13 @@ class StatusLine:
 @option("--mode", type=click.Choice(["wal", "poll"]), default="wal", show_default=True,
         help="Relay mode: WAL (cdc-relay run) or polling (cdc-relay poll).")
 @plugin_option
-def demo(events: int, rate: float, mode: str, plugin: str) -> int:
+def demo(events: int, rate: float, mode: str, plugin: str | None) -> int:
     """Throwaway PostgreSQL + local broker + the relay + sample orders, with live latency."""
     from cdc_relay.demo.run import DemoConfig, run_demo
 
     try:
-        summary = run_demo(DemoConfig(events=events, rate=rate, mode=mode, plugin=plugin),
+        summary = run_demo(DemoConfig(events=events, rate=rate, mode=mode,
+                                           plugin=plugin or "pgoutput"),
                            echo=click.echo, status=StatusLine())
     except KeyboardInterrupt:  # run_demo has stopped everything it started
         click.echo("cdc-relay demo: interrupted", err=True)

@@ -15,6 +15,7 @@ from cdc_relay.cli.continuity import continuity_options
 from cdc_relay.cli.exactly_once import exactly_once_options
 from cdc_relay.cli.options import (
     DURATION,
+    choose_paths,
     columns_option,
     dsn_option,
     format_option,
@@ -27,9 +28,11 @@ from cdc_relay.cli.options import (
     outbox_config,
     plugin_option,
     publication_option,
+    pure_python_option,
     router_config,
     sink_options,
     sink_settings,
+    sink_topics,
     slot_option,
     standby_dsn_option,
     table_option,
@@ -80,7 +83,7 @@ def cli(ctx: click.Context, config_file: str | None) -> None:
         help="Create the slot as a failover slot on PostgreSQL 17+ (docs/high-availability.md).")
 @click.pass_context
 def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mode: str, slot: str,
-         plugin: str, publication: str, no_slot: bool, no_trigger: bool,
+         plugin: str | None, publication: str, no_slot: bool, no_trigger: bool,
          with_trace_context: bool, failover_slot: bool) -> None:
     """Apply the outbox schema (idempotent) and install what the relay mode uses."""
     from click.core import ParameterSource
@@ -91,7 +94,8 @@ def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mod
         if mode == "wal" and ctx.get_parameter_source("mode") is not ParameterSource.DEFAULT:
             raise click.UsageError("--no-slot means --mode poll; it cannot go with --mode wal")
         mode = "poll"
-    ReplicationConfig(dsn=dsn, slot=slot, plugin=plugin, publication=publication)  # validate
+    ReplicationConfig(dsn=dsn, slot=slot, plugin=plugin or "pgoutput",
+                      publication=publication)  # validate
     report = init_database(dsn, outbox_config(table, columns), slot=slot if mode == "wal" else None,
                            plugin=plugin, publication=publication, mode=mode,
                            notify_trigger=False if no_trigger else None,
@@ -112,10 +116,7 @@ def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mod
         help="How often the confirmed LSN is reported to PostgreSQL.")
 @option("--max-inflight", type=click.IntRange(1), default=50_000, show_default=True,
         help="Stop reading WAL while this many events await broker acks.")
-@option("--pure-python-decoder", is_flag=True, default=False,
-        help="Read, decode and route in pure Python even where the compiled fast paths are "
-             "built (same messages, more CPU per event; for telling a decoder problem "
-             "apart).")
+@pure_python_option
 @message_options
 @option("--snapshot", type=click.Choice(["initial", "never"]), default="never", show_default=True,
         help="initial: when the relay creates the slot, first publish the rows pending in its "
@@ -127,8 +128,8 @@ def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mod
 def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_pattern: str,
         dead_letter_topic: str, message_timeout: float, producer_config: tuple[str, ...],
         table: TableRef, columns: str | None, slot: str,
-        plugin: str, publication: str, status_interval: float, max_inflight: int,
-        pure_python_decoder: bool,
+        plugin: str | None, publication: str, status_interval: float, max_inflight: int,
+        pure_python: bool,
         message_format: str, header: tuple[str, ...], partition_column: str | None,
         cloudevents_source: str, snapshot: str,
         metrics_port: int | None, metrics_host: str, log_level: str, log_format: str,
@@ -139,12 +140,15 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
     from cdc_relay.wal.app import WalSettings, run_wal
 
     setup_logging(log_level, log_format)  # first: a config error is then a log line too
+    choose_paths(pure_python)
+    topic_pattern, dead_letter_topic = sink_topics(sink, topic_pattern, dead_letter_topic)
     other = sink_settings(sink, brokers, sink_config, producer_config, topic_pattern=topic_pattern,
-                          dead_letter_topic=dead_letter_topic, message_timeout=message_timeout)
+                          dead_letter_topic=dead_letter_topic, message_timeout=message_timeout,
+                          header=header, message_format=message_format)
     settings = WalSettings(
-        replication=ReplicationConfig(dsn=dsn, slot=slot, plugin=plugin, publication=publication,
-                                      status_interval=status_interval,
-                                      compiled_decoder=not pure_python_decoder, **continuity),
+        replication=ReplicationConfig(dsn=dsn, slot=slot, plugin=plugin or "pgoutput",
+                                      plugin_from_slot=plugin is None, publication=publication,
+                                      status_interval=status_interval, **continuity),
         outbox=outbox_config(table, columns),
         router=router_config(topic_pattern, dead_letter_topic, message_format, header,
                              partition_column, cloudevents_source),
@@ -187,6 +191,7 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
 @option("--no-pipeline", is_flag=True, default=False,
         help="Run a batch's marking UPDATE only once every ack is in, not while the acks "
              "are awaited (slower on a backlog; no helper thread).")
+@pure_python_option
 @message_options
 @click.option("--snapshot", "poll_snapshot", default=None, hidden=True, expose_value=True)
 @observability_options
@@ -194,7 +199,8 @@ def poll(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_
          dead_letter_topic: str, message_timeout: float, producer_config: tuple[str, ...],
          table: TableRef, columns: str | None, batch_size: int,
          interval: float, max_attempts: int, backoff_base: float, backoff_max: float, workers: int,
-         no_notify: bool, strict_order: bool, no_pipeline: bool, message_format: str, header: tuple[str, ...],
+         no_notify: bool, strict_order: bool, no_pipeline: bool, pure_python: bool,
+         message_format: str, header: tuple[str, ...],
          partition_column: str | None, cloudevents_source: str, poll_snapshot: str | None,
          metrics_port: int | None,
          metrics_host: str, log_level: str, log_format: str) -> int:
@@ -207,8 +213,11 @@ def poll(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_
                                "initial): polling mode publishes every pending row anyway")
 
     setup_logging(log_level, log_format)  # first: a config error is then a log line too
+    choose_paths(pure_python)
+    topic_pattern, dead_letter_topic = sink_topics(sink, topic_pattern, dead_letter_topic)
     other = sink_settings(sink, brokers, sink_config, producer_config, topic_pattern=topic_pattern,
-                          dead_letter_topic=dead_letter_topic, message_timeout=message_timeout)
+                          dead_letter_topic=dead_letter_topic, message_timeout=message_timeout,
+                          header=header, message_format=message_format)
     settings = PollSettings(
         poll=PollConfig(dsn=dsn, batch_size=batch_size, interval=interval,
                         max_attempts=max_attempts, backoff_base=backoff_base,
@@ -316,3 +325,6 @@ cli.add_command(slot)
 from cdc_relay.cli.demo import demo  # noqa: E402 - registered after the group
 
 cli.add_command(demo)
+from cdc_relay.cli.config_show import config  # noqa: E402 - registered after the group
+
+cli.add_command(config)

@@ -25,6 +25,7 @@ from cdc_relay.cli.options import (
     publication_option,
     sink_options,
     sink_settings,
+    sink_topics,
     slot_option,
     standby_dsn_option,
     table_option,
@@ -73,7 +74,7 @@ def status(dsn: str, slot: str, table: TableRef, columns: str | None, standby_ds
 @standby_dsn_option
 @format_option
 def doctor(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str | None,
-           producer_config: tuple[str, ...], slot: str, plugin: str, publication: str,
+           producer_config: tuple[str, ...], slot: str, plugin: str | None, publication: str,
            table: TableRef, columns: str | None, mode: str, topic_pattern: str,
            dead_letter_topic: str, exactly_once: bool, checkpoint_topic: str,
            standby_dsn: str | None, output_format: str) -> int:
@@ -83,6 +84,7 @@ def doctor(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str | Non
     from cdc_relay.ops.doctor.report import failed, format_checks, format_checks_json
 
     kafka = other = None
+    topic_pattern, dead_letter_topic = sink_topics(sink, topic_pattern, dead_letter_topic)
     if brokers:
         other = sink_settings(sink, brokers, sink_config, producer_config,
                               topic_pattern=topic_pattern, dead_letter_topic=dead_letter_topic,
@@ -93,7 +95,9 @@ def doctor(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str | Non
     elif sink != "kafka":
         raise ConfigError(f"doctor --sink {sink} needs --brokers (the address the relay uses)")
     checks = run_doctor(DoctorOptions(dsn=dsn, outbox=outbox_config(table, columns), slot=slot,
-                                      plugin=plugin, publication=publication, mode=mode,
+                                      plugin=plugin or "pgoutput",
+                                      plugin_from_slot=plugin is None,
+                                      publication=publication, mode=mode,
                                       kafka=kafka, sink=other, standby_dsn=standby_dsn))
     if exactly_once:
         from cdc_relay.ops.doctor.gather_exactly_once import run_exactly_once_checks

@@ -1,22 +1,27 @@
-"""The CLI's plumbing: option types, shared options, config-file layering, error exit.
+"""The CLI's plumbing: option types, shared options, secrets from files, error exit.
 
 Owns how a value reaches a command - flag > ``CDC_RELAY_*`` environment variable >
 ``--config`` TOML file > default (click's own precedence: the file becomes the
-context's ``default_map``) - and how any failure becomes one line on stderr with a named
-exit code. It must not contain command logic; commands live in cli/main.py, cli/ops.py
-and cli/demo.py and call a composition root (wal/app.py, polling/app.py, ...).
+context's ``default_map``; the file itself is cli/config_file.py) - and how any failure
+becomes one line on stderr with a named exit code. It must not contain command logic;
+commands live in cli/main.py, cli/ops.py and cli/demo.py and call a composition root
+(wal/app.py, polling/app.py, ...).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
+from cdc_relay import accel
+from cdc_relay.cli.config_file import FILE_KEYS, config_first, file_says_json
+from cdc_relay.cli.config_file import load_config_file as load_config_file  # re-exported
 from cdc_relay.cloudevents import DEFAULT_SOURCE as DEFAULT_CLOUDEVENTS_SOURCE
 from cdc_relay.config import (
     MESSAGE_FORMATS,
@@ -29,9 +34,10 @@ from cdc_relay.config import (
     validate_identifier,
 )
 from cdc_relay.errors import ConfigError, ExitCode, RelayError, mask_secrets
-from cdc_relay.logs import JsonFormatter
+from cdc_relay.logs import DEFERRED_WARNINGS, JsonFormatter, setup_logging
 from cdc_relay.sink.config import SINK_KINDS, parse_nats, parse_rabbitmq
 from cdc_relay.sink.factory import OtherSink
+from cdc_relay.sink.sqs_config import parse_sqs, sqs_topics
 
 F = TypeVar("F", bound=Callable[..., Any])
 ENV_PREFIX = "CDC_RELAY_"
@@ -43,8 +49,8 @@ class DurationType(click.ParamType):  # type: ignore[type-arg]
     name = "duration"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        if isinstance(value, int | float):
-            return float(value)
+        if isinstance(value, int | float):  # a number from the config file: no unit
+            value = str(value)
         try:
             return parse_duration(value)
         except ConfigError as exc:
@@ -82,11 +88,32 @@ TABLE = TableType()
 IDENTIFIER = IdentifierType()
 
 
+class FileEnvOption(click.Option):
+    """An option whose ``CDC_RELAY_<NAME>`` may also be given as ``CDC_RELAY_<NAME>_FILE``:
+    the path of a file holding the value (a mounted secret; one trailing newline dropped)."""
+
+    def resolve_envvar_value(self, ctx: click.Context) -> str | None:
+        value = super().resolve_envvar_value(ctx)
+        if value is not None or not isinstance(self.envvar, str):
+            return value
+        variable = self.envvar + "_FILE"
+        path = os.environ.get(variable)
+        if not path:
+            return None
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise click.BadParameter(f"cannot read {variable}={path}: {exc.strerror}",
+                                     ctx=ctx, param=self) from exc
+        return text[:-1] if text.endswith("\n") else text
+
+
 def option(*decls: str, **attrs: Any) -> Callable[[F], F]:
-    """``click.option`` with ``CDC_RELAY_<NAME>`` as its environment variable."""
+    """``click.option`` with ``CDC_RELAY_<NAME>`` (or ``..._FILE``) as its environment variable."""
     long_name = next(d for d in decls if d.startswith("--")).lstrip("-").split("/")[0]
     attrs.setdefault("envvar", ENV_PREFIX + long_name.replace("-", "_").upper())
     attrs.setdefault("show_envvar", True)
+    attrs.setdefault("cls", FileEnvOption)
     return click.option(*decls, **attrs)
 
 
@@ -106,7 +133,8 @@ def columns_option(f: F) -> F:
 
 
 BROKERS_HELP = ("Broker address in the sink's form: HOST:PORT[,...] (kafka), "
-                "amqp://USER:PASSWORD@HOST:PORT/VHOST (rabbitmq), nats://HOST:PORT[,...] (nats).")
+                "amqp://USER:PASSWORD@HOST:PORT/VHOST (rabbitmq), nats://HOST:PORT[,...] (nats), "
+                "sqs://REGION or http[s]://HOST:PORT (sqs).")
 
 
 def brokers_option(f: F) -> F:
@@ -116,24 +144,32 @@ def brokers_option(f: F) -> F:
 def sink_options(f: F) -> F:
     """``--sink`` and ``--sink-config`` (docs/sinks.md)."""
     f = option("--sink-config", multiple=True, metavar="KEY=VALUE",
-               help="A RabbitMQ or NATS sink setting (repeatable), e.g. exchange=outbox, "
-                    "stream=OUTBOX; see docs/sinks.md.")(f)
+               help="A RabbitMQ, NATS or SQS sink setting (repeatable), e.g. exchange=outbox, "
+                    "stream=OUTBOX, region=eu-west-1; see docs/sinks.md.")(f)
     return option("--sink", type=click.Choice(list(SINK_KINDS)), default="kafka",
                   show_default=True, help="The broker to publish to.")(f)
 
 
 _ADDRESS_SINKS = (("amqp://", "rabbitmq"), ("amqps://", "rabbitmq"), ("nats://", "nats"),
-                  ("tls://", "nats"))
+                  ("tls://", "nats"), ("sqs://", "sqs"))
+
+
+def sink_topics(sink: str, topic_pattern: str, dead_letter_topic: str) -> tuple[str, str]:
+    """The topic pattern and dead-letter topic for the sink: SQS swaps Kafka's defaults for its
+    own (docs/sinks.md), which Kafka's are not legal queue names."""
+    return sqs_topics(topic_pattern, dead_letter_topic) if sink == "sqs" else (
+        topic_pattern, dead_letter_topic)
 
 
 def sink_settings(sink: str, brokers: str, sink_config: tuple[str, ...],
                   producer_config: tuple[str, ...], *, topic_pattern: str,
-                  dead_letter_topic: str, message_timeout: float) -> OtherSink | None:
+                  dead_letter_topic: str, message_timeout: float,
+                  header: tuple[str, ...] = (), message_format: str = "raw") -> OtherSink | None:
     """The RabbitMQ/NATS config of the sink options; None for Kafka (its config is KafkaConfig)."""
     timeout_ms = int(message_timeout * 1000)
     if sink == "kafka":
         if sink_config:
-            raise ConfigError("--sink-config is for the rabbitmq and nats sinks; Kafka producer "
+            raise ConfigError("--sink-config is for the rabbitmq, nats and sqs sinks; Kafka producer "
                               "settings go in --producer-config KEY=VALUE")
         for prefix, other in _ADDRESS_SINKS:
             if brokers.strip().lower().startswith(prefix):
@@ -143,6 +179,11 @@ def sink_settings(sink: str, brokers: str, sink_config: tuple[str, ...],
     if producer_config:
         raise ConfigError(f"--producer-config is for the Kafka sink; {sink} settings go in "
                           "--sink-config KEY=VALUE (see docs/sinks.md)")
+    if sink == "sqs":
+        return parse_sqs(brokers, sink_config, topic_pattern=topic_pattern,
+                         dead_letter_topic=dead_letter_topic, message_timeout_ms=timeout_ms,
+                         header_names=[parse_header_option(h)[1] for h in header],
+                         message_format=message_format)
     if sink == "rabbitmq":
         return parse_rabbitmq(brokers, sink_config, dead_letter_topic=dead_letter_topic,
                               message_timeout_ms=timeout_ms)
@@ -197,8 +238,9 @@ def slot_option(f: F) -> F:
 
 
 def plugin_option(f: F) -> F:
-    return option("--plugin", type=click.Choice(["wal2json", "pgoutput"]), default="wal2json",
-                  show_default=True, help="Logical decoding output plugin.")(f)
+    return option("--plugin", type=click.Choice(["wal2json", "pgoutput"]), default=None,
+                  help="Logical decoding output plugin [default: an existing slot's plugin, "
+                       "else pgoutput].")(f)
 
 
 def publication_option(f: F) -> F:
@@ -214,6 +256,38 @@ def format_option(f: F) -> F:
 def outbox_config(table: TableRef, columns: str | None) -> OutboxConfig:
     """The OutboxConfig of ``--table`` and ``--columns``."""
     return OutboxConfig(table=table, columns=parse_columns(columns))
+
+
+_ALIAS_USED = "cdc_relay.pure_python_decoder"
+
+
+def pure_python_option(f: F) -> F:
+    """``--pure-python`` (and its deprecated spelling ``--pure-python-decoder``)."""
+    f = option("--pure-python-decoder", is_flag=True, hidden=True, expose_value=False,
+               callback=_alias_used)(f)
+    # envvar=None: accel.py reads CDC_RELAY_PURE_PYTHON itself (it also takes a list)
+    return option("--pure-python", is_flag=True, default=False, envvar=None,
+                  help="Run every path in pure Python even where the compiled ones are built "
+                       "(same messages, more CPU per event); also CDC_RELAY_PURE_PYTHON=1.")(f)
+
+
+def _alias_used(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        ctx.meta[_ALIAS_USED] = True
+
+
+def choose_paths(pure_python: bool) -> None:
+    """The process's one choice of compiled or pure paths (cdc_relay/accel.py), made before
+    anything is built and logged (so after setup_logging); ConfigError for a bad
+    CDC_RELAY_PURE_PYTHON."""
+    ctx = click.get_current_context(silent=True)
+    alias = ctx is not None and bool(ctx.meta.get(_ALIAS_USED))
+    if alias:
+        logging.getLogger("cdc_relay.cli").warning(
+            "--pure-python-decoder is deprecated: use --pure-python (it turns off every "
+            "compiled path, not only the decoders)")
+    accel.choose(pure_python or alias)
+    accel.log_choice()
 
 
 def standby_dsn_option(f: F) -> F:
@@ -235,101 +309,15 @@ def observability_options(f: F) -> F:
     return f
 
 
-# -- config file -----------------------------------------------------------------------
-
-def _leaf_commands(group: click.Group, path: tuple[str, ...] = ()) -> Iterator[
-        tuple[tuple[str, ...], click.Command]]:
-    for name, command in group.commands.items():
-        if isinstance(command, click.Group):
-            yield from _leaf_commands(command, (*path, name))
-        else:
-            yield (*path, name), command
-
-
-def _param_names(command: click.Command) -> set[str]:
-    return {p.name for p in command.params if isinstance(p, click.Option) and p.name}
-
-
-def _normalise(key: str) -> str:
-    return key.replace("-", "_")
-
-
-def _to_option_value(value: Any) -> Any:
-    # [producer_config] / [sink_config] as a TOML table → ("key=value", ...) like the repeated flag.
-    if isinstance(value, dict):
-        return tuple(f"{k}={v}" for k, v in value.items())
-    return value
-
-
-def load_config_file(path: str, group: click.Group) -> dict[str, Any]:
-    """Read a TOML file into a click ``default_map`` for every (sub)command.
-
-    Top-level keys apply to each command that has that option; ``[run]``, ``[poll]``,
-    ``[dead-letters.list]``… sections to one command. Unknown keys are errors.
-    """
-    data = _read_toml(path)
-    leaves = dict(_leaf_commands(group))
-    by_name = {" ".join(p): c for p, c in leaves.items()} | {".".join(p): c for p, c in leaves.items()}
-    all_params = set().union(*(_param_names(c) for c in leaves.values()))
-    shared: dict[str, Any] = {}
-    sections: dict[tuple[str, ...], dict[str, Any]] = {}
-
-    def section(prefix: tuple[str, ...], table: dict[str, Any]) -> None:
-        for key, value in table.items():
-            name = _normalise(key)
-            path_ = (*prefix, key)
-            if isinstance(value, dict) and name not in ("producer_config", "sink_config"):
-                section(path_, value)
-                continue
-            command_path = tuple(prefix)
-            if not command_path:
-                if name not in all_params:
-                    raise ConfigError(f"unknown key {key!r} in config file {path}")
-                shared[name] = _to_option_value(value)
-                continue
-            command = by_name.get(".".join(command_path))
-            if command is None:
-                raise ConfigError(f"unknown section [{'.'.join(command_path)}] in config file {path}")
-            if name not in _param_names(command):
-                raise ConfigError(
-                    f"unknown key {key!r} in section [{'.'.join(command_path)}] of {path}"
-                )
-            sections.setdefault(command_path, {})[name] = _to_option_value(value)
-
-    section((), data)
-    return _default_map(leaves, shared, sections)
-
-
-def _read_toml(path: str) -> dict[str, Any]:
-    import tomllib  # only with --config: start-up without it does not pay for the parser
-
-    try:
-        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
-
-
-def _default_map(leaves: dict[tuple[str, ...], click.Command], shared: dict[str, Any],
-                 sections: dict[tuple[str, ...], dict[str, Any]]) -> dict[str, Any]:
-    """Click's nested ``default_map``: shared keys a command has, then its own section's."""
-    default_map: dict[str, Any] = {}
-    for command_path, command in leaves.items():
-        values = {k: v for k, v in shared.items() if k in _param_names(command)}
-        values.update(sections.get(command_path, {}))
-        node = default_map
-        for part in command_path[:-1]:
-            node = node.setdefault(part, {})
-        node[command_path[-1]] = values
-    return default_map
-
-
 # -- error exit ------------------------------------------------------------------------
+
+def _json_logging() -> bool:
+    return any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers)
+
 
 def _fail(message: str, code: int) -> int:
     message = mask_secrets(message)
-    if any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers):
+    if _json_logging():
         # --log-format json: stderr carries JSON lines only, the final error included.
         logging.getLogger("cdc_relay").error(message, extra={"exit_code": int(code)})
     else:
@@ -337,14 +325,64 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
+def _wants_json(args: list[str]) -> bool:
+    """--log-format json (flag, environment or config file): then even a usage error is a
+    JSON line."""
+    config = os.environ.get("CDC_RELAY_CONFIG")
+    for i, arg in enumerate(args):
+        if arg == "--log-format=json" or (arg == "--log-format" and args[i + 1:i + 2] == ["json"]):
+            return True
+        if arg == "--config" and i + 1 < len(args):
+            config = args[i + 1]
+        elif arg.startswith("--config="):
+            config = arg.partition("=")[2]
+    if ENV_PREFIX + "LOG_FORMAT" in os.environ:
+        return os.environ[ENV_PREFIX + "LOG_FORMAT"].strip().lower() == "json"
+    return config is not None and file_says_json(config)
+
+
+def _file_value_error(exc: click.BadParameter) -> str | None:
+    """A bad value that came from the config file: the message names the file and the key."""
+    from click.core import ParameterSource
+
+    param, ctx = exc.param, exc.ctx
+    if param is None or ctx is None or param.name is None:
+        return None
+    if ctx.get_parameter_source(param.name) is not ParameterSource.DEFAULT_MAP:
+        return None
+    where = FILE_KEYS.get(param.name)
+    if where is None:
+        return None
+    return f"config file {where[0]}, key {where[1]}: {exc.message}"
+
+
 def run_cli(group: click.Group, args: list[str] | None = None) -> int:
     """Run the click group; map every failure to one stderr line and a named exit code."""
+    args = config_first(sys.argv[1:] if args is None else list(args))
+    if _wants_json(args):
+        setup_logging("info", "json")
+    try:
+        code = _run(group, args)
+    finally:
+        while DEFERRED_WARNINGS:  # the command set up no logging (or failed before it)
+            warning = DEFERRED_WARNINGS.pop(0)
+            if _json_logging():
+                logging.getLogger("cdc_relay.config").warning("%s", warning)
+            else:
+                click.echo(f"cdc-relay: warning: {warning}", err=True)
+    return code
+
+
+def _run(group: click.Group, args: list[str]) -> int:
     try:
         result = group.main(args=args, prog_name="cdc-relay", standalone_mode=False)
     except click.exceptions.NoArgsIsHelpError as exc:
         click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
         return ExitCode.USAGE
     except click.UsageError as exc:
+        from_file = _file_value_error(exc) if isinstance(exc, click.BadParameter) else None
+        if from_file is not None:
+            return _fail(from_file, ExitCode.USAGE)
         where = f"{exc.ctx.command_path}: " if exc.ctx else ""
         hint = ""
         if isinstance(exc, click.MissingParameter) and exc.param is not None:

@@ -11,8 +11,8 @@
  * last answer, so a decline or a pure-path row in between never makes it stale. Also the
  * module set-up both share (outbox_module: the Reader type's common slots), and Decode,
  * the decoder's entry point both modules export: ``Decode(fast, slow, lsn_class)`` called
- * with (payload, position) makes the position an Lsn (without Python code: a copy of the
- * int's digits into an Lsn, as int's own subclass constructor does), remembers the last
+ * with (payload, position) makes the position an Lsn (without Python code: int's own
+ * constructor for subclasses, called directly), remembers the last
  * non-zero one (``position``: the decoder's errors name it for messages that carry none),
  * and returns ``fast(payload, lsn)`` unless that is None, then ``slow(payload, lsn)``.
  *
@@ -142,24 +142,19 @@ typedef struct {
     PyObject *position; /* the last non-zero position (an int) */
 } Decode;
 
-/* ``position`` (an int) as an Lsn: a new reference, NULL with an exception set. */
+/* ``position`` (an int) as an Lsn: a new reference, NULL with an exception set. Through
+ * int's own constructor for subclasses (``lsn->tp_new``, public API), without the class
+ * call's argument parsing and __init__ look-up around it. */
 static PyObject *decode_lsn(PyTypeObject *lsn, PyObject *position)
 {
     if (Py_IS_TYPE(position, lsn))
         return Py_NewRef(position);
-#if PY_VERSION_HEX < 0x030C0000 /* the digits layout of 3.11's PyLongObject */
-    if (PyLong_CheckExact(position)) {
-        Py_ssize_t size = Py_SIZE(position), n = size < 0 ? -size : size;
-        PyLongObject *out = (PyLongObject *)lsn->tp_alloc(lsn, n == 0 ? 1 : n);
-        if (out == NULL)
-            return NULL;
-        Py_SET_SIZE(out, size);
-        memcpy(out->ob_digit, ((PyLongObject *)position)->ob_digit,
-               (size_t)(n == 0 ? 1 : n) * sizeof(digit));
-        return (PyObject *)out;
-    }
-#endif
-    return PyObject_CallOneArg((PyObject *)lsn, position);
+    PyObject *args = PyTuple_Pack(1, position);
+    if (args == NULL)
+        return NULL;
+    PyObject *out = lsn->tp_new(lsn, args, NULL);
+    Py_DECREF(args);
+    return out;
 }
 
 static PyObject *decode_call(Decode *self, PyObject *const *args, size_t nargsf,
@@ -178,11 +173,7 @@ static PyObject *decode_call(Decode *self, PyObject *const *args, size_t nargsf,
     PyObject *lsn = decode_lsn(self->lsn, position);
     if (lsn == NULL)
         return NULL;
-#if PY_VERSION_HEX < 0x030C0000
-    int nonzero = Py_SIZE(position) != 0; /* 3.11: an int's size is its digit count, signed */
-#else
     int nonzero = PyObject_IsTrue(position); /* an int: never fails */
-#endif
     if (nonzero)
         Py_SETREF(self->position, Py_NewRef(lsn));
     PyObject *call[3] = {NULL, args[0], lsn};
@@ -239,6 +230,7 @@ static int decode_traverse(Decode *self, visitproc visit, void *arg)
 
 static int decode_clear(Decode *self)
 {
+    self->vectorcall = NULL; /* a call after this goes to the tp_call entry, which refuses */
     Py_CLEAR(self->fast);
     Py_CLEAR(self->slow);
     Py_CLEAR(self->lsn);
@@ -312,7 +304,8 @@ static PyObject *outbox_module(struct PyModuleDef *def, PyTypeObject *type, Py_s
     }
     PyObject *m = PyModule_Create(def);
     if (m != NULL && (PyModule_AddObjectRef(m, "Reader", (PyObject *)type) < 0
-                      || PyModule_AddObjectRef(m, "Decode", (PyObject *)&DecodeType) < 0))
+                      || PyModule_AddObjectRef(m, "Decode", (PyObject *)&DecodeType) < 0
+                      || slots_export(m, "OUTBOX_FIELDS", outbox_fields, EV_FIELDS) < 0))
         Py_CLEAR(m);
     return m;
 }

@@ -204,11 +204,13 @@ static int unpack_plan(PyObject *plan, PyObject **slots, long *ncols, long *nfie
     return 0;
 }
 
-/* The relation id's plan (borrowed), NULL if none (or with an exception set). */
+/* The relation id's plan (a new reference: the key's release, unpacking the plan and the
+ * event's allocation may run Python code that changes ``plans``), NULL if none (or with an
+ * exception set). */
 static PyObject *plan_of(PyObject *plans, const unsigned char *buf) {
     PyObject *key = PyLong_FromUnsignedLong(be32(buf + 1));
     if (key == NULL) return NULL;
-    PyObject *plan = PyDict_GetItemWithError(plans, key);
+    PyObject *plan = Py_XNewRef(PyDict_GetItemWithError(plans, key));
     Py_DECREF(key);
     return plan;
 }
@@ -248,9 +250,9 @@ static PyObject *reader_insert(Reader *self, PyObject *const *args, Py_ssize_t n
         out = Py_NewRef(Py_None);
     } else if ((plan = plan_of(self->plans, buf)) == NULL) {
         if (!PyErr_Occurred()) out = Py_NewRef(Py_None);
-    } else if (unpack_plan(plan, &slots, &ncols, &nfields, &aliases) == 0) {
-        Py_INCREF(plan); /* the event's allocation may run the GC: keep the borrowed plan */
-        out = parse(self, buf, view.len, slots, ncols, nfields, aliases, args[1]);
+    } else {
+        if (unpack_plan(plan, &slots, &ncols, &nfields, &aliases) == 0)
+            out = parse(self, buf, view.len, slots, ncols, nfields, aliases, args[1]);
         Py_DECREF(plan);
     }
     PyBuffer_Release(&view);

@@ -62,31 +62,16 @@ PyDoc_STRVAR(route_doc,
 "The Message of ``event``, exactly as the Python route builds it; the Python route's\n"
 "answer (or exception) for everything but the plain case.");
 
-static PyObject *route_route(Route *self, PyObject *event)
+/* The Message of the plain case, from the event's texts and the cached ``entry`` (all
+ * strong references the caller holds: an allocation here may run the garbage collector,
+ * and a finalizer may change the event's slots or clear the cache). NULL with no exception
+ * set when the Python route must decide (a text that is not UTF-8 encodable). */
+static PyObject *plain_message(Route *self, PyObject *const *f, PyObject *entry)
 {
-    if (!Py_IS_TYPE(event, self->event))
-        return PyObject_CallOneArg(self->fallback, event);
-    PyObject *f[EV_FIELDS];
-    for (int k = 0; k < EV_FIELDS; k++)
-        if ((f[k] = FIELD(event, self->event_offset[k])) == NULL) /* unset: let Python say */
-            return PyObject_CallOneArg(self->fallback, event);
-    if (f[EV_TRACEPARENT] != Py_None || !PyTuple_CheckExact(f[EV_EXTRA])
-        || PyTuple_GET_SIZE(f[EV_EXTRA]) != 0 || !PyUnicode_CheckExact(f[EV_AGGREGATE_TYPE])
-        || !PyUnicode_CheckExact(f[EV_EVENT_TYPE]) || !PyUnicode_CheckExact(f[EV_ID])
-        || !PyUnicode_CheckExact(f[EV_AGGREGATE_ID]))
-        return PyObject_CallOneArg(self->fallback, event);
-    PyObject *entry = cached(self, f[EV_AGGREGATE_TYPE], f[EV_EVENT_TYPE]);
-    if (entry == NULL) {
-        if (PyErr_Occurred())
-            return NULL;
-        return PyObject_CallOneArg(self->fallback, event);
-    }
     PyObject *key = utf8(f[EV_AGGREGATE_ID]), *id = NULL, *id_header = NULL, *headers = NULL;
     if (key == NULL || (id = utf8(f[EV_ID])) == NULL) {
         Py_XDECREF(key);
-        if (PyErr_Occurred())
-            return NULL;
-        return PyObject_CallOneArg(self->fallback, event);
+        return NULL;
     }
     if ((id_header = PyTuple_Pack(2, self->id_name, id)) == NULL
         || (headers = PyList_New(3)) == NULL)
@@ -109,10 +94,50 @@ static PyObject *route_route(Route *self, PyObject *event)
     return message;
 error:
     Py_DECREF(key);
-    Py_DECREF(id);
+    Py_XDECREF(id);
     Py_XDECREF(id_header);
     Py_XDECREF(headers);
     return NULL;
+}
+
+/* The event's fields plain_message reads. */
+enum { USED = 4 };
+static const int used_fields[USED] = {EV_ID, EV_AGGREGATE_ID, EV_PAYLOAD, EV_CREATED_AT_MS};
+
+static PyObject *route_route(Route *self, PyObject *event)
+{
+    if (self->fallback == NULL) { /* Route.__new__ without __init__, or cleared */
+        PyErr_SetString(PyExc_TypeError, "Route is not initialised");
+        return NULL;
+    }
+    if (!Py_IS_TYPE(event, self->event))
+        return PyObject_CallOneArg(self->fallback, event);
+    PyObject *f[EV_FIELDS];
+    for (int k = 0; k < EV_FIELDS; k++)
+        if ((f[k] = FIELD(event, self->event_offset[k])) == NULL) /* unset: let Python say */
+            return PyObject_CallOneArg(self->fallback, event);
+    if (f[EV_TRACEPARENT] != Py_None || !PyTuple_CheckExact(f[EV_EXTRA])
+        || PyTuple_GET_SIZE(f[EV_EXTRA]) != 0 || !PyUnicode_CheckExact(f[EV_AGGREGATE_TYPE])
+        || !PyUnicode_CheckExact(f[EV_EVENT_TYPE]) || !PyUnicode_CheckExact(f[EV_ID])
+        || !PyUnicode_CheckExact(f[EV_AGGREGATE_ID]))
+        return PyObject_CallOneArg(self->fallback, event);
+    PyObject *entry = cached(self, f[EV_AGGREGATE_TYPE], f[EV_EVENT_TYPE]);
+    if (entry == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        return PyObject_CallOneArg(self->fallback, event);
+    }
+    /* from here on allocations happen: hold what they read */
+    Py_INCREF(entry);
+    for (int k = 0; k < USED; k++)
+        Py_INCREF(f[used_fields[k]]);
+    PyObject *message = plain_message(self, f, entry);
+    for (int k = 0; k < USED; k++)
+        Py_DECREF(f[used_fields[k]]);
+    Py_DECREF(entry);
+    if (message != NULL || PyErr_Occurred())
+        return message;
+    return PyObject_CallOneArg(self->fallback, event);
 }
 
 static int route_init(Route *self, PyObject *args, PyObject *kwargs)
@@ -153,7 +178,7 @@ static int route_traverse(Route *self, visitproc visit, void *arg)
 }
 
 static int route_clear(Route *self)
-{
+{ /* route() refuses once fallback is NULL */
     Py_CLEAR(self->cache);
     Py_CLEAR(self->fallback);
     Py_CLEAR(self->event);
@@ -201,7 +226,9 @@ PyMODINIT_FUNC PyInit__croute(void)
     if (PyType_Ready(&RouteType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddObjectRef(m, "Route", (PyObject *)&RouteType) < 0)
+    if (m != NULL && (PyModule_AddObjectRef(m, "Route", (PyObject *)&RouteType) < 0
+                      || slots_export(m, "OUTBOX_FIELDS", outbox_fields, EV_FIELDS) < 0
+                      || slots_export(m, "MESSAGE_FIELDS", message_fields, M_FIELDS) < 0))
         Py_CLEAR(m);
     return m;
 }

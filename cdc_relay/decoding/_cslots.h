@@ -60,6 +60,23 @@ static Py_ssize_t slot_offset(PyTypeObject *type, const char *name)
     return member->offset;
 }
 
+/* ``fields`` as a tuple of str (a new reference), or NULL. */
+static PyObject *field_names(const char *const *fields, int count)
+{
+    PyObject *names = PyTuple_New(count);
+    if (names == NULL)
+        return NULL;
+    for (int k = 0; k < count; k++) {
+        PyObject *name = PyUnicode_FromString(fields[k]);
+        if (name == NULL) {
+            Py_DECREF(names);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(names, k, name);
+    }
+    return names;
+}
+
 /* Check that ``cls`` is the slots dataclass of exactly ``fields`` (``count`` of them, in
  * order) and put each one's slot offset into ``offset``: 0, or -1 with TypeError naming
  * ``owner``, the C code that must change with the class. */
@@ -78,17 +95,9 @@ static int slots_class(PyObject *cls, const char *const *fields, int count, Py_s
                      type->tp_name);
         return -1;
     }
-    PyObject *expected = PyTuple_New(count), *slots;
+    PyObject *expected = field_names(fields, count), *slots;
     if (expected == NULL)
         return -1;
-    for (int k = 0; k < count; k++) {
-        PyObject *name = PyUnicode_FromString(fields[k]);
-        if (name == NULL) {
-            Py_DECREF(expected);
-            return -1;
-        }
-        PyTuple_SET_ITEM(expected, k, name);
-    }
     slots = PyDict_GetItemString(type->tp_dict, "__slots__"); /* borrowed */
     int same = slots == NULL ? 0 : PyObject_RichCompareBool(slots, expected, Py_EQ);
     Py_DECREF(expected);
@@ -108,6 +117,20 @@ static int slots_class(PyObject *cls, const char *const *fields, int count, Py_s
         if ((offset[k] = slot_offset(type, fields[k])) < 0)
             return -1;
     return 0;
+}
+
+/* Add ``fields`` to ``module`` as the tuple ``attr`` (OUTBOX_FIELDS, MESSAGE_FIELDS):
+ * cdc_relay/accel.py compares it with cdc_relay/model.py before it uses the module, so a
+ * field added there takes the pure path with a warning instead of failing here. 0 or -1. */
+static int slots_export(PyObject *module, const char *attr, const char *const *fields,
+                        int count)
+{
+    PyObject *names = field_names(fields, count);
+    if (names == NULL)
+        return -1;
+    int status = PyModule_AddObjectRef(module, attr, names);
+    Py_DECREF(names);
+    return status;
 }
 
 #endif /* CDC_RELAY_CSLOTS_H */

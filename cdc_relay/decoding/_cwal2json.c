@@ -640,6 +640,21 @@ static int scan_document(Scan *sc, Want *w, Py_ssize_t *ncols)
     return 0;
 }
 
+/* An escaped string's text as bytes (``as_bytes``) or str, unescaped through a buffer on
+ * the stack unless it is long (the unescaped text is never longer than the escaped). */
+static PyObject *unescaped(const Value *v, int as_bytes)
+{
+    unsigned char small[512], *buf = small;
+    if (v->n > (Py_ssize_t)sizeof small && (buf = PyMem_Malloc((size_t)v->n)) == NULL)
+        return PyErr_NoMemory();
+    Py_ssize_t n = unescape(v, buf);
+    PyObject *out = as_bytes ? PyBytes_FromStringAndSize((const char *)buf, n)
+                             : PyUnicode_DecodeUTF8((const char *)buf, n, NULL);
+    if (buf != small)
+        PyMem_Free(buf);
+    return out;
+}
+
 /* A required value as text (a string, or an int whose token is Python's str of it) in
  * *out: 0, or 1 to decline (another kind, or an int orjson may not read as this text),
  * or -1 on an error. */
@@ -657,21 +672,8 @@ static int text_of(const Value *v, int as_bytes, PyObject **out)
     else if (!v->escaped)
         *out = as_bytes ? PyBytes_FromStringAndSize((const char *)v->s, v->n)
                         : PyUnicode_DecodeUTF8((const char *)v->s, v->n, NULL);
-    else {
-        PyObject *bytes = PyBytes_FromStringAndSize(NULL, v->n);
-        if (bytes == NULL)
-            return -1;
-        Py_ssize_t n = unescape(v, (unsigned char *)PyBytes_AS_STRING(bytes));
-        if (as_bytes) {
-            if (_PyBytes_Resize(&bytes, n) < 0)
-                return -1;
-            *out = bytes;
-        }
-        else {
-            *out = PyUnicode_DecodeUTF8(PyBytes_AS_STRING(bytes), n, NULL);
-            Py_DECREF(bytes);
-        }
-    }
+    else
+        *out = unescaped(v, as_bytes);
     return *out == NULL ? -1 : 0;
 }
 
@@ -901,6 +903,10 @@ static int reader_plan(Reader *self, PyObject *plan, PyObject *carried)
 /* The plans (and the column count they are for) row(payload, wal_start) reads by. */
 static int reader_set_plan(Reader *self, PyObject *plan, PyObject *carried, PyObject *ncols)
 {
+    if (self->texts == NULL || self->want.nslots == 0 || self->outbox.type == NULL) {
+        PyErr_SetString(PyExc_TypeError, "Reader: the Reader is not initialised");
+        return -1;
+    }
     Py_ssize_t count = PyLong_AsSsize_t(ncols);
     if (count == -1 && PyErr_Occurred())
         return -1;

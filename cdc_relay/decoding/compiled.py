@@ -1,17 +1,14 @@
-"""The import of an optional compiled fast path (docs/design.md, "The compiled decoders").
+"""The types of the compiled decoders' entry point (docs/design.md, "The compiled decoders").
 
-Owns: what a ``compiled`` setting means for one extension module (this package's, or
-cdc_relay.sink's delivery reports): None imports it when it is built, False never, True
-requires it (ImportError naming it).
+Owns: ``DecodeFunction`` (a decoder's decode) and the shape of the ``Decode`` class both
+compiled decoder modules export. Which path runs is cdc_relay/accel.py's choice.
 
-Must not: build anything, or hide an ImportError that ``compiled=True`` asked to see.
+Must not: import an extension (accel.py does), or hold any state.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
-from types import ModuleType
 from typing import Protocol
 
 from cdc_relay.model import Change, Lsn, OutboxEvent
@@ -38,19 +35,3 @@ DecodeClass = Callable[
     [Callable[[bytes | memoryview, Lsn], OutboxEvent | None],
      Callable[[bytes | memoryview, Lsn], Change | None], type[Lsn]],
     CompiledDecode]
-
-
-def compiled_extension(name: str, what: str, compiled: bool | None, *,
-                       package: str = "cdc_relay.decoding") -> ModuleType | None:
-    """``<package>.<name>`` per the ``compiled`` setting, or None (pure path)."""
-    if compiled is False:
-        return None
-    try:
-        return importlib.import_module(f"{package}.{name}")
-    except ImportError as exc:
-        if compiled:
-            raise ImportError(
-                f"the compiled {what} ({package}.{name}) is not built: reinstall "
-                "cdc-relay where a C compiler and the Python headers are available"
-            ) from exc
-        return None

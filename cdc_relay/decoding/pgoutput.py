@@ -56,8 +56,9 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from cdc_relay import accel
 from cdc_relay.config import TableRef
-from cdc_relay.decoding.compiled import CompiledDecode, DecodeFunction, compiled_extension
+from cdc_relay.decoding.compiled import CompiledDecode, DecodeFunction
 from cdc_relay.decoding.envelope import decode_envelope
 from cdc_relay.decoding.values import TimestampParser
 from cdc_relay.errors import DecodeError
@@ -143,14 +144,13 @@ class PgOutputDecoder:
                  "_relations", "_table", "_timestamps", "_xid")
 
     def __init__(self, table: TableRef, columns: OutboxColumns,
-                 extra_columns: tuple[str, ...] = (), *, compiled: bool | None = None) -> None:
-        """``compiled``: None uses the compiled fast path when it is built, False never,
-        True requires it (ImportError when it is not built)."""
+                 extra_columns: tuple[str, ...] = ()) -> None:
+        """The compiled fast path is used where the process's choice allows (accel.py)."""
         self._table = table
         # The fast path's view of the outbox relations; changed in place, never replaced
         # (the compiled Reader holds this dict).
         self._plans: dict[int, _Plan] = {}
-        self._compiled_entry = _compiled_entry(self._plans, self._decode, compiled)
+        self._compiled_entry = _compiled_entry(self._plans, self._decode)
         self._entry: DecodeFunction = self._compiled_entry or self._decode
         # Column names in OutboxEvent field order; created_at sixth (may be "": none), then
         # the carried columns: the named extras (required), then the trace columns (optional).
@@ -171,7 +171,7 @@ class PgOutputDecoder:
         # last of a write (Relation, Type, a Begin followed by Origin); errors about those
         # name this position instead.
         self._position = Lsn(0)
-        self._timestamps = TimestampParser(compiled=compiled)
+        self._timestamps = TimestampParser()
 
     @property
     def compiled(self) -> bool:
@@ -400,11 +400,10 @@ class PgOutputDecoder:
             raise self._error(wal_start, f"bad value in {relation.name}: {exc}") from exc
 
 
-def _compiled_entry(plans: dict[int, _Plan], slow: DecodeFunction, compiled: bool | None
-                    ) -> CompiledDecode | None:
+def _compiled_entry(plans: dict[int, _Plan], slow: DecodeFunction) -> CompiledDecode | None:
     """The entry point that tries the compiled fast path over ``plans`` before ``slow``, per
-    the ``compiled`` setting; None for the pure path."""
-    module = compiled_extension("_cpgoutput", "pgoutput decoder", compiled)
+    the process's choice (accel.py); None for the pure path."""
+    module = accel.extension("_cpgoutput")
     if module is None:
         return None
     entry: CompiledDecode = module.Decode(module.Reader(plans, OutboxEvent).insert, slow, Lsn)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from cdc_relay.decoding.compiled import compiled_extension
+from cdc_relay import accel
 
 __all__ = ["TimestampParser", "text_value"]
 
@@ -57,10 +57,9 @@ class TimestampParser:
 
     __slots__ = ("_fast", "_last_ms", "_last_text")
 
-    def __init__(self, *, compiled: bool | None = None) -> None:
-        """``compiled``: None uses the compiled fast path when it is built, False never,
-        True requires it (ImportError when it is not built)."""
-        self._fast = _compiled_epoch_ms(compiled)
+    def __init__(self) -> None:
+        """The compiled fast path is used where the process's choice allows (accel.py)."""
+        self._fast = _compiled_epoch_ms()
         self._last_text: str | None = None
         self._last_ms: int | None = None
 
@@ -91,8 +90,8 @@ class TimestampParser:
         return ms
 
 
-def _compiled_epoch_ms(compiled: bool | None) -> Callable[[str], int | None] | None:
-    module = compiled_extension("_ctimestamp", "timestamp parse", compiled)
+def _compiled_epoch_ms() -> Callable[[str], int | None] | None:
+    module = accel.extension("_ctimestamp")
     if module is None:
         return None
     epoch_ms: Callable[[str], int | None] = module.epoch_ms

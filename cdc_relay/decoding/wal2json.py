@@ -54,8 +54,8 @@ everything else; a declined message takes the pure path below, unchanged. It rea
 the positions of both plans (the six mapped columns' and the carried one's) and checks
 the names there, but never plans: it takes a row only when its column count is the
 carried plan's, so the first row of a shape, and a row whose names moved, is the pure
-path's, which replans. ``compiled=False`` forces the pure path, for the timestamp parse
-too.
+path's, which replans. ``--pure-python`` (cdc_relay/accel.py) forces the pure path, for
+the timestamp parse too.
 """
 
 from __future__ import annotations
@@ -64,10 +64,11 @@ from typing import Any, Protocol
 
 import orjson
 
+from cdc_relay import accel
 from cdc_relay.config import TableRef
 from cdc_relay.decoding.carried import MISSING as _MISSING
 from cdc_relay.decoding.carried import CarriedPlan
-from cdc_relay.decoding.compiled import CompiledDecode, DecodeFunction, compiled_extension
+from cdc_relay.decoding.compiled import CompiledDecode, DecodeFunction
 from cdc_relay.decoding.envelope import decode_envelope
 from cdc_relay.decoding.values import TimestampParser, text_value
 from cdc_relay.errors import DecodeError
@@ -165,10 +166,10 @@ def plugin_options(table: TableRef, *, partitioned: bool = False) -> list[tuple[
 
 def _compiled_reader(schema: str, table: str, names: tuple[str, str, str, str, str, str],
                      timestamped: bool, extras: tuple[str, ...], slow: DecodeFunction,
-                     compiled: bool | None) -> tuple[Any | None, CompiledDecode | None]:
+                     ) -> tuple[Any | None, CompiledDecode | None]:
     """The compiled Reader for one table and the entry point that tries its ``row`` before
-    ``slow``, per the ``compiled`` setting; (None, None) for the pure path."""
-    module = compiled_extension("_cwal2json", "wal2json decoder", compiled)
+    ``slow``, per the process's choice (accel.py); (None, None) for the pure path."""
+    module = accel.extension("_cwal2json")
     if module is None:
         return None, None
     reader = module.Reader(schema, table, names, timestamped, extras, TRACE_COLUMNS, OutboxEvent)
@@ -191,9 +192,8 @@ class Wal2JsonDecoder:
 
     def __init__(self, table: TableRef, columns: OutboxColumns,
                  partitions: PartitionCatalog | None = None, *,
-                 extra_columns: tuple[str, ...] = (), compiled: bool | None = None) -> None:
-        """``compiled``: None takes the compiled fast path when it is built, False never,
-        True requires it (ImportError when it is not built)."""
+                 extra_columns: tuple[str, ...] = ()) -> None:
+        """The compiled fast path is taken where the process's choice allows (accel.py)."""
         self._schema = table.schema
         self._table = table.name
         # A partitioned outbox: tables known to hold outbox rows, and outbox-shaped
@@ -218,13 +218,13 @@ class Wal2JsonDecoder:
         # is cheaper than indexing every column of every row by name.
         self._plan = (0, 1, 2, 3, 4, 5)
         self._required = frozenset(self._names)
-        self._timestamps = TimestampParser(compiled=compiled)
+        self._timestamps = TimestampParser()
         self._extra_count = len(extra_columns)
         self._carried = CarriedPlan(extra_columns, text_value)
         # The compiled Reader (its row and set_plan) and the entry point over it, or None.
         self._reader, self._compiled_entry = _compiled_reader(
             self._schema, self._table, self._names, self._created_at is not None, extra_columns,
-            self._decode, compiled)
+            self._decode)
         self._sync_plan()
         self._entry: DecodeFunction = self._compiled_entry or self._decode
 
@@ -274,9 +274,10 @@ class Wal2JsonDecoder:
             if (table != self._table or schema != self._schema) and not self._is_partition(
                     schema, table, msg.get("columns")):
                 return None
-            event = self._insert(msg.get("columns"), wal_start)
-            self._sync_plan()  # the plans may have changed: the next such row is compiled's
-            return event
+            try:
+                return self._insert(msg.get("columns"), wal_start)
+            finally:  # the plans may have changed, even for a row then rejected: the
+                self._sync_plan()  # compiled Reader reads the next rows by the same ones
         if action == "B":
             commit_lsn = msg.get("lsn")  # include-lsn: the commit record's LSN
             try:
@@ -295,7 +296,7 @@ class Wal2JsonDecoder:
                 except ValueError as exc:
                     raise _error(wal_start, f"bad 'nextlsn' in commit: {exc}") from exc
             return Commit(end_lsn, _xid(msg, wal_start))
-        if action in _IGNORED_ACTIONS:
+        if type(action) is str and action in _IGNORED_ACTIONS:
             return None
         if action is None:
             raise _error(wal_start, "message without 'action'")

@@ -55,7 +55,7 @@ class DemoConfig:
     events: int = 1_000
     rate: float = 50.0
     mode: str = "wal"  # "wal" or "poll"
-    plugin: str = "wal2json"
+    plugin: str = "pgoutput"
     drain_timeout: float = 30.0
 
     def relay_args(self, dsn: str, brokers: str) -> list[str]:

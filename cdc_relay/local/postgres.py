@@ -57,7 +57,11 @@ class PostgresCluster:
     """A private PostgreSQL cluster in a temp dir, with logical WAL and trust auth."""
 
     def __init__(self, *, port: int | None = None, settings: dict[str, str] | None = None,
-                 version: str | None = None, bin_dir: str | Path | None = None) -> None:
+                 version: str | None = None, bin_dir: str | Path | None = None,
+                 stock_plugins: bool = False) -> None:
+        # stock_plugins: keep the server's default output_plugin_libraries (no wal2json),
+        # as on a stock Debian server - for testing the first run there.
+        self._stock_plugins = stock_plugins
         self._port = port
         self._settings = dict(settings or {})
         self._wanted = version
@@ -200,7 +204,8 @@ class PostgresCluster:
         self._server_cmd([str(self.bin_dir / "initdb"), "-D", str(self.data_dir), "-U",
                           "postgres", "--auth=trust", "-E", "UTF8", "--no-locale", "--no-sync"])
         conf_path = self.data_dir / "postgresql.conf"
-        if "output_plugin_libraries" in conf_path.read_text(encoding="utf-8"):
+        if (not self._stock_plugins
+                and "output_plugin_libraries" in conf_path.read_text(encoding="utf-8")):
             # 15.19+ (CVE-2026-6471) only trusts the plugins named here; older minors
             # refuse to start with the unknown setting, hence the check.
             settings["output_plugin_libraries"] = "pgoutput, test_decoding, wal2json"

@@ -28,7 +28,7 @@ from cdc_relay.db import (
     validated_table,
 )
 from cdc_relay.errors import ConfigError, RelayError
-from cdc_relay.model import BOOKKEEPING_COLUMNS
+from cdc_relay.model import BOOKKEEPING_COLUMNS, NOTIFY_TRIGGER
 from cdc_relay.polling.sql import OutboxQueries
 
 
@@ -57,7 +57,7 @@ def count_pending(conn: psycopg.Connection[TupleRow], outbox: OutboxConfig) -> t
         pending = conn.execute(queries.count_pending()).fetchone()
         dead = conn.execute(queries.count_dead_letters()).fetchone()
     except psycopg.Error as exc:
-        raise translate_error(exc, f"counting pending rows of {outbox.table}") from exc
+        raise translate_error(exc, f"counting pending rows of {outbox.table}", conn=conn) from exc
     return (pending[0] if pending else 0), (dead[0] if dead else 0)
 
 
@@ -68,7 +68,8 @@ def list_dead_letters(dsn: str, outbox: OutboxConfig, limit: int) -> list[DeadLe
         try:
             rows = conn.execute(queries.list_dead_letters(), {"limit": limit}).fetchall()
         except psycopg.Error as exc:
-            raise translate_error(exc, f"listing dead letters of {outbox.table}") from exc
+            raise translate_error(exc, f"listing dead letters of {outbox.table}", grant="SELECT",
+                                  conn=conn) from exc
     return [DeadLetter(*row) for row in rows]
 
 
@@ -88,7 +89,8 @@ def retry_dead_letters(dsn: str, outbox: OutboxConfig, ids: Sequence[str] | None
                 if rows:
                     conn.execute("SELECT pg_notify(%s, '')", (outbox.notify_channel,))
         except psycopg.Error as exc:
-            raise translate_error(exc, f"requeueing dead letters of {outbox.table}") from exc
+            raise translate_error(exc, f"requeueing dead letters of {outbox.table}",
+                                  grant="SELECT, UPDATE", conn=conn) from exc
     return [row[0] for row in rows]
 
 
@@ -131,7 +133,8 @@ def cleanup(dsn: str, outbox: OutboxConfig, older_than: float, batch: int, *,
                 if deleted < batch:
                     return total
         except psycopg.Error as exc:
-            raise translate_error(exc, f"cleaning up {outbox.table}") from exc
+            raise translate_error(exc, f"cleaning up {outbox.table}", grant="SELECT, DELETE",
+                                  conn=conn) from exc
 
 
 class OutboxMonitor:
@@ -212,6 +215,21 @@ class OutboxMonitor:
         if self._conn is not None:
             self._conn.close()
         self._conn = None
+
+
+def has_notify_trigger(dsn: str, outbox: OutboxConfig) -> bool:
+    """Whether the table has the NOTIFY trigger ``init --mode poll`` installs."""
+    table = validated_table(outbox.table)
+    with _autocommit(dsn) as conn:
+        try:
+            row = conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass(%s) AND "
+                "tgname = %s AND NOT tgisinternal)",
+                (f'"{table.schema}"."{table.name}"', NOTIFY_TRIGGER)).fetchone()
+        except psycopg.Error as exc:
+            raise translate_error(exc, f"checking {table} for its NOTIFY trigger",
+                                  conn=conn) from exc
+    return bool(row and row[0])
 
 
 def _missing_columns(conn: psycopg.Connection[TupleRow], outbox: OutboxConfig) -> list[str] | None:

@@ -52,7 +52,7 @@ class PollSettings:
     router: RouterConfig
     kafka: KafkaConfig
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
-    sink: OtherSink | None = None  # --sink rabbitmq|nats; None: the Kafka sink of ``kafka``
+    sink: OtherSink | None = None  # --sink rabbitmq|nats|sqs; None: the Kafka sink of ``kafka``
 
 
 def poller_settings(settings: PollSettings) -> PollerSettings:
@@ -106,6 +106,7 @@ def run_poll(settings: PollSettings, stats: PollStats | None = None,
     def checks() -> PollSettings:
         monitor.check()  # a missing table or column is a one-line error now, not a retry loop
         warn_unread_slots(poll.dsn)
+        warn_without_trigger(settings)
         # The --header / --partition-column columns, and the trace columns the table has.
         return replace(settings, outbox=resolve_message_columns(poll.dsn, settings.outbox,
                                                                 settings.router))
@@ -138,6 +139,16 @@ def run_poll(settings: PollSettings, stats: PollStats | None = None,
     log.info("stopped; %d events published, %d dead-lettered", stats.published, stats.dead_lettered,
              extra={"published": stats.published, "dead_lettered": stats.dead_lettered})
     return ExitCode.OK
+
+
+def warn_without_trigger(settings: PollSettings) -> None:
+    """Without the NOTIFY trigger pollers wake only every --interval: say so, with the fix."""
+    poll = settings.poll
+    if poll.notify and not polling_admin.has_notify_trigger(poll.dsn, settings.outbox):
+        log.warning("table %s has no NOTIFY trigger (a WAL-mode init does not install it): "
+                    "pollers wake only every --interval (%.3gs). Fix: cdc-relay init --mode "
+                    "poll (or pass --no-notify if this is meant)", settings.outbox.table,
+                    poll.interval, extra={"table": str(settings.outbox.table)})
 
 
 def warn_unread_slots(dsn: str) -> None:

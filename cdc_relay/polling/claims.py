@@ -35,7 +35,7 @@ from psycopg.adapt import Dumper
 from psycopg.rows import TupleRow
 
 from cdc_relay.config import OutboxConfig
-from cdc_relay.db import connect, translate_error
+from cdc_relay.db import SERVER_TCP_KEEPALIVES, connect, translate_error
 from cdc_relay.errors import ConfigError, RelayError
 from cdc_relay.model import OutboxEvent
 from cdc_relay.polling.settlement import MAX_ERROR_LENGTH, AttemptFailure, Completion
@@ -72,6 +72,16 @@ _SESSION_TIMEOUTS_OFF = (
     " WHERE name IN ('idle_in_transaction_session_timeout', 'transaction_timeout')"
 )
 
+# The backend gives the session up as soon as the client does on a silent network (no
+# FIN, no RST), releasing the claimed rows' locks: each bound is set where the server's
+# is unset (0: the OS's default) or looser. Values are integers (cdc_relay/db.py).
+_SERVER_KEEPALIVES = (
+    "SELECT set_config(name, wanted, false) FROM pg_settings JOIN (VALUES "
+    + ", ".join(f"('{name}', '{value}')" for name, value in SERVER_TCP_KEEPALIVES.items())
+    + ") AS bounds(name, wanted) USING (name)"
+    " WHERE setting::bigint = 0 OR setting::bigint > wanted::bigint"
+)
+
 class PollingSource:
     """One poller's connection: claims a batch in a transaction and ends it.
 
@@ -101,13 +111,16 @@ class PollingSource:
         batch's transaction waits for delivery reports while its rows stay locked, and a
         server (or role, or DSN) timeout shorter than that would end the session, release
         the locks mid-batch and let another poller publish the same rows. The batch's
-        own length is bounded by the producer's message timeout instead.
+        own length is bounded by the producer's message timeout instead. The server's TCP
+        keepalives are tightened to the client's, so that on a silent network the backend
+        ends (and its locks go) as soon as this side reconnects (docs/high-availability.md).
         """
         if self.connected:
             return
         conn = connect(self._dsn, application_name=self._application_name)
         try:
             conn.execute(_SESSION_TIMEOUTS_OFF)
+            conn.execute(_SERVER_KEEPALIVES)
             queries = self._queries
             row = conn.execute(queries.id_array_type(), {
                 "table": queries.table_identifier.as_string(conn),
@@ -148,7 +161,7 @@ class PollingSource:
 
     def _fail(self, exc: psycopg.Error, doing: str) -> RelayError:
         """Translate, and drop a connection that cannot be trusted any more."""
-        error = translate_error(exc, doing)
+        error = translate_error(exc, doing, grant="SELECT, UPDATE", conn=self._conn)
         if self._conn is not None and (self._conn.broken or self._conn.closed):
             self.close()
         else:

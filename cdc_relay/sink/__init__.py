@@ -1,2 +1,2 @@
 """Sinks: where messages go. ``base`` is the protocol; ``kafka`` (confluent-kafka),
-``rabbitmq`` (pika) and ``nats`` (nats-py) adapt brokers to it; ``factory`` picks one."""
+``rabbitmq`` (pika), ``nats`` (nats-py) and ``sqs`` (boto3) adapt brokers to it; ``factory`` picks one."""

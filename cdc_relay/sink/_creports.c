@@ -81,6 +81,11 @@ static PyObject *report_call(Report *self, PyObject *const *args, size_t nargsf,
         return NULL;
     }
     Reports *owner = self->owner;
+    if (owner->handler == NULL || owner->failure == NULL || owner->done == NULL) {
+        PyErr_SetString(PyExc_TypeError, "a delivery report of Reports that are not "
+                        "initialised (or were cleared)");
+        return NULL;
+    }
     /* call[0] is spare, so a bound method handler can put its self there */
     PyObject *call[4] = {NULL, self->token, Py_None, NULL}, *target, *result;
     size_t count = 2;
@@ -132,6 +137,10 @@ PyDoc_STRVAR(callback_doc,
 
 static PyObject *reports_callback(Reports *self, PyObject *token)
 {
+    if (self->handler == NULL) {
+        PyErr_SetString(PyExc_TypeError, "Reports is not initialised");
+        return NULL;
+    }
     Report *report = PyObject_New(Report, &ReportType);
     if (report == NULL)
         return NULL;
@@ -161,6 +170,10 @@ static int reports_init(Reports *self, PyObject *args, PyObject *kwargs)
 
 static PyObject *reports_get_handler(Reports *self, void *closure)
 {
+    if (self->handler == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "Reports.handler: not initialised");
+        return NULL;
+    }
     return Py_NewRef(self->handler);
 }
 
@@ -291,6 +304,8 @@ typedef struct {
 
 #define SLOT(object, offset) (*(PyObject **)((char *)(object) + (offset)))
 
+static PyObject *send_fields(Sender *self, PyObject **field, PyObject *token);
+
 static PyObject *sender_send(Sender *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 2) {
@@ -308,6 +323,19 @@ static PyObject *sender_send(Sender *self, PyObject *const *args, Py_ssize_t nar
     for (int k = 0; k < M_FIELDS; k++)
         if ((field[k] = SLOT(message, self->at[k])) == NULL) /* never set: the slow path */
             return PyObject_Vectorcall(self->slow, args, 2, NULL);
+    /* Held, not borrowed: the callback's allocation and produce itself may run Python code
+     * (the garbage collector's finalizers, a closed sink's stub) that changes the slots. */
+    for (int k = 0; k < M_FIELDS; k++)
+        Py_INCREF(field[k]);
+    PyObject *result = send_fields(self, field, token);
+    for (int k = 0; k < M_FIELDS; k++)
+        Py_DECREF(field[k]);
+    return result;
+}
+
+/* produce(...) with the message's ``field`` values and the callback of ``token``. */
+static PyObject *send_fields(Sender *self, PyObject **field, PyObject *token)
+{
     PyObject *callback = reports_callback(self->reports, token);
     if (callback == NULL)
         return NULL;
@@ -448,7 +476,8 @@ PyMODINIT_FUNC PyInit__creports(void)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && (PyModule_AddObjectRef(m, "Reports", (PyObject *)&ReportsType) < 0
-                      || PyModule_AddObjectRef(m, "Sender", (PyObject *)&SenderType) < 0))
+                      || PyModule_AddObjectRef(m, "Sender", (PyObject *)&SenderType) < 0
+                      || slots_export(m, "MESSAGE_FIELDS", message_fields, M_FIELDS) < 0))
         Py_CLEAR(m);
     return m;
 }

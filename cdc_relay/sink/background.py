@@ -15,7 +15,11 @@ that thread. ``BackgroundSink`` implements the Sink protocol's bookkeeping for b
 * a message unconfirmed for longer than the message timeout, a lost connection or a
   closed channel makes the sink FATAL (``fatal_error``): the loops discard it and
   resume with a new one, as after a fatal Kafka producer error (docs/design.md, failure
-  rules). Unconfirmed messages of a failed or closed sink are never reported.
+  rules). Unconfirmed messages of a failed or closed sink are never reported;
+* a connection the broker refuses for the credentials or permissions is a refusal
+  (``_fail(..., refused=True)``): ``warm_up`` raises AccessRefused (exit 6, never
+  retried); any other failed attempt is retried by ``warm_up`` no sooner than the shared
+  Backoff allows (cdc_relay/backoff.py), so an unreachable broker is not hammered.
 
 Sequence numbers, not tokens, identify a publish: WAL mode re-produces a dead letter
 under its original token, and a late report of the first publish must not be mistaken
@@ -31,6 +35,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from cdc_relay.backoff import Backoff
+from cdc_relay.errors import AccessRefused, BrokerError
 from cdc_relay.model import Message
 from cdc_relay.sink.base import (
     BatchHandler,
@@ -63,7 +69,11 @@ class BackgroundSink:
         self._sent: deque[tuple[float, int]] = deque()  # (produced at, seq), oldest first
         self._next_seq = 0
         self._fatal: DeliveryError | None = None
+        self._refused = False
         self._closed = False
+        # Reconnect attempts of warm_up: 0.25 s, doubling to 5 s (docs/operations.md).
+        self._reconnect = Backoff(0.25, 5.0)
+        self._next_attempt = 0.0
 
     # -- the Sink protocol (relay thread) --------------------------------------------
     @property
@@ -150,12 +160,18 @@ class BackgroundSink:
         """Queue the outcome of these publishes (called on the I/O thread)."""
         self._reports.put((seqs, error))
 
-    def _fail(self, reason: str) -> None:
-        """This generation is unusable (any thread); wakes a waiting ``poll``."""
+    def _fail(self, reason: str, *, refused: bool = False) -> None:
+        """This generation is unusable (any thread); wakes a waiting ``poll``.
+
+        ``refused``: the broker refused the credentials or permissions (AccessRefused).
+        """
         if self._fatal is None and not self._closed:
+            self._refused = refused
             self._fatal = DeliveryError(ErrorKind.FATAL, reason)
-            self._log.error("%s sink generation %d failed: %s", self.kind, self.generation, reason,
-                            extra={"sink": self.kind})
+            # A refusal stops the relay with this reason as its one error line.
+            self._log.log(logging.DEBUG if refused else logging.ERROR,
+                          "%s sink generation %d failed: %s", self.kind, self.generation, reason,
+                          extra={"sink": self.kind})
         self._reports.put(([], None))
 
     def _retry_allowed(self) -> bool:
@@ -168,6 +184,31 @@ class BackgroundSink:
 
     def _clear_failure(self) -> None:
         self._fatal = None
+        self._refused = False
+
+    def _raise_failure(self, where: str) -> None:
+        """Raise for a failed warm-up: AccessRefused for a refusal, else BrokerError."""
+        fatal = self._fatal
+        if fatal is None:
+            return
+        if self._refused:
+            raise AccessRefused(f"{where} refused the relay: {fatal.reason}")
+        raise BrokerError(f"{where}: {fatal.reason}")
+
+    def _may_reconnect(self, timeout: float) -> bool:
+        """Before a new connection attempt: wait what the backoff asks (True), or, when that
+        is longer than ``timeout``, wait ``timeout`` and say no (False: report the last
+        failure again). A refusal is never retried."""
+        if self._refused:
+            return False
+        wait = self._next_attempt - self._clock()
+        if wait > timeout:
+            time.sleep(max(0.0, timeout))
+            return False
+        if wait > 0:
+            time.sleep(wait)
+        self._next_attempt = self._clock() + self._reconnect.next_delay()
+        return True
 
     # -- for subclasses --------------------------------------------------------------
     def _refuse(self, message: Message) -> DeliveryError | None:

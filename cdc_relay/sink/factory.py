@@ -1,8 +1,8 @@
-"""Picking the sink: ``--sink kafka|rabbitmq|nats`` -> a SinkFactory, and the doctor's probe.
+"""Picking the sink: ``--sink kafka|rabbitmq|nats|sqs`` -> a SinkFactory, and the doctor's probe.
 
 The composition roots (wal/app.py, polling/app.py) and doctor call this instead of a
-sink module, so they never import a broker client themselves. The RabbitMQ and NATS
-clients are optional extras: they are imported only here, on demand, and a missing one
+sink module, so they never import a broker client themselves. The RabbitMQ, NATS and
+SQS clients are optional extras: they are imported only here, on demand, and a missing one
 is a ConfigError naming the ``pip install`` to run (one line, exit 2), not a traceback.
 Must not hold state or start I/O: it only chooses and builds.
 """
@@ -17,19 +17,22 @@ from cdc_relay.config import KafkaConfig
 from cdc_relay.errors import ConfigError
 from cdc_relay.sink.base import SinkFactory
 from cdc_relay.sink.config import NatsConfig, RabbitMqConfig, SinkProbe
+from cdc_relay.sink.sqs_config import SqsConfig
 
 # Sink configs other than Kafka's; None in the settings means "the Kafka sink".
-OtherSink = RabbitMqConfig | NatsConfig
+OtherSink = RabbitMqConfig | NatsConfig | SqsConfig
 
-_EXTRAS = {"rabbitmq": ("pika", "rabbitmq"), "nats": ("nats", "nats")}
+_EXTRAS = {"rabbitmq": ("pika", "rabbitmq"), "nats": ("nats", "nats"), "sqs": ("boto3", "sqs")}
 
 
 def sink_name(other: OtherSink | None) -> str:
-    """``kafka``, ``rabbitmq`` or ``nats``: the sink's name in logs and metrics."""
+    """``kafka``, ``rabbitmq``, ``nats`` or ``sqs``: the sink's name in logs and metrics."""
     if isinstance(other, RabbitMqConfig):
         return "rabbitmq"
     if isinstance(other, NatsConfig):
         return "nats"
+    if isinstance(other, SqsConfig):
+        return "sqs"
     return "kafka"
 
 
@@ -39,7 +42,7 @@ def sink_module(name: str) -> ModuleType:
     try:
         return importlib.import_module(f"cdc_relay.sink.{name}")
     except ImportError as exc:
-        if exc.name is not None and exc.name.split(".")[0] == client:
+        if exc.name is not None and exc.name.split(".")[0] in (client, "botocore"):
             raise ConfigError(f"the {name} sink needs the {client} client library, which is not "
                               f"installed: pip install 'cdc-relay[{extra}]'") from exc
         raise
@@ -59,6 +62,6 @@ def make_sink_factory(kafka: KafkaConfig, other: OtherSink | None) -> SinkFactor
 
 
 def probe_sink(other: OtherSink, timeout: float) -> list[SinkProbe]:
-    """The doctor's reachability and permission findings for a RabbitMQ or NATS sink."""
+    """The doctor's reachability and permission findings for a RabbitMQ, NATS or SQS sink."""
     found: list[SinkProbe] = sink_module(sink_name(other)).probe(other, timeout)
     return found

@@ -46,9 +46,9 @@ from typing import TYPE_CHECKING, NoReturn, Protocol
 import confluent_kafka.admin  # noqa: F401
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from cdc_relay import accel
 from cdc_relay.config import KafkaConfig
-from cdc_relay.decoding.compiled import compiled_extension
-from cdc_relay.errors import BrokerError, mask_secrets
+from cdc_relay.errors import AccessRefused, BrokerError, mask_secrets
 from cdc_relay.model import Message
 from cdc_relay.sink.base import (
     BatchHandler,
@@ -61,6 +61,7 @@ from cdc_relay.sink.base import (
     SinkFactory,
 )
 from cdc_relay.sink.kafka_client import (
+    REFUSAL_CODES,
     classify,
     describe_error,
     describe_settings,
@@ -130,34 +131,30 @@ class Reports:
             self.failure(token, error, message)
 
 
-def _compiled(compiled: bool | None) -> ModuleType | None:
-    return compiled_extension("_creports", "delivery reports", compiled, package="cdc_relay.sink")
-
-
 def _reports_in(module: ModuleType | None) -> type[Reports]:
     return Reports if module is None else module.Reports
 
 
-def reports_class(compiled: bool | None = None) -> type[Reports]:
-    """The compiled Reports where built (per ``compiled``, as the decoders'), else the pure one."""
-    return _reports_in(_compiled(compiled))
+def reports_class() -> type[Reports]:
+    """The compiled Reports where built and chosen (accel.py), else the pure one."""
+    return _reports_in(accel.extension("_creports"))
 
 
 class KafkaSink:
     """One confluent-kafka Producer (one generation) as a Sink; see the module docstring."""
 
     def __init__(self, config: KafkaConfig, on_delivery: DeliveryHandler, *,
-                 generation: int = 1, logger: logging.Logger | None = None,
-                 compiled: bool | None = None) -> None:
+                 generation: int = 1, logger: logging.Logger | None = None) -> None:
         self.generation = generation
         self._log = logger or _log
         # Where each report goes; ``delivered`` counts those handed over (poll's delta).
-        module = _compiled(compiled)
+        module = accel.extension("_creports")
         self._reports = _reports_in(module)(on_delivery, self._on_failure)
         self._callback = self._reports.callback
         self._open = True
         self._suppressed = 0
         self._fatal: DeliveryError | None = None
+        self._refusal: str | None = None  # a SASL/SSL login or cluster ACL refused us
         self._brokers = config.brokers
         settings = producer_settings(config)
         self._log.debug("Kafka producer generation %d: %s", generation,
@@ -263,17 +260,25 @@ class KafkaSink:
         deadline = time.monotonic() + timeout
         problem = "no broker answered"
         while (remaining := deadline - time.monotonic()) > 0:
+            if self._refusal is not None:  # from error_cb: SASL/SSL login refused
+                raise AccessRefused(f"Kafka at {mask_secrets(self._brokers)} refused the relay: "
+                                    f"{self._refusal} (check sasl.username / sasl.password or "
+                                    "the certificates in --producer-config, and the ACLs)")
             try:
                 metadata = producer.list_topics(timeout=remaining)
             except KafkaException as exc:
                 problem = exception_text(exc)
+                if exc.args and isinstance(exc.args[0], KafkaError) and (
+                        exc.args[0].code() in REFUSAL_CODES):
+                    self._refusal = problem
+                    continue
                 producer.poll(min(0.1, max(0.0, deadline - time.monotonic())))
                 continue
             if metadata.orig_broker_id >= 0:
                 return
             producer.poll(0.005)
         raise BrokerError(
-            f"Kafka at {mask_secrets(self._brokers)} did not answer within {timeout:g} s: "
+            f"Kafka at {mask_secrets(self._brokers)} did not answer within {timeout:.1f} s: "
             f"{problem} (check --brokers and that the broker is running)"
         )
 
@@ -322,6 +327,8 @@ class KafkaSink:
         reports.handler(token, failure)
 
     def _on_error(self, error: KafkaError) -> None:
+        if error.code() in REFUSAL_CODES:
+            self._refusal = describe_error(error)
         if error.fatal():
             self._set_fatal(DeliveryError(ErrorKind.FATAL, describe_error(error)))
         elif self._open:

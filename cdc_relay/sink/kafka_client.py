@@ -115,6 +115,9 @@ _FATAL_CODES = frozenset({
     _E.SASL_AUTHENTICATION_FAILED, _E._AUTHENTICATION, _E._SSL, _E.INVALID_REQUIRED_ACKS,
     _E.UNSUPPORTED_VERSION, _E._STATE,
 })
+# The broker refused the credentials or the cluster ACL: AccessRefused at warm-up (exit 6).
+REFUSAL_CODES = frozenset({_E.SASL_AUTHENTICATION_FAILED, _E._AUTHENTICATION,
+                           _E.CLUSTER_AUTHORIZATION_FAILED})
 # Producer-wide: the producer can never deliver again, whatever the message.
 _PRODUCER_DEAD_CODES = frozenset({_E._FATAL, _E._FENCED})
 _SECRET_KEY_PARTS = ("password", "secret", "sasl.oauthbearer.config", "ssl.key.pem",
@@ -201,6 +204,11 @@ class _MaskingLogger:
         self._seen[key] = (now, 0)
         suffix = f" (and {repeats} similar line(s) in the last {self._WINDOW:g} s)" if repeats else ""
         self._logger.log(level, "%s%s", text, suffix)
+
+
+def masking_logger(logger: logging.Logger, *, demote: bool = False) -> _MaskingLogger:
+    """A librdkafka ``logger`` setting: masked, one line per kind per window."""
+    return _MaskingLogger(logger, demote=demote)
 
 
 def new_producer(settings: dict[str, str], logger: logging.Logger, *, demote: bool = False,

@@ -31,7 +31,7 @@ from cdc_relay.model import Message
 from cdc_relay.ops.dead_letters import TopicDeadLetter
 from cdc_relay.sink.base import DeliveryError, ProduceRejected, QueueFull
 from cdc_relay.sink.kafka import KafkaSink
-from cdc_relay.sink.kafka_client import exception_text, producer_settings
+from cdc_relay.sink.kafka_client import exception_text, masking_logger, producer_settings
 
 _log = logging.getLogger("cdc_relay.dead_letters")
 
@@ -47,7 +47,9 @@ def _consumer(config: KafkaConfig) -> Consumer:
                                 if not key.startswith(_PRODUCER_ONLY)}
     settings.update({"group.id": "cdc-relay-dead-letters", "enable.auto.commit": False,
                      "enable.partition.eof": True, "fetch.wait.max.ms": 50,
-                     "client.id": "cdc-relay-dead-letters"})
+                     "client.id": "cdc-relay-dead-letters",
+                     # librdkafka's own lines at debug only: the one error line says it all.
+                     "logger": masking_logger(_log, demote=True)})
     try:
         return Consumer(settings)
     except KafkaException as exc:

@@ -39,7 +39,7 @@ from nats.aio.msg import Msg
 from nats.js import api
 from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
 
-from cdc_relay.errors import BrokerError, mask_secrets
+from cdc_relay.errors import AccessRefused, BrokerError, mask_secrets
 from cdc_relay.model import Message
 from cdc_relay.sink.background import BackgroundSink
 from cdc_relay.sink.base import (
@@ -54,6 +54,13 @@ from cdc_relay.sink.config import NatsConfig, SinkProbe, subject_problem
 
 _log = logging.getLogger("cdc_relay.nats")
 NO_RESPONDERS = "503"  # the status a request gets when no stream takes its subject
+
+
+def is_refusal(error: BaseException) -> bool:
+    """Whether NATS refused the credentials or a permission (nats-py says it in text)."""
+    text = str(error).lower()
+    return any(word in text for word in ("authorization violation", "authentication",
+                                         "permissions violation"))
 
 
 def classify(error: BaseException, subject: str) -> DeliveryError:
@@ -138,7 +145,13 @@ class NatsSink(BackgroundSink):
         """
         failed = self._connected is not None and self._connected.done() and (
             self._connected.exception() is not None or self._fatal is not None)
+        where = ",".join(mask_secrets(s) for s in self._config.servers)
+        if failed and self._refused:
+            self._raise_failure(f"NATS at {where}")
         if failed and (self._retry_allowed() or self._fatal is None):
+            if not self._may_reconnect(timeout):
+                self._raise_failure(f"NATS at {where}")
+                raise BrokerError(f"NATS at {where} is not reachable (retrying)")
             self._stop()
             self._thread = self._loop = self._connected = self._nc = self._js = None
             self._drainer = None
@@ -147,7 +160,6 @@ class NatsSink(BackgroundSink):
             self._acked = []
             self._clear_failure()
         self._start()
-        where = ",".join(mask_secrets(s) for s in self._config.servers)
         try:
             self._connected.result(timeout)
         except TimeoutError as exc:
@@ -156,6 +168,13 @@ class NatsSink(BackgroundSink):
         except BrokerError:
             raise
         except Exception as exc:
+            if is_refusal(exc):
+                reason = (f"{mask_secrets(str(exc))} (check the credentials in --brokers or "
+                          "--sink-config, and the user's publish permissions)")
+                self._fail(reason, refused=True)
+                self._refused = True  # also when a disconnect callback failed it first
+                raise AccessRefused(f"NATS at {where} refused the relay: {reason}") from exc
+            self._fail(mask_secrets(str(exc) or type(exc).__name__))
             raise BrokerError(f"cannot connect to NATS at {where}: "
                               f"{mask_secrets(str(exc) or type(exc).__name__)} (check --brokers "
                               "and the credentials)") from exc
@@ -239,7 +258,7 @@ class NatsSink(BackgroundSink):
             self._fail("connection to NATS lost")
 
     async def _on_error(self, error: Exception) -> None:
-        if not self._closing:
+        if not self._closing and not is_refusal(error):  # a refusal is the exit's one line
             self._log.warning("nats sink generation %d: %s", self.generation,
                               mask_secrets(str(error) or type(error).__name__),
                               extra={"sink": self.kind})

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import ssl
 import threading
 from collections import deque
@@ -124,21 +125,24 @@ class RabbitMqSink(BackgroundSink):
     def warm_up(self, timeout: float) -> None:
         """Connect, open a confirm-mode channel, declare; raise BrokerError if that fails.
 
-        After a failed attempt (and nothing produced) it tries again with a new connection.
+        After a failed attempt (and nothing produced) it tries again with a new connection,
+        no sooner than the reconnect backoff allows. Credentials or permissions the broker
+        refuses raise AccessRefused (never retried).
         """
+        where = mask_secrets(self._config.url)
         if not self._ready and self._retry_allowed():
+            if not self._may_reconnect(timeout):
+                self._raise_failure(f"RabbitMQ at {where}")
             self._stop()
             self._thread = self._conn = self._channel = None
             self._closing = False
             self._settled.clear()
             self._clear_failure()
         self._start()
-        where = mask_secrets(self._config.url)
         if not self._settled.wait(timeout):
             raise BrokerError(f"RabbitMQ at {where} did not answer within {timeout:g} s (check "
                               "--brokers and that the broker is running)")
-        if self._fatal is not None:
-            raise BrokerError(f"RabbitMQ at {where}: {self._fatal.reason}")
+        self._raise_failure(f"RabbitMQ at {where}")
 
     def _refuse(self, message: Message) -> DeliveryError | None:
         if len(message.topic.encode()) > _SHORTSTR:
@@ -188,8 +192,8 @@ class RabbitMqSink(BackgroundSink):
                 return  # _on_closed stops the loop
         conn.ioloop.stop()
 
-    def _fail_io(self, reason: str) -> None:
-        self._fail(mask_secrets(reason))
+    def _fail_io(self, reason: str, *, refused: bool = False) -> None:
+        self._fail(mask_secrets(reason), refused=refused)
         self._settled.set()
         conn = self._conn
         if conn is not None and not (conn.is_closed or conn.is_closing):
@@ -202,8 +206,13 @@ class RabbitMqSink(BackgroundSink):
         conn.channel(on_open_callback=self._on_channel)
 
     def _on_open_error(self, conn: SelectConnection, error: BaseException) -> None:
-        self._fail_io(f"cannot connect: {error or type(error).__name__} (check --brokers: host, "
-                      "port, credentials, vhost)")
+        if is_refusal(error):
+            self._fail_io(f"{refusal_text(error)} (check the user and password in --brokers, "
+                          "and that the user may access the vhost: rabbitmqctl "
+                          "set_permissions)", refused=True)
+        else:
+            self._fail_io(f"cannot connect: {_describe(error)} (check --brokers: host, port, "
+                          "vhost, and that RabbitMQ runs)")
         conn.ioloop.stop()
 
     def _on_closed(self, conn: SelectConnection, reason: BaseException) -> None:
@@ -241,6 +250,10 @@ class RabbitMqSink(BackgroundSink):
 
     def _on_channel_closed(self, _channel: Any, reason: BaseException) -> None:
         if self._closing:
+            return
+        if getattr(reason, "reply_code", None) == _ACCESS_REFUSED:
+            self._fail_io(f"{reason} (grant the user configure and write permissions on the "
+                          "exchanges: rabbitmqctl set_permissions)", refused=True)
             return
         hint = ""
         if not self._ready and not self._config.declare_exchange:
@@ -305,6 +318,43 @@ class RabbitMqSink(BackgroundSink):
                 return
         self._log.warning("RabbitMQ returned a message no publish matches: %s", reason,
                           extra={"sink": self.kind})
+
+
+_ACCESS_REFUSED = 403  # AMQP reply code: the user may not do this
+_NOT_ALLOWED = 530  # e.g. no access to the vhost
+_REFUSALS = (pika.exceptions.ProbableAuthenticationError,
+             pika.exceptions.ProbableAccessDeniedError, pika.exceptions.AuthenticationError)
+
+
+_OS_ERROR = re.compile(r"(\w+Error)\((\d+), '([^']+)'\)")
+
+
+def _describe(error: BaseException) -> str:
+    """pika's connection errors nest the cause in reprs: name the socket error if any."""
+    found = _OS_ERROR.search(repr(error))
+    if found:
+        return f"{found.group(3).lower()} ({found.group(1)})"
+    return mask_secrets(str(error) or type(error).__name__)
+
+
+def is_refusal(error: BaseException) -> bool:
+    """Whether a failed connection is RabbitMQ refusing the credentials or the vhost."""
+    if isinstance(error, _REFUSALS):
+        return True
+    code = getattr(error, "reply_code", None)
+    if code in (_ACCESS_REFUSED, _NOT_ALLOWED):
+        return True
+    # pika wraps the handshake's failure: AMQPConnectionWorkflowFailed(exceptions=[...])
+    inner = getattr(error, "exceptions", None) or ()
+    return any(is_refusal(e) for e in inner if isinstance(e, BaseException) and e is not error)
+
+
+def refusal_text(error: BaseException) -> str:
+    """One line for a refused login (pika's own text carries object reprs)."""
+    code = getattr(error, "reply_code", None)
+    if code == _NOT_ALLOWED:
+        return f"access to the vhost refused ({getattr(error, 'reply_text', '')})"
+    return "login refused (ACCESS_REFUSED: wrong user or password)"
 
 
 def rabbitmq_sink_factory(config: RabbitMqConfig, *,

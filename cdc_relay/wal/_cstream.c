@@ -125,21 +125,20 @@ static PyObject *changes_call(Changes *self, PyObject *const *args, size_t nargs
         out = Py_NewRef(Py_None); /* nothing complete yet */
     } else if (size > XLOG_HEADER_SIZE && (PyMemoryView_Check(data) || PyBytes_CheckExact(data))) {
         /* A memoryview over libpq's buffer (psycopg's C implementation) or bytes (its
-         * Python one): read in place, kept alive by ``got``. */
-        const unsigned char *buf;
-        Py_ssize_t len;
-        if (PyBytes_CheckExact(data)) {
-            buf = (const unsigned char *)PyBytes_AS_STRING(data);
-            len = PyBytes_GET_SIZE(data);
-        } else {
-            const Py_buffer *view = PyMemoryView_GET_BUFFER(data);
-            buf = PyBuffer_IsContiguous(view, 'C') ? view->buf : NULL;
-            len = view->len;
-        }
-        if (buf != NULL && len == size && buf[0] == XLOG_DATA)
-            out = row(self, buf, len);
-        else
+         * Python one): read in place through a buffer of our own (a released view
+         * refuses one), kept alive by ``view`` until the row is decoded. */
+        Py_buffer view;
+        if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
+            PyErr_Clear(); /* the stream's Python code words it */
             out = other(self, nbytes, data);
+        } else {
+            const unsigned char *buf = view.buf;
+            if (view.len == size && buf[0] == XLOG_DATA)
+                out = row(self, buf, view.len);
+            else
+                out = other(self, nbytes, data);
+            PyBuffer_Release(&view);
+        }
     } else {
         out = other(self, nbytes, data);
     }
@@ -200,6 +199,7 @@ static int changes_traverse(Changes *self, visitproc visit, void *arg)
 
 static int changes_clear(Changes *self)
 {
+    self->vectorcall = NULL; /* a call after this goes to changes_call_entry, which refuses */
     Py_CLEAR(self->get_copy_data);
     Py_CLEAR(self->decode);
     Py_CLEAR(self->message);

@@ -68,13 +68,11 @@ def make_decoder(repl: ReplicationConfig, outbox: OutboxConfig, *,
     up (wal/partitions.py).
     """
     decoder: Decoder
-    compiled = None if repl.compiled_decoder else False
     if repl.plugin == "pgoutput":
         from cdc_relay.decoding.pgoutput import PgOutputDecoder
         from cdc_relay.decoding.pgoutput import plugin_options as pgoutput_options
 
-        return (PgOutputDecoder(outbox.table, outbox.columns, outbox.extra_columns,
-                                compiled=compiled),
+        return (PgOutputDecoder(outbox.table, outbox.columns, outbox.extra_columns),
                 pgoutput_options(repl.publication))
     from cdc_relay.decoding.wal2json import Wal2JsonDecoder
     from cdc_relay.decoding.wal2json import plugin_options as wal2json_options
@@ -84,8 +82,7 @@ def make_decoder(repl: ReplicationConfig, outbox: OutboxConfig, *,
         from cdc_relay.wal.partitions import PartitionTree
 
         tree = PartitionTree(repl.dsn, outbox.table)
-    decoder = Wal2JsonDecoder(outbox.table, outbox.columns, tree, extra_columns=outbox.extra_columns,
-                              compiled=compiled)
+    decoder = Wal2JsonDecoder(outbox.table, outbox.columns, tree, extra_columns=outbox.extra_columns)
     return decoder, wal2json_options(outbox.table, partitioned=partitioned)
 
 
@@ -99,7 +96,7 @@ class WalSettings:
     kafka: KafkaConfig
     flow: FlowConfig = field(default_factory=FlowConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
-    sink: OtherSink | None = None  # --sink rabbitmq|nats; None: the Kafka sink of ``kafka``
+    sink: OtherSink | None = None  # --sink rabbitmq|nats|sqs; None: the Kafka sink of ``kafka``
     snapshot: str = "never"  # "initial": backfill pending rows when the relay creates the slot
     exactly_once: ExactlyOnceSettings | None = None
 
@@ -112,7 +109,7 @@ class WalSettings:
                               "restart with it")
         if self.sink is not None and self.exactly_once is not None:
             raise ConfigError("--exactly-once needs Kafka transactions: it works with --sink kafka "
-                              "only (RabbitMQ and NATS stay at least once, docs/sinks.md)")
+                              "only (RabbitMQ, NATS and SQS stay at least once, docs/sinks.md)")
 
 
 def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
@@ -137,13 +134,11 @@ def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
     repl = settings.replication
     outbox = replace(settings.outbox, extra_columns=settings.router.extra_columns())
     decoder, options = make_decoder(repl, outbox, partitioned=partitioned)
-    _log_decoder(repl, decoder)
 
     def source_factory() -> ReplicationSource:
         nonlocal position_conn  # the first stream takes it
         conn, position_conn = position_conn, None
-        return ReplicationStream(repl, options, position_conn=conn,
-                                 compiled=None if repl.compiled_decoder else False)
+        return ReplicationStream(repl, options, position_conn=conn)
 
     return WalRelay(
         source_factory=source_factory,
@@ -302,11 +297,17 @@ def _startup_checks(settings: WalSettings
     from cdc_relay.message_columns import resolve_message_columns
     from cdc_relay.wal.backfill_state import warn_if_unfinished
     from cdc_relay.wal.continuity import read_record
-    from cdc_relay.wal.setup import ensure_replication
+    from cdc_relay.wal.setup import ensure_replication, plugin_for_slot
 
     repl = settings.replication
     conn = connect(repl.dsn, autocommit=True)
     try:
+        if repl.plugin_from_slot:
+            plugin, note = plugin_for_slot(conn, repl.slot)
+            if note:
+                log.info("%s", note, extra={"slot": repl.slot, "plugin": plugin})
+            repl = replace(repl, plugin=plugin, plugin_from_slot=False)
+            settings = replace(settings, replication=repl)
         outbox = resolve_message_columns(repl.dsn, settings.outbox, settings.router, conn=conn)
         setup = ensure_replication(repl.dsn, outbox, slot=repl.slot, plugin=repl.plugin,
                                    publication=repl.publication, conn=conn,
@@ -367,24 +368,11 @@ def _log_start(settings: WalSettings) -> None:
 
 
 def _router(settings: WalSettings) -> Router:
-    """The router, compiled where built unless --pure-python-decoder (as the decoder)."""
+    """The router (compiled where accel.py's choice and its configuration allow)."""
     from cdc_relay.db import dsn_database  # psycopg: imported here, after the warm-up began
 
     return Router(settings.router, settings.outbox.table,
-                  compiled=None if settings.replication.compiled_decoder else False,
                   database=dsn_database(settings.replication.dsn))
-
-
-def _log_decoder(repl: ReplicationConfig, decoder: Decoder) -> None:
-    """Say which decoding path runs: a missing compiled decoder costs CPU, never events."""
-    if getattr(decoder, "compiled", False):
-        log.debug("decoding %s with the compiled decoder", repl.plugin)
-    elif repl.compiled_decoder:
-        log.warning("decoding %s in pure Python: the compiled decoders are not built (install "
-                    "cdc-relay where a C compiler and the Python headers are available); the "
-                    "events are the same, at more CPU per event", repl.plugin)
-    else:
-        log.info("decoding %s in pure Python (--pure-python-decoder)", repl.plugin)
 
 
 def _stopped(stats: RelayStats, slot: str, sink: str) -> int:

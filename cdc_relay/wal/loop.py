@@ -36,7 +36,14 @@ from collections.abc import Callable
 
 from cdc_relay.backoff import Backoff
 from cdc_relay.config import FlowConfig
-from cdc_relay.errors import ConfigError, DeadLetterRefused, RelayError, SlotBusy, SourceLost
+from cdc_relay.errors import (
+    AccessRefused,
+    ConfigError,
+    DeadLetterRefused,
+    RelayError,
+    SlotBusy,
+    SourceLost,
+)
 from cdc_relay.routing import Router
 from cdc_relay.sink.base import Sink, SinkFactory, ignore_reports
 from cdc_relay.wal.delivery import AtLeastOnce, DeliveryMode
@@ -70,6 +77,8 @@ def warm_up(sink: Sink, timeout: float, clock: Callable[[], float],
         try:
             sink.warm_up(max(0.0, min(_WARMUP_SLICE, deadline - clock())))
             return True
+        except AccessRefused:
+            raise  # credentials or permissions: retrying cannot fix it (exit 6)
         except RelayError as exc:
             if stopped():
                 return False
@@ -82,14 +91,14 @@ class _HeldLines(logging.Filter):
 
     def __init__(self, thread_name: str) -> None:
         super().__init__()
-        self._thread_name = thread_name
+        self.thread_names = {thread_name}
         self._handlers = list(logging.getLogger().handlers)
         self.held: list[logging.LogRecord] = []
         for handler in self._handlers:
             handler.addFilter(self)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.threadName == self._thread_name:
+        if record.threadName in self.thread_names:
             self.held.append(record)
             return False
         return True
@@ -150,10 +159,14 @@ class SinkWarmUp:
         """Stop warming and close the sink (start-up failed before the relay ran)."""
         self._cancelled.set()
         self._thread.join()
-        self._lines.release(emit=False)
+        # Closing serves librdkafka's queued lines on this thread: drop them as well.
+        self._lines.thread_names.add(threading.current_thread().name)
         sink, self._sink = self._sink, None
-        if sink is not None:
-            sink.close(0)
+        try:
+            if sink is not None:
+                sink.close(0)
+        finally:
+            self._lines.release(emit=False)
 
 
 class WalRelay:

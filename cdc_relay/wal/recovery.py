@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -43,7 +43,7 @@ from cdc_relay.wal import continuity
 from cdc_relay.wal.backfill import BackfillStats, BackfillTimings
 from cdc_relay.wal.backfill_state import StateStore
 from cdc_relay.wal.cutover import check_backfill_table, run_backfill
-from cdc_relay.wal.setup import ensure_publication, slot_info
+from cdc_relay.wal.setup import PLUGINS, ensure_publication, slot_info
 from cdc_relay.wal.snapshot import create_slot_exporting_snapshot
 
 log = logging.getLogger("cdc_relay.recovery")
@@ -95,6 +95,8 @@ def recover(*, repl: ReplicationConfig, outbox: OutboxConfig, router: Router,
         record = continuity.read_record(conn, schema, repl.slot)
         reason = continuity.loss_reason(status, record, continuity.identity(conn)[0])
         horizon = record.horizon_xid if record is not None else None
+        if repl.plugin_from_slot and record is not None and record.plugin in PLUGINS:
+            repl = replace(repl, plugin=record.plugin)  # no --plugin: the lost slot's plugin
         if reason is None and not (record is not None and record.recovering):
             log.info("slot %s is in place: nothing to recover", repl.slot)
             return True

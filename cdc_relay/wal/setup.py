@@ -52,6 +52,9 @@ from cdc_relay.model import Lsn, SlotStatus
 from cdc_relay.wal import continuity
 
 PLUGINS = ("wal2json", "pgoutput")
+# pgoutput is built into PostgreSQL (managed services included) and allowed by a stock
+# server's output_plugin_libraries; wal2json is an option (docs/wal-mode.md).
+DEFAULT_PLUGIN = "pgoutput"
 # One lock for every init in a database ("cdc_rela" in ASCII): DDL is rare, serialising
 # it is cheaper than reasoning about concurrent CREATE ... IF NOT EXISTS races.
 ADVISORY_LOCK_KEY = 0x6364635F72656C61
@@ -97,12 +100,29 @@ def validate_wal_options(slot: str | None, plugin: str, publication: str) -> Non
     validate_identifier(publication, "publication name")
 
 
+def plugin_for_slot(conn: psycopg.Connection[Any], slot: str) -> tuple[str, str | None]:
+    """The plugin to use when none was given: an existing slot's, else DEFAULT_PLUGIN.
+
+    Returns (plugin, note): the note says why the slot's plugin was taken (a slot made
+    by an earlier version, whose default was wal2json); None for the default.
+    """
+    try:
+        info = _slot_info(conn, slot)
+    except psycopg.Error as exc:
+        raise translate_error(exc, f"looking up replication slot {slot!r}") from exc
+    if info is not None and info.plugin in PLUGINS and info.plugin != DEFAULT_PLUGIN:
+        return info.plugin, (f"replication slot {slot!r} exists with plugin {info.plugin!r}: "
+                             f"using it (pass --plugin to choose; the default is "
+                             f"{DEFAULT_PLUGIN})")
+    return DEFAULT_PLUGIN, None
+
+
 def ensure_replication(
     dsn: str,
     outbox: OutboxConfig,
     *,
     slot: str,
-    plugin: str = "wal2json",
+    plugin: str = DEFAULT_PLUGIN,
     publication: str = "cdc_relay_outbox",
     conn: psycopg.Connection[Any] | None = None,
     failover: bool = True,

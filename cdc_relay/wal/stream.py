@@ -35,9 +35,10 @@ import psycopg
 from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from cdc_relay import accel
 from cdc_relay.config import ReplicationConfig
-from cdc_relay.db import TCP_KEEPALIVES, refused
-from cdc_relay.decoding.compiled import DecodeFunction, compiled_extension
+from cdc_relay.db import SERVER_TCP_KEEPALIVES, TCP_KEEPALIVES, refused
+from cdc_relay.decoding.compiled import DecodeFunction
 from cdc_relay.errors import (
     AccessRefused,
     DatabaseError,
@@ -67,6 +68,10 @@ _WAL_START = struct.Struct("!Q")
 _SESSION_OPTIONS = "-c TimeZone=UTC -c DateStyle=ISO,YMD -c extra_float_digits=3"
 # Detect a dead server or network instead of waiting forever on a silent socket.
 _TCP_DEFAULTS = {"connect_timeout": "10", **TCP_KEEPALIVES}
+# And the walsender the same on its side (before the user's options, which win): on a
+# silent network it ends with the watchdog, instead of holding the slot "active" until
+# wal_sender_timeout, which kept the reconnected relay out for another 30 s (measured).
+_SERVER_KEEPALIVES = " ".join(f"-c {name}={value}" for name, value in SERVER_TCP_KEEPALIVES.items())
 # SQLSTATE classes a retry will not fix: bad credentials, missing database, privileges.
 _PERMANENT_SQLSTATES = ("28", "3D", "42")
 
@@ -74,7 +79,8 @@ _PERMANENT_SQLSTATES = ("28", "3D", "42")
 def replication_conninfo(dsn: str) -> str:
     """The user's DSN plus replication mode, pinned session settings and TCP keepalives."""
     params = conninfo_to_dict(dsn)
-    options = " ".join(str(p) for p in (params.get("options"), _SESSION_OPTIONS) if p)
+    options = " ".join(str(p) for p in (_SERVER_KEEPALIVES, params.get("options"), _SESSION_OPTIONS)
+                       if p)
     extra = {k: v for k, v in _TCP_DEFAULTS.items() if k not in params}
     params.setdefault("application_name", "cdc-relay")
     return make_conninfo("", **{**params, **extra, "options": options, "replication": "database"})
@@ -117,10 +123,8 @@ class ReplicationStream:
     """One replication session: open, read messages, send status updates, close."""
 
     def __init__(self, config: ReplicationConfig, options: list[tuple[str, str]], *,
-                 position_conn: psycopg.Connection[Any] | None = None,
-                 compiled: bool | None = None) -> None:
+                 position_conn: psycopg.Connection[Any] | None = None) -> None:
         self._config = config
-        self._compiled = compiled  # the compiled reader: None where built, False never, True required
         self._options = options
         self._position_conn = position_conn  # an open plain connection this stream now owns
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
@@ -240,11 +244,10 @@ class ReplicationStream:
 
     def changes(self, decode: DecodeFunction) -> ChangeReader:
         """The session's reader (protocol.read_changes over ``read``): compiled where built
-        (wal/_cstream.c), without a Python frame per row; per ``compiled`` as the decoder."""
+        (wal/_cstream.c), without a Python frame per row; per the process's choice (accel.py)."""
         pgconn = self._pgconn
         assert pgconn is not None, "changes() before open()"
-        module = compiled_extension("_cstream", "replication reader", self._compiled,
-                                    package="cdc_relay.wal")
+        module = accel.extension("_cstream")
         if module is None:
             return read_changes(self.read, decode)
         reader: ChangeReader = module.Changes(pgconn.get_copy_data, decode, self._message,

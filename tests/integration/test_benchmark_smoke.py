@@ -31,7 +31,7 @@ def _is_float(value: object) -> bool:
 def test_smoke_run_writes_results_report_and_plots(tmp_path: Path) -> None:
     out = tmp_path / "bench"
     done = subprocess.run([sys.executable, "-m", "benchmarks", "run", "--smoke", "--out", str(out)],
-                          cwd=REPO, capture_output=True, text=True, timeout=240, check=False)
+                          cwd=REPO, capture_output=True, text=True, timeout=480, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
 
     results = json.loads((out / "results.json").read_text())
@@ -57,9 +57,12 @@ def test_smoke_run_writes_results_report_and_plots(tmp_path: Path) -> None:
     assert results["latency_floor"], "the broker floor is reported"
 
     report = (out / "report.md").read_text()
-    for section in ("## Machine", "## Limits", "## Backlog throughput", "## Latency", "## Targets"):
+    assert results["skipped"] == {}, "no Debezium mode was asked for, none is reported skipped"
+    for section in ("## Headline", "## Machine", "## Limits", "## Backlog throughput", "## Latency",
+                    "## Targets"):
         assert section in report
     assert "- wal-wal2json, 500 events: " in report, "the targets are checked per backlog size"
+    assert "| wal-wal2json | " in report.split("## Machine")[0], "the headline's WAL table"
     for plot in ("throughput.png", "latency_cdf_wal-wal2json.png", "latency_cdf_poll-notify.png"):
         assert (out / plot).stat().st_size > 1000, plot
 

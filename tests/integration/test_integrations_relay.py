@@ -103,7 +103,7 @@ def test_structured_cloudevents_are_identical_compiled_pure_python_and_polled(
                   for n in range(3)}
     shaping = ("--message-format", "cloudevents-structured", "--cloudevents-source", "urn:{table}")
     results = {}
-    for slot, extra in (("c", ()), ("p", ("--pure-python-decoder",))):
+    for slot, extra in (("c", ()), ("p", ("--pure-python",))):
         with start_relay(db, broker.bootstrap, topic_prefix + slot, slot=slot, plugin="pgoutput",
                          extra=(*shaping, *extra)) as relay, \
                 KafkaCollector(broker.bootstrap, topic_prefix + slot) as collector:

@@ -91,12 +91,11 @@ def test_set_handler_sends_the_later_reports_to_the_new_handler(broker: Broker,
     assert first == [Delivery(1)] and second == [Delivery(2)]
 
 
-@pytest.mark.parametrize("compiled", [False, True], ids=["pure-reports", "compiled-reports"])
 def test_both_report_paths_hand_over_successes_and_failures_alike(
         broker: Broker, topic_prefix: str, compiled: bool) -> None:
     got: list[Delivery] = []
     later: list[Delivery] = []
-    sink = KafkaSink(KafkaConfig(broker.bootstrap), collect(got), compiled=compiled)
+    sink = KafkaSink(KafkaConfig(broker.bootstrap), collect(got))
     assert (type(sink._reports) is not Reports) is compiled
     try:
         sink.produce(Message(f"{topic_prefix}.t", b"k", b"v"), 1)
@@ -117,12 +116,11 @@ def test_both_report_paths_hand_over_successes_and_failures_alike(
     assert later == [Delivery(3)] and served == 1
 
 
-@pytest.mark.parametrize("compiled", [False, True], ids=["pure-reports", "compiled-reports"])
 def test_a_batch_handler_gets_each_polls_successes_before_it_returns(
         broker: Broker, topic_prefix: str, compiled: bool) -> None:
     got: list[Delivery] = []
     batches: list[list[int]] = []
-    sink = KafkaSink(KafkaConfig(broker.bootstrap), ignore_reports, compiled=compiled)
+    sink = KafkaSink(KafkaConfig(broker.bootstrap), ignore_reports)
     sink.set_handler(collect(got), batches.append)
     try:
         for token in range(20):

@@ -37,7 +37,8 @@ def _slots(dsn: str) -> int:
 def test_init_installs_what_the_mode_uses_and_upgrades_an_old_install(
         db: str, broker: Broker, topic_prefix: str) -> None:
     # What init of earlier versions left: the NOTIFY trigger and a wal2json slot.
-    init_database(db, OutboxConfig(), slot="cdc_relay", notify_trigger=True, mode="wal")
+    init_database(db, OutboxConfig(), slot="cdc_relay", plugin="wal2json", notify_trigger=True,
+                  mode="wal")
     assert (_triggers(db), _slots(db)) == (1, 1)
     with psycopg.connect(db, autocommit=True) as conn:  # the slot falls behind
         conn.execute("CREATE TABLE filler AS SELECT g, repeat('x', 500) AS pad "
@@ -53,6 +54,8 @@ def test_init_installs_what_the_mode_uses_and_upgrades_an_old_install(
 
     wal = run_cli("init", "--dsn", db)  # the default: WAL mode
     assert wal.returncode == 0, wal.stderr
+    # No --plugin: the existing slot's plugin is used (its default was wal2json), and said.
+    assert "exists with plugin 'wal2json': using it" in wal.stdout
     assert "notify trigger: dropped" in wal.stdout
     assert (_triggers(db), _slots(db)) == (0, 1)
 
@@ -107,14 +110,14 @@ def test_two_phase_commit_works_with_the_default_init(
     committed = _prepare(dsn, f"a{run}")
     rolled_back = _prepare(dsn, f"b{run}")
     with KafkaCollector(broker.bootstrap, topic_prefix) as collector:
-        with start_relay(dsn, broker.bootstrap, topic_prefix) as relay:
+        with start_relay(dsn, broker.bootstrap, topic_prefix, plugin="pgoutput") as relay:
             _finish(dsn, f"a{run}", commit=True)
             _finish(dsn, f"b{run}", commit=False)
             across_restart = _prepare(dsn, f"c{run}")
             collector.collect(until=lambda ms: any(m.headers.get("id") == committed.encode()
                                                    for m in ms), timeout=60)
             assert relay.stop(signal.SIGTERM) == 0, relay.stderr
-        with start_relay(dsn, broker.bootstrap, topic_prefix) as relay:
+        with start_relay(dsn, broker.bootstrap, topic_prefix, plugin="pgoutput") as relay:
             _finish(dsn, f"c{run}", commit=True)
             with psycopg.connect(dsn) as conn:
                 sentinel = str(emit(conn, "order", "last", "Sentinel", {}))

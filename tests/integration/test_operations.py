@@ -170,14 +170,15 @@ def test_doctor_fails_on_wal_level_replica_and_prints_the_fix() -> None:
     with PostgresCluster(settings={"wal_level": "replica"}) as cluster:
         dsn = cluster.create_database("app")
         init_outbox(dsn, "--no-slot")
-        result = run_cli("doctor", "--dsn", dsn)
+        result = run_cli("doctor", "--dsn", dsn, "--plugin", "wal2json")
         assert result.returncode == 1
         lines = result.stdout.splitlines()
         index = next(i for i, line in enumerate(lines) if line.startswith("FAIL  wal_level"))
         assert "'replica'" in lines[index]
         assert "fix: ALTER SYSTEM SET wal_level = logical;" in lines[index + 1]
         assert "restart PostgreSQL" in lines[index + 1]
-        checks = orjson.loads(run_cli("doctor", "--dsn", dsn, "--format", "json").stdout)
+        checks = orjson.loads(run_cli("doctor", "--dsn", dsn, "--plugin", "wal2json",
+                                      "--format", "json").stdout)
         verdicts = {check["name"]: check["verdict"] for check in checks}
         assert verdicts["wal_level"] == "fail"
         assert verdicts["plugin loads"] == "skip"
@@ -216,7 +217,7 @@ def test_doctor_names_output_plugin_libraries_when_wal2json_is_not_allowed() -> 
             pytest.skip("this PostgreSQL minor has no output_plugin_libraries")
         dsn = cluster.create_database("app")
         init_outbox(dsn, "--no-slot")
-        result = run_cli("doctor", "--dsn", dsn)
+        result = run_cli("doctor", "--dsn", dsn, "--plugin", "wal2json")
         assert result.returncode == 1
         assert "FAIL  output_plugin_libraries" in result.stdout
         assert ("ALTER SYSTEM SET output_plugin_libraries = 'pgoutput', 'test_decoding', "

@@ -170,20 +170,20 @@ def test_wal2json_and_pgoutput_publish_identical_messages_for_the_same_rows(
 def test_the_pure_python_path_publishes_what_the_compiled_one_does(
     db: str, broker: Broker, topic_prefix: str, plugin: str
 ) -> None:
-    # --pure-python-decoder reads (ReplicationStream.read), decodes and routes in Python;
-    # every other test here reads through the compiled reader and decoders.
+    # --pure-python reads (ReplicationStream.read), decodes, routes and takes delivery
+    # reports in Python; every other test here runs the compiled paths.
     init_db(db, slot="compiled", plugin=plugin)
     init_db(db, slot="pure", plugin=plugin)
     expected = write_workload(db, transactions=30, seed=6)
     results = {}
-    for path, extra in (("compiled", ()), ("pure", ("--pure-python-decoder",))):
+    for path, extra in (("compiled", ()), ("pure", ("--pure-python",))):
         prefix = f"{topic_prefix}{path[:3]}"
         with start_relay(db, broker.bootstrap, prefix, slot=path, plugin=plugin,
                          extra=extra) as relay, \
                 KafkaCollector(broker.bootstrap, prefix) as collector:
             messages = collect_ids(collector, prefix, expected.ids)
             assert relay.stop() == 0, relay.stderr
-        assert ("in pure Python (--pure-python-decoder)" in relay.stderr) == (path == "pure")
+        assert ("pure Python throughout (--pure-python" in relay.stderr) == (path == "pure")
         assert_contract(messages, expected, prefix)
         results[path] = sorted(
             (m.topic.split(".", 1)[1], m.key, m.value, tuple(sorted(m.headers.items())), m.timestamp)
@@ -212,7 +212,7 @@ def _open_while_the_previous_holder_confirms(
     target = current_wal(db)
     before = confirmed_flush(db)
     stream = _previous_holder_confirms(db, target)(
-        ReplicationConfig(dsn=db), wal2json_options(TableRef()), position_conn=handed)
+        ReplicationConfig(dsn=db, plugin="wal2json"), wal2json_options(TableRef()), position_conn=handed)
     try:
         start = stream.open()
     finally:

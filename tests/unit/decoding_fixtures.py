@@ -53,17 +53,9 @@ NOT_OUTBOX_EVENTS: dict[str, Any] = {
 }
 
 
-def compiled_wal2json_built() -> bool:
-    """Whether the compiled wal2json fast path imports."""
-    return Wal2JsonDecoder(OUTBOX, OutboxColumns()).compiled
-
-
-WAL2JSON_PATHS = pytest.mark.parametrize(
-    "compiled",
-    [False, pytest.param(True, marks=pytest.mark.skipif(
-        not compiled_wal2json_built(), reason="cdc_relay.decoding._cwal2json is not built"))],
-    ids=["pure", "compiled"],
-)
+# Both paths (the ``compiled`` fixture, tests/conftest.py): tests taking ``compiled`` run
+# on each; this marks the ones that need it only for the path they build on.
+WAL2JSON_PATHS = pytest.mark.usefixtures("compiled")
 
 
 def load(name: str) -> list[tuple[Lsn, bytes]]:
@@ -102,14 +94,13 @@ def as_row(event: OutboxEvent, table: TableRef) -> dict[str, Any]:
     return row
 
 
-def decode_all(name: str, table: TableRef, columns: OutboxColumns, *,
-               compiled: bool | None = None) -> list[Any]:
-    """Decode a whole fixture with the decoder its name says (``compiled``: wal2json's path)."""
+def decode_all(name: str, table: TableRef, columns: OutboxColumns) -> list[Any]:
+    """Decode a whole fixture with the decoder its name says (on the test's path)."""
     decoder: PgOutputDecoder | Wal2JsonDecoder
     if name.startswith("pgoutput"):
         decoder = PgOutputDecoder(table, columns)
     else:
-        decoder = Wal2JsonDecoder(table, columns, compiled=compiled)
+        decoder = Wal2JsonDecoder(table, columns)
     return [decoder.decode(payload, wal_start) for wal_start, payload in load(name)]
 
 

@@ -17,6 +17,7 @@ from cdc_relay.formats import _ESCAPES, json_string
 from cdc_relay.model import Message, OutboxEvent
 from cdc_relay.routing import Router, RoutingError
 from cdc_relay.sink import nats, rabbitmq
+from tests.unit.paths import built
 
 EVENT_ID = "5f0c6d1e-3b8a-4c9e-9a51-2f7b9c1d4e60"
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -105,8 +106,8 @@ def test_an_event_without_created_at_or_trace_context_has_no_time_or_trace_attri
 @pytest.mark.parametrize("message_format", ["cloudevents", "cloudevents-structured"])
 def test_the_compiled_router_never_builds_cloudevents(message_format: str) -> None:
     compiled_where_built = router(message_format)
-    pure = Router(RouterConfig(message_format=message_format), TableRef("sales", "outbox"),
-                  database="shop", compiled=False)
+    pure = built(False, Router, RouterConfig(message_format=message_format),
+                 TableRef("sales", "outbox"), database="shop")
     assert not compiled_where_built.compiled
     for item in (event(), event(traceparent=None, tracestate=None), event(created_at_ms=None)):
         assert compiled_where_built.route(item) == pure.route(item)

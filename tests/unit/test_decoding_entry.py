@@ -17,6 +17,7 @@ from cdc_relay.config import TableRef
 from cdc_relay.decoding import _cpgoutput, _cwal2json
 from cdc_relay.decoding.wal2json import Wal2JsonDecoder
 from cdc_relay.model import Lsn, OutboxColumns, OutboxEvent
+from tests.unit.paths import built
 from tests.unit.test_decoding_wal2json import insert_message, outbox_row
 
 MODULES = pytest.mark.parametrize("module", [_cpgoutput, _cwal2json], ids=["pgoutput", "wal2json"])
@@ -129,7 +130,7 @@ def counting(decoder: Wal2JsonDecoder) -> Recorder:
 
 
 def test_wal2json_rows_go_compiled_again_once_the_pure_path_has_planned_a_new_shape() -> None:
-    decoder = Wal2JsonDecoder(TableRef("public", "outbox_events"), OutboxColumns(), compiled=True)
+    decoder = built(True, Wal2JsonDecoder, TableRef("public", "outbox_events"), OutboxColumns())
     seen = counting(decoder)
     first = decoder.decode(insert_message(outbox_row()), 0x100)
     assert isinstance(first, OutboxEvent) and len(seen.calls) == 1  # a shape's first row: pure

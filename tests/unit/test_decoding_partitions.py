@@ -46,7 +46,7 @@ def row(table: str, *, schema: str = "public", outbox_shaped: bool = True) -> by
 @WAL2JSON_PATHS
 def test_rows_of_partitions_are_events_and_each_table_is_looked_up_once(compiled: bool) -> None:
     tree = FakeTree({("public", "outbox_events_01"), ("public", "outbox_events_02")})
-    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), tree, compiled=compiled)
+    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), tree)
     for _ in range(3):
         assert isinstance(decoder.decode(row("outbox_events_01"), Lsn(10)), OutboxEvent)
     # The first lookup loaded the whole tree: the second partition needs no question.
@@ -57,7 +57,7 @@ def test_rows_of_partitions_are_events_and_each_table_is_looked_up_once(compiled
 @WAL2JSON_PATHS
 def test_a_partition_created_later_is_found_when_its_first_row_arrives(compiled: bool) -> None:
     tree = FakeTree({("public", "outbox_events_01")})
-    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), tree, compiled=compiled)
+    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), tree)
     assert decoder.decode(row("outbox_events_01"), Lsn(10)) is not None
     tree.partitions.add(("archive", "outbox_events_02"))  # CREATE TABLE ... PARTITION OF
     assert decoder.decode(row("outbox_events_02", schema="archive"), Lsn(11)) is not None
@@ -66,7 +66,7 @@ def test_a_partition_created_later_is_found_when_its_first_row_arrives(compiled:
 @WAL2JSON_PATHS
 def test_a_known_partition_stays_known_after_it_is_dropped(compiled: bool) -> None:
     tree = FakeTree({("public", "outbox_events_01")})
-    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), tree, compiled=compiled)
+    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), tree)
     assert decoder.decode(row("outbox_events_01"), Lsn(10)) is not None
     tree.partitions.clear()  # DROP TABLE outbox_events_01; its rows are still in the stream
     decoder.reset()  # even across a reconnect
@@ -76,14 +76,14 @@ def test_a_known_partition_stays_known_after_it_is_dropped(compiled: bool) -> No
 @WAL2JSON_PATHS
 def test_rows_of_a_dropped_table_with_the_outbox_s_columns_are_events(compiled: bool) -> None:
     tree = FakeTree(set(), gone={("public", "outbox_events_00")})
-    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), tree, compiled=compiled)
+    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), tree)
     assert decoder.decode(row("outbox_events_00"), Lsn(10)) is not None
 
 
 @WAL2JSON_PATHS
 def test_other_tables_are_ignored_and_only_outbox_shaped_ones_are_looked_up(compiled: bool) -> None:
     tree = FakeTree(set())
-    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), tree, compiled=compiled)
+    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), tree)
     assert decoder.decode(row("orders", outbox_shaped=False), Lsn(10)) is None
     assert decoder.decode(row("lookalike"), Lsn(11)) is None
     assert decoder.decode(row("lookalike"), Lsn(12)) is None
@@ -94,14 +94,14 @@ def test_other_tables_are_ignored_and_only_outbox_shaped_ones_are_looked_up(comp
 def test_a_failed_lookup_raises_instead_of_skipping_the_row(compiled: bool) -> None:
     tree = FakeTree(set())
     tree.fail = True
-    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), tree, compiled=compiled)
+    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), tree)
     with pytest.raises(SourceLost):
         decoder.decode(row("outbox_events_01"), Lsn(10))
 
 
 @WAL2JSON_PATHS
 def test_without_a_catalog_only_the_outbox_s_own_name_counts(compiled: bool) -> None:
-    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=compiled)
+    decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns())
     assert decoder.decode(row("outbox_events_01"), Lsn(10)) is None
     assert decoder.decode(row("outbox_events"), Lsn(11)) is not None
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 import struct
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import orjson
 import pytest
@@ -42,19 +41,12 @@ OUTBOX_COLUMNS = [
 ]  # fmt: skip
 
 
-@pytest.fixture(autouse=True, params=["pure", "compiled"])
-def decoder_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Build every PgOutputDecoder of the test (decoding_fixtures' too) with
-    ``compiled=False`` or ``compiled=True`` (which fails if the extension is not built)."""
-    compiled = request.param == "compiled"
-    init = PgOutputDecoder.__init__
-
-    def forced(self: PgOutputDecoder, *args: Any, **kwargs: Any) -> None:
-        init(self, *args, **kwargs, compiled=compiled)
-
-    monkeypatch.setattr(PgOutputDecoder, "__init__", forced)
+@pytest.fixture(autouse=True)
+def decoder_path(compiled: bool) -> bool:
+    """Every PgOutputDecoder of the test (decoding_fixtures' too) on the ``compiled``
+    fixture's path (tests/conftest.py)."""
     assert PgOutputDecoder(OUTBOX, OutboxColumns()).compiled is compiled
-    return str(request.param)
+    return compiled
 
 
 # ---------------------------------------------------------------- message builders

@@ -11,7 +11,6 @@ must be built: CI has a compiler.
 
 from __future__ import annotations
 
-import re
 import struct
 import sys
 from typing import Any
@@ -20,10 +19,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cdc_relay import accel
 from cdc_relay.decoding.pgoutput import PgOutputDecoder
 from cdc_relay.errors import DecodeError
 from cdc_relay.model import TRACE_COLUMNS, Change, Lsn, OutboxColumns, OutboxEvent
 from tests.unit.decoding_fixtures import AT, NOT_OUTBOX_EVENTS, OUTBOX
+from tests.unit.paths import built
 from tests.unit.test_decoding_pgoutput import OUTBOX_COLUMNS, insert, outbox_values, relation
 
 try:
@@ -43,17 +44,17 @@ def test_the_compiled_decoder_is_built() -> None:
         "building the extensions) "
         "(CI builds it; a missing compiler must not silently drop the fast path's tests)"
     )
-    assert PgOutputDecoder(OUTBOX, OutboxColumns(), compiled=True).compiled
+    assert built(True, PgOutputDecoder, OUTBOX, OutboxColumns()).compiled
 
 
-def test_compiled_none_falls_back_and_true_refuses_without_the_extension(
+def test_without_the_extension_or_when_turned_off_the_decoder_is_pure(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    assert not built(False, PgOutputDecoder, OUTBOX, OutboxColumns()).compiled
+    with accel.forced({"_cpgoutput"}):
+        assert not PgOutputDecoder(OUTBOX, OutboxColumns()).compiled
     monkeypatch.setitem(sys.modules, "cdc_relay.decoding._cpgoutput", None)  # import fails
     assert not PgOutputDecoder(OUTBOX, OutboxColumns()).compiled
-    assert not PgOutputDecoder(OUTBOX, OutboxColumns(), compiled=False).compiled
-    with pytest.raises(ImportError, match=re.escape("_cpgoutput) is not built: reinstall")):
-        PgOutputDecoder(OUTBOX, OutboxColumns(), compiled=True)
 
 
 # ---------------------------------------------------------------- the two decoders, compared
@@ -75,8 +76,8 @@ def in_a_larger_buffer(message: bytes) -> memoryview:
 
 def same_outcomes(messages: list[bytes], columns: OutboxColumns = DEFAULT,
                   extra: tuple[str, ...] = ()) -> list[Change | str | None]:
-    pure = PgOutputDecoder(OUTBOX, columns, extra, compiled=False)
-    compiled = PgOutputDecoder(OUTBOX, columns, extra, compiled=True)
+    pure = built(False, PgOutputDecoder, OUTBOX, columns, extra)
+    compiled = built(True, PgOutputDecoder, OUTBOX, columns, extra)
     expected = [outcome(pure, message) for message in messages]
     assert [outcome(compiled, in_a_larger_buffer(message)) for message in messages] == expected
     return expected
@@ -226,7 +227,7 @@ def test_the_fast_path_decodes_common_inserts_without_the_pure_path(
     expected = same_outcomes([relation(RELID, names),
                               insert(RELID, [*outbox_values(), b"00-ab-cd-01", None])],
                              extra=("event_type",))
-    decoder = PgOutputDecoder(OUTBOX, OutboxColumns(), ("event_type",), compiled=True)
+    decoder = built(True, PgOutputDecoder, OUTBOX, OutboxColumns(), ("event_type",))
     decoder.decode(relation(RELID, names), Lsn(0))
 
     def pure_insert(*_: Any) -> None:

@@ -16,7 +16,6 @@ compiler.
 
 from __future__ import annotations
 
-import re
 import sys
 import types
 from datetime import UTC, datetime, timedelta
@@ -34,6 +33,7 @@ from cdc_relay.decoding.wal2json import Wal2JsonDecoder
 from cdc_relay.errors import DecodeError
 from cdc_relay.model import Change, Lsn, OutboxColumns, OutboxEvent
 from tests.unit.decoding_fixtures import AT, OUTBOX
+from tests.unit.paths import built
 from tests.unit.test_decoding_pgoutput import OUTBOX_COLUMNS, insert, outbox_values, relation
 from tests.unit.test_decoding_wal2json import insert_message, outbox_row
 from tests.unit.wal2json_documents import json_string
@@ -57,19 +57,17 @@ def test_the_compiled_timestamp_parse_is_built() -> None:
         f"{MODULE} is not built: run `make bootstrap` (it reinstalls, building the extensions) "
         "(CI builds it; a missing compiler must not silently drop the fast path's tests)"
     )
-    assert TimestampParser(compiled=True).compiled
+    assert built(True, TimestampParser).compiled
     assert TimestampParser().compiled
 
 
-def test_compiled_none_falls_back_and_true_refuses_without_the_extension(
+def test_without_the_extension_the_parse_is_pure(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setitem(sys.modules, MODULE, None)  # import fails
     assert not TimestampParser().compiled
-    assert not TimestampParser(compiled=False).compiled
+    assert not built(False, TimestampParser).compiled
     assert TimestampParser().parse("1970-01-01 00:00:01+00") == 1000
-    with pytest.raises(ImportError, match=re.escape("_ctimestamp) is not built: reinstall")):
-        TimestampParser(compiled=True)
 
 
 # ---------------------------------------------------------------- the two parsers, compared
@@ -169,7 +167,7 @@ any_text = (pg_timestamps() | raw_fields() | mutated()
 @given(pg_timestamps())
 def test_every_postgresql_shaped_text_is_accepted_with_the_pure_value(text: str) -> None:
     assert epoch_ms is not None, f"{MODULE} is not built"
-    assert epoch_ms(text) == reference_ms(text) == TimestampParser(compiled=False).parse(text)
+    assert epoch_ms(text) == reference_ms(text) == built(False, TimestampParser).parse(text)
 
 
 @pytest.mark.slow  # a long property run
@@ -182,8 +180,8 @@ def test_every_postgresql_shaped_text_is_accepted_with_the_pure_value(text: str)
 @example("2026-01-01 00:00:00+05:60")
 def test_compiled_parse_declines_or_agrees_with_the_pure_one(text: str) -> None:
     assert epoch_ms is not None, f"{MODULE} is not built"
-    pure = outcome(TimestampParser(compiled=False), text)
-    assert outcome(TimestampParser(compiled=True), text) == pure
+    pure = outcome(built(False, TimestampParser), text)
+    assert outcome(built(True, TimestampParser), text) == pure
     fast = epoch_ms(text)
     assert fast is None or fast == pure
 
@@ -191,7 +189,7 @@ def test_compiled_parse_declines_or_agrees_with_the_pure_one(text: str) -> None:
 @settings(max_examples=500, deadline=None)
 @given(st.lists(any_text, max_size=6))
 def test_a_sequence_parses_alike_through_the_cache_on_both_paths(texts: list[str]) -> None:
-    pure, compiled = TimestampParser(compiled=False), TimestampParser(compiled=True)
+    pure, compiled = built(False, TimestampParser), built(True, TimestampParser)
     assert [outcome(compiled, t) for t in texts] == [outcome(pure, t) for t in texts]
 
 
@@ -324,8 +322,8 @@ def both_paths(texts: list[str], rnd: Random | None = None) -> list[list[Any]]:
     results = []
     for make, messages in ((Wal2JsonDecoder, wal2json_rows(texts, rnd)),
                            (PgOutputDecoder, pgoutput_rows(texts))):
-        fast = make(OUTBOX, OutboxColumns(), compiled=True)
-        pure = make(OUTBOX, OutboxColumns(), compiled=False)
+        fast = built(True, make, OUTBOX, OutboxColumns())
+        pure = built(False, make, OUTBOX, OutboxColumns())
         assert fast.compiled
         results.append(decoded(fast, messages))
         assert results[-1] == decoded(pure, messages), messages
@@ -339,7 +337,7 @@ def test_rows_decode_alike_on_both_paths_as_their_created_at_repeats_and_changes
 ) -> None:
     pool = data.draw(st.lists(any_text | st.sampled_from(INFINITIES), min_size=1, max_size=4))
     texts = data.draw(st.lists(st.sampled_from(pool), min_size=1, max_size=10))
-    both_paths(texts, data.draw(st.randoms(use_true_random=True)))
+    both_paths(texts, data.draw(st.randoms()))
 
 
 @settings(max_examples=300, deadline=None)
@@ -349,10 +347,10 @@ def test_postgresql_shaped_created_at_never_leaves_the_compiled_path(data: st.Da
                               max_size=4))
     texts = data.draw(st.lists(st.sampled_from(pool), min_size=1, max_size=10))
     expected = [None if text in INFINITIES else reference_ms(text) for text in texts]
-    rnd = data.draw(st.randoms(use_true_random=True))
+    rnd = data.draw(st.randoms())
     for decoder, messages, pure_rows in (
-        (CountingWal2Json(OUTBOX, OutboxColumns(), compiled=True), wal2json_rows(texts, rnd), 1),
-        (CountingPgOutput(OUTBOX, OutboxColumns(), compiled=True), pgoutput_rows(texts), 0),
+        (built(True, CountingWal2Json, OUTBOX, OutboxColumns()), wal2json_rows(texts, rnd), 1),
+        (built(True, CountingPgOutput, OUTBOX, OutboxColumns()), pgoutput_rows(texts), 0),
     ):
         changes = [decoder.decode(message, AT) for message in messages]
         assert [c.created_at_ms for c in changes if isinstance(c, OutboxEvent)][1:] == expected
@@ -375,7 +373,7 @@ def test_a_stream_of_repeated_changed_infinite_and_bad_created_at_decodes_alike(
 # ---------------------------------------------------------------- the decoders' setting
 
 
-def test_compiled_false_decoders_never_call_the_compiled_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pure_decoders_never_call_the_compiled_parse(monkeypatch: pytest.MonkeyPatch) -> None:
     """A stand-in extension that answers 42 for everything: only compiled parsers see it
     (the compiled decoders' own C path parses created_at without it)."""
     fake = types.ModuleType(MODULE)
@@ -384,14 +382,14 @@ def test_compiled_false_decoders_never_call_the_compiled_parse(monkeypatch: pyte
     text = "2026-11-30 11:11:26.123456+00"
     assert TimestampParser().parse(text) == 42  # the stand-in is what a compiled parser calls
 
-    def wal2json_ms(compiled: bool | None) -> list[int | None]:
-        decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=compiled)
+    def wal2json_ms(compiled: bool) -> list[int | None]:
+        decoder = built(compiled, Wal2JsonDecoder, OUTBOX, OutboxColumns())
         rows = [insert_message(outbox_row(created_at=text, id=str(i))) for i in range(2)]
         changes = [decoder.decode(row, AT) for row in rows]
         return [c.created_at_ms for c in changes if isinstance(c, OutboxEvent)]
 
-    def pgoutput_ms(compiled: bool | None) -> int | None:
-        decoder = PgOutputDecoder(OUTBOX, OutboxColumns(), compiled=compiled)
+    def pgoutput_ms(compiled: bool) -> int | None:
+        decoder = built(compiled, PgOutputDecoder, OUTBOX, OutboxColumns())
         assert decoder.decode(relation(RELID, OUTBOX_COLUMNS), Lsn(0)) is None
         event = decoder.decode(insert(RELID, outbox_values(created_at=text.encode())), AT)
         assert isinstance(event, OutboxEvent)
@@ -399,7 +397,7 @@ def test_compiled_false_decoders_never_call_the_compiled_parse(monkeypatch: pyte
 
     # compiled wal2json: its first row of a shape is the pure path's (it plans), with the
     # compiled TimestampParser; the next one is the C path's, as every compiled pgoutput row
-    assert wal2json_ms(None) == [42, 1796037086123]
-    assert pgoutput_ms(None) == 1796037086123
+    assert wal2json_ms(True) == [42, 1796037086123]
+    assert pgoutput_ms(True) == 1796037086123
     assert wal2json_ms(False) == [1796037086123, 1796037086123]
     assert pgoutput_ms(False) == 1796037086123

@@ -20,10 +20,12 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
+from cdc_relay import accel
 from cdc_relay.decoding.wal2json import Wal2JsonDecoder
 from cdc_relay.errors import DecodeError
 from cdc_relay.model import TRACE_COLUMNS, OutboxColumns, OutboxEvent
 from tests.unit.decoding_fixtures import AT, NOT_OUTBOX_EVENTS, OUTBOX, load
+from tests.unit.paths import built
 from tests.unit.wal2json_documents import (
     MAPPED,
     PLAN,
@@ -42,7 +44,7 @@ from tests.unit.wal2json_documents import (
 
 def test_the_compiled_wal2json_decoder_is_built() -> None:
     try:
-        decoder = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=True)
+        decoder = built(True, Wal2JsonDecoder, OUTBOX, OutboxColumns())
     except ImportError as exc:
         pytest.fail(f"{exc}: the build of cdc_relay/decoding/_cwal2json.c is broken")
     assert decoder.compiled
@@ -83,7 +85,7 @@ def test_well_formed_inserts_are_taken_by_the_compiled_path_with_the_pure_result
         "I", "public", "outbox_events")
     single = all(len({key for key, _ in col.members}) == len(col.members) for col in columns)
     hit = reader().row(text, AT, plan_of(document), (), len(columns))
-    pure = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=False)
+    pure = built(False, Wal2JsonDecoder, OUTBOX, OutboxColumns())
     try:
         expected = pure.decode(text, AT)
     except DecodeError:
@@ -113,7 +115,7 @@ def test_the_fixture_streams_decode_alike_and_every_insert_is_the_compiled_path_
                if orjson.loads(payload)["action"] == "I"]
     plan = (0, 1, 2, 3, 4, 6)
     assert len(inserts) == 113
-    pure = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=False)
+    pure = built(False, Wal2JsonDecoder, OUTBOX, OutboxColumns())
     fast = reader()
     counts = [len(orjson.loads(payload)["columns"]) for payload in inserts]  # the table alters
     assert [fast.row(payload, AT, plan, (), n) for payload, n in zip(inserts, counts, strict=True)
@@ -171,7 +173,7 @@ def test_row_declines_a_row_of_another_column_count_than_the_plans() -> None:
 )
 def test_row_takes_any_spelling_of_the_common_insert(payload: bytes) -> None:
     hit = take(payload, ncols=len(orjson.loads(payload)["columns"]))
-    pure = Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=False).decode(payload, AT)
+    pure = built(False, Wal2JsonDecoder, OUTBOX, OutboxColumns()).decode(payload, AT)
     assert isinstance(pure, OutboxEvent)
     assert hit == pure
 
@@ -348,16 +350,15 @@ def test_the_reader_refuses_a_class_that_is_not_the_outbox_event(event_class: An
         Reader("public", "outbox_events", MAPPED, True, (), TRACE_COLUMNS, event_class)
 
 
-def test_compiled_false_forces_the_pure_path() -> None:
-    assert not Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=False).compiled
-    assert Wal2JsonDecoder(OUTBOX, OutboxColumns()).compiled  # the default takes it
+def test_the_process_s_choice_forces_the_pure_path() -> None:
+    assert not built(False, Wal2JsonDecoder, OUTBOX, OutboxColumns()).compiled
+    with accel.forced({"_cwal2json"}):
+        assert not Wal2JsonDecoder(OUTBOX, OutboxColumns()).compiled
+    with accel.forced(False):
+        assert Wal2JsonDecoder(OUTBOX, OutboxColumns()).compiled  # the default takes it
 
 
-def test_compiled_true_without_the_extension_is_a_clear_error(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_without_the_extension_the_decoder_is_pure(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "cdc_relay.decoding._cwal2json", None)  # not built
     assert not Wal2JsonDecoder(OUTBOX, OutboxColumns()).compiled
-    with pytest.raises(ImportError, match="_cwal2json\\) is not built"):
-        Wal2JsonDecoder(OUTBOX, OutboxColumns(), compiled=True)
 

@@ -35,7 +35,7 @@ TABLE = TableFacts(True, owner=False,
                    columns=frozenset({"id", "aggregate_type", "aggregate_id", "event_type", "payload",
                                       "created_at", "attempts", "processed_at", "retry_after",
                                       "last_error", "dead_lettered_at"}))
-OPTIONS = DoctorOptions(dsn="host=db dbname=app")
+OPTIONS = DoctorOptions(dsn="host=db dbname=app", plugin="wal2json")
 NO_PUBLICATION = PublicationFacts(False)
 
 

@@ -14,7 +14,7 @@ from cdc_relay.ops.doctor.checks import (
 )
 from tests.unit.test_doctor_checks import SLOT, TABLE, by_name, facts
 
-WAL = DoctorOptions(dsn="host=db dbname=app")
+WAL = DoctorOptions(dsn="host=db dbname=app", plugin="wal2json")
 PGOUTPUT = DoctorOptions(dsn="host=db dbname=app", plugin="pgoutput")
 POLL = DoctorOptions(dsn="host=db dbname=app", mode="poll")
 GIB = 2**30

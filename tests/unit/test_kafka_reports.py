@@ -15,6 +15,7 @@ import pytest
 
 from cdc_relay.sink import _creports
 from cdc_relay.sink.kafka import Reports, reports_class
+from tests.unit.paths import built
 
 IMPLEMENTATIONS = pytest.mark.parametrize("cls", [Reports, _creports.Reports],
                                           ids=["pure", "compiled"])
@@ -30,8 +31,8 @@ class Recorder:
 
 def test_the_compiled_reports_are_built_and_chosen_by_default() -> None:
     assert reports_class() is _creports.Reports
-    assert reports_class(compiled=True) is _creports.Reports
-    assert reports_class(compiled=False) is Reports
+    assert built(True, reports_class) is _creports.Reports
+    assert built(False, reports_class) is Reports
 
 
 @IMPLEMENTATIONS

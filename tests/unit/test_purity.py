@@ -36,6 +36,9 @@ PURE_MODULES = (
     "cdc_relay.wal.protocol",
     "cdc_relay.sink.base",
     "cdc_relay.sink.transactions",
+    "cdc_relay.sink.sqs_config",
+    "cdc_relay.sink.sqs_entries",
+    "cdc_relay.sink.sqs_batches",
     "cdc_relay.wal.checkpoint",
     "cdc_relay.wal.txn_policy",
     "cdc_relay.wal.delivery",
@@ -47,7 +50,7 @@ PURE_MODULES = (
     "cdc_relay.cloudevents",
     "cdc_relay.testing",  # the fakes drive the pure loops without a driver
 )
-DRIVERS = ("psycopg", "confluent_kafka")
+DRIVERS = ("psycopg", "confluent_kafka", "boto3", "botocore")
 
 _PROBE = """
 import importlib, json, sys

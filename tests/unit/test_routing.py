@@ -14,7 +14,6 @@ from cdc_relay.config import RouterConfig, TableRef
 from cdc_relay.errors import ConfigError
 from cdc_relay.model import Lsn, Message, OutboxEvent
 from cdc_relay.routing import Router, RoutingError, topic_problem
-from tests.unit.routing_fixtures import compiled_router_built
 
 
 def event(**overrides: object) -> OutboxEvent:
@@ -34,19 +33,17 @@ def event(**overrides: object) -> OutboxEvent:
 _COMPILED = [False]  # set per test by the path fixture
 
 
-@pytest.fixture(autouse=True, params=[False, pytest.param(True, marks=pytest.mark.skipif(
-    not compiled_router_built(), reason="cdc_relay.decoding._croute is not built"))],
-    ids=["pure", "compiled"])
-def path(request: pytest.FixtureRequest) -> Iterator[None]:
-    _COMPILED[0] = request.param
+@pytest.fixture(autouse=True)
+def path(compiled: bool) -> Iterator[None]:
+    """Every test on both paths (the ``compiled`` fixture, tests/conftest.py)."""
+    _COMPILED[0] = compiled
     yield
     _COMPILED[0] = False
 
 
 def router(pattern: str = "outbox.event.{aggregate_type}", dead: str = "outbox.dead-letters",
            table: TableRef | None = None) -> Router:
-    made = Router(RouterConfig(topic_pattern=pattern, dead_letter_topic=dead), table,
-                  compiled=_COMPILED[0])
+    made = Router(RouterConfig(topic_pattern=pattern, dead_letter_topic=dead), table)
     assert made.compiled is _COMPILED[0]
     return made
 

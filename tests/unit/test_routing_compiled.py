@@ -24,13 +24,14 @@ from cdc_relay.decoding import _croute
 from cdc_relay.model import Lsn, Message, OutboxEvent
 from cdc_relay.routing import _CACHE_LIMIT, Router, RoutingError
 from tests.unit.decoding_fixtures import NOT_OUTBOX_EVENTS
+from tests.unit.paths import built
 
 EVENT = OutboxEvent("7616f707-2b9a-4b8e-9a57-0f4a3f0c1d2e", "Order", "o-1", "OrderCreated",
                     b'{"amount": 12.5}', 1_700_000_000_123, Lsn(0x192D3B0))
 
 
 def both(pattern: str = "outbox.event.{aggregate_type}") -> Router:
-    router = Router(RouterConfig(topic_pattern=pattern), compiled=True)
+    router = built(True, Router, RouterConfig(topic_pattern=pattern))
     assert router.compiled
     return router
 
@@ -120,7 +121,7 @@ def test_what_is_not_the_plain_case_is_the_python_routes_answer(odd: OutboxEvent
 ])
 def test_it_is_installed_for_the_plain_configuration_only(config: RouterConfig) -> None:
     assert not Router(config).compiled
-    assert not Router(RouterConfig(), compiled=False).compiled
+    assert not built(False, Router, RouterConfig()).compiled
     assert Router(RouterConfig()).compiled  # built here: the default takes it
 
 

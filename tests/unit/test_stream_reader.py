@@ -22,7 +22,7 @@ from cdc_relay.wal import _cstream
 from cdc_relay.wal.protocol import KEEPALIVE, NO_CHANGE, XLOG_DATA, read_changes
 from cdc_relay.wal.stream import ReplicationStream
 
-PATHS = pytest.mark.parametrize("compiled", [False, True], ids=["pure", "compiled"])
+PATHS = pytest.mark.usefixtures("compiled")  # both paths (tests/conftest.py)
 
 
 def xlogdata(position: int, payload: bytes) -> bytes:
@@ -72,8 +72,7 @@ class Decoder:
 
 
 def reader(pgconn: ScriptedPgconn, decode: Decoder, compiled: bool) -> tuple[Any, ReplicationStream]:
-    stream = ReplicationStream(ReplicationConfig(dsn="host=127.0.0.1 dbname=x"), [],
-                               compiled=compiled)
+    stream = ReplicationStream(ReplicationConfig(dsn="host=127.0.0.1 dbname=x"), [])
     stream._pgconn = pgconn  # type: ignore[assignment]
     changes = stream.changes(decode)
     assert (type(changes) is _cstream.Changes) is compiled

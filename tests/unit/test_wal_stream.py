@@ -50,6 +50,15 @@ def test_connections_give_up_after_a_connect_timeout_unless_the_dsn_sets_one() -
     assert "replication" not in conninfo_to_dict(plain_conninfo("host=h dbname=d"))
 
 
+def test_the_walsender_gets_the_same_tcp_bounds_and_the_users_options_win() -> None:
+    options = conninfo_to_dict(replication_conninfo("host=h dbname=d"))["options"]
+    assert "-c tcp_user_timeout=30000" in options and "-c tcp_keepalives_idle=10" in options
+    mine = conninfo_to_dict(replication_conninfo("host=h options='-c tcp_user_timeout=5000'"))
+    # libpq applies -c options in order: the user's, later, overrides ours.
+    assert str(mine["options"]).rindex("tcp_user_timeout=5000") > str(mine["options"]).index(
+        "tcp_user_timeout=30000")
+
+
 class DeadSocketPgconn:
     """Queues the status update, then the socket is gone while flushing it."""
 

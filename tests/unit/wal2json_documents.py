@@ -21,6 +21,7 @@ from cdc_relay.decoding.wal2json import Wal2JsonDecoder
 from cdc_relay.errors import DecodeError
 from cdc_relay.model import TRACE_COLUMNS, OutboxColumns, OutboxEvent
 from tests.unit.decoding_fixtures import AT, OUTBOX
+from tests.unit.paths import built
 
 # The default mapping's six columns and the other columns of the outbox table.
 MAPPED = ("id", "aggregate_type", "aggregate_id", "event_type", "payload", "created_at")
@@ -108,7 +109,7 @@ def serialize(value: Any, rnd: Random | None = None, *, escaped_keys: bool = Tru
 def spelled(value: Any, *, escaped_keys: bool = True) -> st.SearchStrategy[bytes]:
     """``value`` serialized with drawn escapes and whitespace, as UTF-8 (lone surrogates
     are always written as escapes)."""
-    return st.randoms(use_true_random=True).map(
+    return st.randoms().map(
         lambda rnd: serialize(value, rnd, escaped_keys=escaped_keys).encode())
 
 
@@ -176,7 +177,7 @@ def insert_document(draw: st.DrawFn, *, mapped: tuple[str, ...] = MAPPED,
     or table, an odd value, a repeated key) are picked by a drawn Random, so that they
     stay rare: hypothesis favours small integers.
     """
-    rnd = draw(st.randoms(use_true_random=True))
+    rnd = draw(st.randoms())
     names = list(mapped) + draw(st.lists(st.sampled_from(OTHERS), unique=True))
     names += [name for name in carried if rnd.random() < 0.8]
     if carried and rnd.random() < 0.1:  # a repeated name (the last one is the column)
@@ -278,8 +279,8 @@ def outcome(decoder: Wal2JsonDecoder, payload: bytes) -> tuple[str, Any]:
 def assert_same(columns: OutboxColumns, messages: list[bytes],
                 extras: tuple[str, ...] = ()) -> None:
     """Both paths, fed the same messages in order, give the same outcome for each."""
-    pure = Wal2JsonDecoder(OUTBOX, columns, compiled=False, extra_columns=extras)
-    fast = Wal2JsonDecoder(OUTBOX, columns, compiled=True, extra_columns=extras)
+    pure = built(False, Wal2JsonDecoder, OUTBOX, columns, extra_columns=extras)
+    fast = built(True, Wal2JsonDecoder, OUTBOX, columns, extra_columns=extras)
     assert fast.compiled and not pure.compiled
     for message in messages:
         assert outcome(fast, message) == outcome(pure, message), message

@@ -19,6 +19,7 @@ from datetime import datetime
 from cdc_relay.config import KafkaConfig, OutboxConfig
 from cdc_relay.model import BOOKKEEPING_COLUMNS, NOTIFY_TRIGGER, SlotStatus, human_bytes
 from cdc_relay.sink.config import NatsConfig, RabbitMqConfig, SinkProbe
+from cdc_relay.sink.sqs_config import SqsConfig
 
 DEFAULT_LIBRARIES = ("pgoutput", "test_decoding")  # output_plugin_libraries' default
 RETENTION_WARN = 0.8  # of max_slot_wal_keep_size
@@ -48,12 +49,13 @@ class DoctorOptions:
     dsn: str
     outbox: OutboxConfig = field(default_factory=OutboxConfig)
     slot: str = "cdc_relay"
-    plugin: str = "wal2json"
+    plugin: str = "pgoutput"
     publication: str = "cdc_relay_outbox"
     mode: str = "wal"  # or "poll": skip logical decoding checks
+    plugin_from_slot: bool = False  # no --plugin: an existing slot's plugin, as run does
     kafka: KafkaConfig | None = None
     broker_timeout: float = 10.0
-    sink: RabbitMqConfig | NatsConfig | None = None  # --sink rabbitmq|nats (then kafka is None)
+    sink: RabbitMqConfig | NatsConfig | SqsConfig | None = None  # --sink rabbitmq|nats|sqs
     standby_dsn: str | None = None  # --standby-dsn: check its copy of the slot (failover)
 
 

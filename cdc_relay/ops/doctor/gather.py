@@ -119,7 +119,9 @@ def gather(conn: psycopg.Connection[Any], options: DoctorOptions) -> Facts:
         inserts, includes, via_root = pub
         publication = PublicationFacts(True, inserts, bool(includes), via_root)
     backfill = None
-    if {"processed_at", "dead_lettered_at"} <= table_facts.columns:
+    # Without SELECT the count would fail: the table privileges check reports it instead.
+    if ({"processed_at", "dead_lettered_at"} <= table_facts.columns
+            and table_facts.privileges.get("SELECT")):
         backfill = gather_backfill(conn, options)
     return Facts(server, table_facts, publication, read_slot_status(conn, options.slot)[1],
                  tuple(idle_logical_slots(conn)), backfill)
@@ -257,6 +259,9 @@ def _database_checks(conn: psycopg.Connection[Any], options: DoctorOptions) -> l
     except RelayError as exc:
         return [Check("catalogs", Verdict.FAIL, str(exc))]
     server = facts.server
+    if options.plugin_from_slot and facts.slot is not None and facts.slot.plugin in (
+            "wal2json", "pgoutput"):
+        options = replace(options, plugin=facts.slot.plugin)  # what run would use
     checks = [Check("connection", Verdict.PASS, f"{server.role}@{describe_dsn(options.dsn)}, "
                     f"PostgreSQL {server.version}")]
     if options.mode == "wal":

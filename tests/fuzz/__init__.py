@@ -1,0 +1,1 @@
+"""Differential fuzzing of the compiled extensions against their pure twins (fuzz.py)."""
