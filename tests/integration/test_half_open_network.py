@@ -26,7 +26,7 @@ from cdc_relay.local.postgres import PostgresCluster
 from cdc_relay.outbox import emit
 from tests.integration.netns import Netns, unavailable, veth_namespace
 from tests.integration.wal_support import collect_ids, init_db, write_workload
-from tests.support import CliProcess, KafkaCollector, run_cli, wait_for
+from tests.support import CliProcess, KafkaCollector, init_outbox, wait_for
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
@@ -105,7 +105,7 @@ def _recovered(net: Net, prefix: str, ids: set[str], relay: CliProcess, since: f
 
 def test_an_idle_poller_recovers_from_a_half_open_connection(net: Net, topic_prefix: str) -> None:
     local = net.pg.create_database("idle")
-    assert run_cli("init", "--dsn", local, "--mode", "poll").returncode == 0
+    init_outbox(local, "--mode", "poll")
     with _poll(net, net.dsn("idle"), topic_prefix) as poller:
         before = write_workload(local, transactions=3, seed=40)
         with KafkaCollector(net.broker.bootstrap, topic_prefix) as collector:
@@ -120,7 +120,7 @@ def test_an_idle_poller_recovers_from_a_half_open_connection(net: Net, topic_pre
 def test_a_poller_stuck_in_a_query_recovers_from_a_half_open_connection(
         net: Net, topic_prefix: str) -> None:
     local = net.pg.create_database("stuck")
-    assert run_cli("init", "--dsn", local, "--mode", "poll").returncode == 0
+    init_outbox(local, "--mode", "poll")
     with _poll(net, net.dsn("stuck"), topic_prefix) as poller:
         before = write_workload(local, transactions=2, seed=42)
         with KafkaCollector(net.broker.bootstrap, topic_prefix) as collector:

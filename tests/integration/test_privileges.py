@@ -11,14 +11,14 @@ import pytest
 
 from cdc_relay.errors import ExitCode
 from cdc_relay.local.broker import Broker
-from tests.support import run_cli
+from tests.support import init_outbox, run_cli
 
 
 @pytest.fixture
 def bare_role(db: str) -> Iterator[tuple[str, str]]:
     """(a DSN of ``db`` as a role with LOGIN and nothing else, the role's name)."""
     role = f"bare_{uuid.uuid4().hex[:8]}"
-    assert run_cli("init", "--dsn", db, "--mode", "poll").returncode == 0
+    init_outbox(db, "--mode", "poll")
     with psycopg.connect(db, autocommit=True) as conn:
         conn.execute(f"CREATE ROLE {role} LOGIN")
     try:

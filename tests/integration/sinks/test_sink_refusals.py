@@ -16,7 +16,7 @@ import pytest
 from cdc_relay.errors import ExitCode
 from cdc_relay.local.helpers import free_port
 from tests.integration.wal_support import init_db
-from tests.support import CliProcess, run_cli, wait_for
+from tests.support import CliProcess, init_outbox, run_cli, wait_for
 
 # A window over which the log is counted: an upper bound only, far above what is
 # expected (a handful of lines), far below the flood it guards against (~40k lines).
@@ -69,7 +69,7 @@ def _init(db: str, mode: str) -> None:
     if mode == "run":
         init_db(db, plugin="pgoutput")
     else:
-        assert run_cli("init", "--dsn", db, "--mode", "poll").returncode == 0
+        init_outbox(db, "--mode", "poll")
 
 
 def _relay_args(db: str, brokers: str, prefix: str) -> list[str]:

@@ -27,7 +27,7 @@ from tests.integration.wal_support import (
     init_db,
     write_workload,
 )
-from tests.support import CliProcess, Msg, run_cli, wait_for
+from tests.support import CliProcess, Msg, init_outbox, run_cli, wait_for
 
 QUEUES = [f"{t}.fifo" for t in AGGREGATE_TYPES]
 
@@ -176,7 +176,7 @@ def test_too_many_header_columns_and_illegal_queue_names_are_refused_at_start_up
 
 def test_doctor_checks_the_sqs_endpoint_and_queues(db: str, moto_url: str, sqs: SqsReader,
                                                    topic_prefix: str) -> None:
-    assert run_cli("init", "--dsn", db, "--no-slot").returncode == 0
+    init_outbox(db, "--no-slot")
     args = ("doctor", "--dsn", db, "--mode", "poll", "--brokers", moto_url, *sqs_args(topic_prefix))
     missing = run_cli(*args)
     assert "PASS  broker: sqs" in missing.stdout, missing.stdout
