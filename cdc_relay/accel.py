@@ -141,10 +141,12 @@ def describe() -> str:
 
 
 def log_choice() -> None:
-    """Log which paths run: info, or a warning when an extension is missing (that costs CPU,
-    never events)."""
+    """Log which paths run: a warning when an extension is missing (that costs CPU, never
+    events), info when some were turned off, and only at debug level for the usual case
+    (everything compiled), so a start-up that fails stays one line."""
     missing = ALL - pure_extensions() - built()
-    level = logging.WARNING if missing else logging.INFO
+    level = (logging.WARNING if missing else logging.INFO if pure_extensions()
+             else logging.DEBUG)
     _log.log(level, "compiled paths: %s; the messages are the same on every path", describe())
 
 
