@@ -138,7 +138,8 @@ def ensure_records_table(conn: psycopg.Connection[Any], schema: str) -> None:
         if exists is not None and exists[0] is not None:
             return
         conn.execute(sql.SQL(_CREATE).format(table=table))
-    except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateTable):
+    except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateTable,
+            psycopg.errors.DuplicateObject):
         return  # a concurrent init or relay created it between the look-up and CREATE
     except psycopg.errors.InsufficientPrivilege as exc:
         raise AccessRefused(
