@@ -9,13 +9,11 @@ drop its slots, then ``DROP DATABASE ... WITH (FORCE)``.
 
 from __future__ import annotations
 
-import time
-
 import psycopg
 from psycopg import sql
 
-from cdc_relay.errors import LocalServiceError
 from cdc_relay.local.postgres import PostgresCluster
+from tests.support import wait_for
 
 _END_AND_COUNT_SLOTS = [
     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
@@ -48,11 +46,8 @@ class Databases:
 
     def drop(self, name: str, timeout: float = 30.0) -> None:
         """Drop ``name`` after ending its backends and walsenders and dropping its slots."""
-        deadline = time.monotonic() + timeout
-        while not self._slots_gone(name):
-            if time.monotonic() > deadline:
-                raise LocalServiceError(f"could not drop the replication slots of {name}")
-            time.sleep(0.05)
+        wait_for(lambda: self._slots_gone(name), timeout=timeout,
+                 message=f"the replication slots of {name} dropped")
         drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
         self._connection().execute(drop)
 

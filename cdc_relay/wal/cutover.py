@@ -103,7 +103,7 @@ def backfill_before_streaming(*, repl: ReplicationConfig, outbox: OutboxConfig, 
     with connect(repl.dsn, autocommit=True, application_name="cdc-relay backfill") as conn:
         check_backfill_table(conn, repl.dsn, outbox)
         store = StateStore(conn, outbox.table, repl.slot)
-        if not _wait_for_lock(store, repl.slot, stop):
+        if not wait_for_lock(store, repl.slot, stop):
             return False
         slot = slot_info(conn, repl.slot)
         record = store.read()
@@ -147,11 +147,14 @@ def backfill_before_streaming(*, repl: ReplicationConfig, outbox: OutboxConfig, 
                          stats=stats, stop=stop, timings=timings)
 
 
-def _wait_for_lock(store: StateStore, slot: str, stop: threading.Event) -> bool:
+def wait_for_lock(store: StateStore, slot: str, stop: threading.Event, *,
+                  doing: str = "backfilling") -> bool:
+    """Take the slot's backfill lock, standing by while another relay holds it (that relay is
+    ``doing`` the slot); False when ``stop`` was set first. The recovery takes it too."""
     told = False
     while not store.try_lock():
         if not told:
-            log.info("another relay is backfilling slot %s; standing by", slot)
+            log.info("another relay is %s slot %s; standing by", doing, slot)
             told = True
         if stop.wait(LOCK_RETRY):
             return False

@@ -42,13 +42,11 @@ from cdc_relay.sink.base import SinkFactory
 from cdc_relay.wal import continuity
 from cdc_relay.wal.backfill import BackfillStats, BackfillTimings
 from cdc_relay.wal.backfill_state import StateStore
-from cdc_relay.wal.cutover import check_backfill_table, run_backfill
+from cdc_relay.wal.cutover import check_backfill_table, run_backfill, wait_for_lock
 from cdc_relay.wal.setup import PLUGINS, ensure_publication, slot_info
 from cdc_relay.wal.snapshot import create_slot_exporting_snapshot
 
 log = logging.getLogger("cdc_relay.recovery")
-
-LOCK_RETRY = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +87,7 @@ def recover(*, repl: ReplicationConfig, outbox: OutboxConfig, router: Router,
     with connect(repl.dsn, autocommit=True, application_name="cdc-relay recovery") as conn:
         check_backfill_table(conn, repl.dsn, outbox)
         store = StateStore(conn, outbox.table, repl.slot)
-        if not _wait_for_lock(store, repl.slot, stop):
+        if not wait_for_lock(store, repl.slot, stop, doing="recovering"):
             return False
         status = slot_info(conn, repl.slot)
         record = continuity.read_record(conn, schema, repl.slot)
@@ -132,17 +130,6 @@ def recover(*, repl: ReplicationConfig, outbox: OutboxConfig, router: Router,
                 "are duplicates, which consumers drop by event id; streaming from the new slot",
                 repl.slot, stats.rows_done, stats.dead_lettered,
                 extra={"slot": repl.slot, "republished": stats.rows_done})
-    return True
-
-
-def _wait_for_lock(store: StateStore, slot: str, stop: threading.Event) -> bool:
-    told = False
-    while not store.try_lock():
-        if not told:
-            log.info("another relay is recovering slot %s; standing by", slot)
-            told = True
-        if stop.wait(LOCK_RETRY):
-            return False
     return True
 
 

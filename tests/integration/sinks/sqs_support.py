@@ -10,14 +10,13 @@ received at once, so a FIFO group is never held back by a message in flight.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
 import boto3
 
-from tests.support import Msg
+from tests.support import Msg, wait_for
 
 
 def queue_topic(prefix: str, queue: str) -> str:
@@ -72,14 +71,14 @@ class SqsReader:
     def collect(self, names: list[str], until: Callable[[list[Msg]], bool],
                 timeout: float = 90.0) -> list[Msg]:
         """Receive from ``names`` until ``until(everything read)``; return everything read."""
-        deadline = time.monotonic() + timeout
-        while True:
-            everything = [m for name in names for m in self.receive(name)]
-            if until(everything):
-                return everything
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"read {len(everything)} messages from {names} in {timeout} s")
-            time.sleep(0.1)
+        everything: list[Msg] = []
+
+        def read() -> bool:
+            everything[:] = [m for name in names for m in self.receive(name)]
+            return until(everything)
+
+        wait_for(read, timeout=timeout, interval=0.1, message=f"the messages from {names}")
+        return everything
 
     def close(self) -> None:
         with suppress(Exception):
