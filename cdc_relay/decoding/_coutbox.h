@@ -7,7 +7,7 @@
  * check that the class is the slots dataclass of exactly those fields in that order
  * (outbox_setup, with _cslots.h), and created_at's epoch milliseconds from the row's raw bytes with a
  * one-entry cache of the last accepted text (outbox_created_at; the parse is
- * _ctimestamp.h's, shared with _ctimestamp.c). The cache holds only a pure function's
+ * _ctimestamp.h's). The cache holds only a pure function's
  * last answer, so a decline or a pure-path row in between never makes it stale. Also the
  * module set-up both share (outbox_module: the Reader type's common slots), and Decode,
  * the decoder's entry point both modules export: ``Decode(fast, slow, lsn_class)`` called
