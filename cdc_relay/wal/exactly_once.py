@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from cdc_relay.delivery.engine import ProducerFailed
 from cdc_relay.errors import BrokerError, RelayError, SourceLost
 from cdc_relay.logs import event_fields
 from cdc_relay.model import Begin, Lsn, Message, OutboxEvent
@@ -53,7 +54,6 @@ from cdc_relay.wal.checkpoint import (
     choose,
     committed_view_behind,
 )
-from cdc_relay.wal.session import ProducerFailed
 from cdc_relay.wal.txn_policy import CommittedTracker, TxnBatch, TxnLimits, TxnStats
 
 log = logging.getLogger("cdc_relay.exactly_once")
