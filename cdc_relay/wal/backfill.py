@@ -157,9 +157,11 @@ class Backfill:
         self._engine = engine
         try:
             return self._publish_all(engine, stop)
-        finally:
+        except ProducerFailed:
             sink.set_handler(ignore_reports)  # a discarded producer's reports count no more
-            sink.close(1.0)
+            raise
+        finally:
+            sink.close(1.0)  # otherwise what it still reports is acknowledged (and marked)
 
     def _publish_all(self, engine: Engine, stop: threading.Event) -> bool:
         limit = self._flow.max_inflight_events
