@@ -37,9 +37,9 @@ def _broken(doc: Path) -> list[str]:
             continue
         file_part, _, anchor = target.partition("#")
         path = (doc.parent / file_part).resolve() if file_part else doc
-        if not path.exists():
-            broken.append(target)
-        elif anchor and path.suffix == ".md" and anchor not in _anchors(path):
+        missing_anchor = (bool(anchor) and path.suffix == ".md" and path.exists()
+                          and anchor not in _anchors(path))
+        if not path.exists() or missing_anchor:
             broken.append(target)
     return broken
 
