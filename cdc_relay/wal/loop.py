@@ -14,11 +14,12 @@ when the session ends early, decides what comes next:
 
 Start-up overlaps its waits: ``SinkWarmUp`` warms the first producer (connect, get a
 producer id) on a thread while ``cdc-relay run`` does its PostgreSQL checks, and the
-relay takes that sink for its first session. A sink is built reporting nowhere
-(``ignore_reports``); each session points it at its own ``on_delivery`` (and
-``on_delivered``, for the successes a sink hands over per poll) for as long as it
-streams (``Sink.set_handler``), so a report takes no extra hop per event, and a report
-of a session that has ended reaches nobody.
+relay takes that sink for its first session; later ones are built and warmed up by
+delivery/producer.py. A sink is built reporting nowhere (``ignore_reports``); each
+session points it at its delivery engine's ``on_delivery`` (and ``on_delivered``, for
+the successes a sink hands over per poll) for as long as it streams
+(``Sink.set_handler``), so a report takes no extra hop per event, and a report of a
+session that has ended reaches nobody.
 
 The backoff (cdc_relay/backoff.py) doubles per incident and comes back down once a
 stream has run for ``healthy_after`` seconds. Every wait here ends early on a stop
