@@ -120,8 +120,8 @@ def slot() -> None:
 def slot_drop(dsn: str, slot: str, yes: bool) -> None:
     """Drop the slot: its position is lost, the server frees the WAL it retained."""
     from cdc_relay.config import validate_slot_name
-    from cdc_relay.db import describe_dsn
     from cdc_relay.ops.status import drop_replication_slot
+    from cdc_relay.pg.db import describe_dsn
 
     validate_slot_name(slot)
     if not yes:
@@ -146,7 +146,7 @@ def list_topic_dead_letters(topic: str, brokers: str | None, producer_config: tu
                             limit: int, output_format: str) -> None:
     """``dead-letters list --from-topic``: one line (or object) per event, oldest first."""
     from cdc_relay.ops.dead_letters import records_json, records_table, select
-    from cdc_relay.sink.kafka_dead_letters import read_dead_letters
+    from cdc_relay.sink.kafka.dead_letters import read_dead_letters
 
     records = select(read_dead_letters(_kafka(brokers, producer_config), topic), None, topic)
     records = records[:limit]
@@ -174,7 +174,7 @@ def replay(from_topic: str, brokers: str, producer_config: tuple[str, ...], ids:
     """Produce WAL mode's dead letters again (same id, key, value, headers); the topic keeps them."""
     from cdc_relay.ops.dead_letters import replay_message, select
     from cdc_relay.routing import Router
-    from cdc_relay.sink.kafka_dead_letters import produce_again, read_dead_letters
+    from cdc_relay.sink.kafka.dead_letters import produce_again, read_dead_letters
 
     if bool(ids) == replay_all:
         raise click.UsageError("give either --id UUID (repeatable) or --all")

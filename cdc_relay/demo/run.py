@@ -153,7 +153,7 @@ class Demo:
         self.broker = Broker()
         self.broker.start()
         self.echo(f"  broker (Tansu, in memory) at {self.broker.bootstrap}")
-        from cdc_relay.schema import init_database  # the code behind `cdc-relay init`
+        from cdc_relay.app.init import init_database  # the code behind `cdc-relay init`
 
         wal = self.config.mode == "wal"
         report = init_database(dsn, OutboxConfig(table=TableRef.parse("public.outbox_events")),

@@ -1,0 +1,9 @@
+"""The composition roots: one module per command family, the only place that wires concrete parts.
+
+The rule: every command's root lives here, named after the command it serves -
+``run`` (WAL mode), ``poll`` (polling mode and its ``dead-letters``/``cleanup``), ``init``
+(the outbox's objects and a mode's slot or trigger), ``ops`` (``status``, ``doctor``,
+``slot drop``), ``dead_letters`` (WAL mode's ``dead-letters list --from-topic`` and
+``dead-letters replay``). cli/ only parses options, builds the frozen configs and calls
+one function here; nothing outside cli/ (and the demo, which runs commands) imports app/.
+"""
