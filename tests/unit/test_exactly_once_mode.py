@@ -12,7 +12,7 @@ from cdc_relay.sink.transactions import CheckpointViews, TxnError, TxnErrorKind
 from cdc_relay.wal.exactly_once.checkpoint import SKIP_ALL, Checkpoint, checkpoint_key
 from cdc_relay.wal.exactly_once.mode import ExactlyOnce, ExactlyOnceConfig, KafkaTransactionAborted
 from cdc_relay.wal.exactly_once.txn_policy import TxnLimits
-from cdc_relay.wal.stream.loop import ProducerFailed
+from cdc_relay.wal.stream.session import ProducerFailed
 
 SYS, SLOT = "7301", "cdc_relay"
 

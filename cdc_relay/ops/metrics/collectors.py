@@ -1,7 +1,7 @@
 """Prometheus collectors: the relay's plain counters turned into metric families at scrape time.
 
 Owns every metric name, help text and label the relay exposes: ``WalCollector`` reads
-``RelayStats`` (wal/stream/loop.py) and the slot figures of the lag probe, ``PollCollector`` reads
+``RelayStats`` (wal/stream/session.py) and the slot figures of the lag probe, ``PollCollector`` reads
 ``PollStats`` (polling/settlement.py), ``ReadyCollector`` turns the ``/readyz`` verdict into
 ``cdc_relay_ready`` (Prometheus cannot probe /readyz itself), ``FailoverCollector`` the
 failover readiness the probe reads given a standby, ``TxnCollector`` reads
@@ -31,7 +31,7 @@ from cdc_relay.model import SlotStatus
 from cdc_relay.ops.failover.facts import FailoverStatus
 from cdc_relay.polling.settlement import BATCH_BUCKETS, PollStats
 from cdc_relay.wal.exactly_once.txn_policy import TxnStats
-from cdc_relay.wal.stream.loop import RelayStats
+from cdc_relay.wal.stream.session import RelayStats
 
 
 class SlotFigures(Protocol):

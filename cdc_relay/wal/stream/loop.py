@@ -55,11 +55,9 @@ from cdc_relay.wal.stream.session import (
     ReplicationSource,
     Session,
     SessionParts,
-    TopicUnavailable,
 )
 
-__all__ = ["Decoder", "LoopTimings", "ProducerFailed", "RelayStats",
-           "ReplicationSource", "SinkWarmUp", "TopicUnavailable", "WalRelay", "warm_up"]
+__all__ = ["SinkWarmUp", "WalRelay", "warm_up"]
 
 log = logging.getLogger("cdc_relay.relay")
 
