@@ -4,7 +4,8 @@ Builds the real parts from frozen configs - one PollingSource and one sink (``--
 through sink/factory.py) per worker, one OutboxMonitor per process, the router - checks
 the outbox before starting, installs the signal handlers and runs the threads. The admin
 commands are thin wrappers over polling/admin.py plus their output formatting. Must not
-contain loop logic (that is worker.py and threads.py) or SQL (sql.py, claims.py, admin.py).
+contain loop logic (that is polling/worker.py and threads.py) or SQL (polling/sql.py,
+claims.py, admin.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Composition root: builds the real parts from config and runs them.
+"""Composition root of ``run`` (WAL mode): builds the real parts from config and runs them.
 
 The only module that knows every concrete class: it picks the decoder for the plugin,
 the sink (``--sink``, through sink/factory.py), the replication stream, installs signal

@@ -3,7 +3,7 @@
 The decision, under the slot's backfill lock (one relay at a time; the others stand by):
 
 * no slot → create it with an exported snapshot (snapshot.py), publish the rows pending
-  in that snapshot (backfill.py), then stream from the slot's consistent point: no gap,
+  in that snapshot (loop.py), then stream from the slot's consistent point: no gap,
   no overlap;
 * the slot exists with a finished backfill record → nothing to do (a restart);
 * the slot exists with an unfinished record (a crash or stop mid-backfill) → redo the
@@ -16,7 +16,7 @@ The decision, under the slot's backfill lock (one relay at a time; the others st
 Before any of that the table must have the bookkeeping columns the backfill reads and
 writes (``processed_at``, ``dead_lettered_at``): otherwise a ConfigError, nothing touched.
 
-Must not: stream, publish (backfill.py does), or read the environment.
+Must not: stream, publish (loop.py does), or read the environment.
 """
 
 from __future__ import annotations

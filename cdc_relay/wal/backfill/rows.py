@@ -8,7 +8,7 @@ cursor, so memory is bounded by the fetch size. Rows become OutboxEvents exactly
 polling mode (the payload is the column's text output, the bytes WAL mode sends;
 ``created_at`` in epoch ms). ``RowMarker`` sets ``processed_at`` on acknowledged rows.
 
-Must not: publish, decide anything about failures (backfill.py), or touch the slot.
+Must not: publish, decide anything about failures (loop.py), or touch the slot.
 """
 
 from __future__ import annotations

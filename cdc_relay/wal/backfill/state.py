@@ -16,7 +16,7 @@ Only one relay backfills a slot at a time: each holds a session-level advisory l
 (``BACKFILL_LOCK``, the slot's hash) on its state connection for the whole backfill; a
 crash releases it with the connection.
 
-Must not: read or publish outbox rows (backfill.py), create slots (snapshot.py), or
+Must not: read or publish outbox rows (loop.py), create slots (snapshot.py), or
 interpolate names into SQL (every name is a quoted identifier).
 """
 
