@@ -215,7 +215,7 @@ class TxnCollector:
 
 
 class BackfillFigures(Protocol):
-    """What the backfill collector reads (wal.backfill.BackfillStats)."""
+    """What the backfill collector reads (wal/backfill/loop.py, BackfillStats)."""
 
     running: bool
     finished: bool
