@@ -22,7 +22,10 @@ from cdc_relay.sink.sqs.config import SqsConfig
 # Sink configs other than Kafka's; None in the settings means "the Kafka sink".
 OtherSink = RabbitMqConfig | NatsConfig | SqsConfig
 
-_EXTRAS = {"rabbitmq": ("pika", "rabbitmq"), "nats": ("nats", "nats"), "sqs": ("boto3", "sqs")}
+# name -> (client library, pip extra, module)
+_EXTRAS = {"rabbitmq": ("pika", "rabbitmq", "cdc_relay.sink.rabbitmq"),
+           "nats": ("nats", "nats", "cdc_relay.sink.nats"),
+           "sqs": ("boto3", "sqs", "cdc_relay.sink.sqs.sink")}
 
 
 def sink_name(other: OtherSink | None) -> str:
@@ -37,10 +40,10 @@ def sink_name(other: OtherSink | None) -> str:
 
 
 def sink_module(name: str) -> ModuleType:
-    """Import ``cdc_relay.sink.<name>``; a missing client library is a one-line ConfigError."""
-    client, extra = _EXTRAS[name]
+    """Import the ``name`` sink's module; a missing client library is a one-line ConfigError."""
+    client, extra, module = _EXTRAS[name]
     try:
-        return importlib.import_module(f"cdc_relay.sink.{name}")
+        return importlib.import_module(module)
     except ImportError as exc:
         if exc.name is not None and exc.name.split(".")[0] in (client, "botocore"):
             raise ConfigError(f"the {name} sink needs the {client} client library, which is not "
