@@ -151,8 +151,8 @@ def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
 def run_wal(settings: WalSettings) -> int:
     """``cdc-relay run``: ensure the slot (or backfill first), stream until a signal, exit 0.
 
-    A slot loss (wal/continuity/records.py) stops with exit 7 and the recovery command, or, with
-    ``--on-slot-loss recover``, is recovered (wal/continuity/recovery.py) and streaming goes on.
+    A slot loss (wal/continuity.py) stops with exit 7 and the recovery command, or, with
+    ``--on-slot-loss recover``, is recovered (wal/recovery.py) and streaming goes on.
     """
     stop = threading.Event()
     install_signal_handlers(stop)  # first: a SIGTERM during start-up is a clean stop too
@@ -177,7 +177,7 @@ _UNFINISHED = "a recovery of the slot did not finish"
 def _explained(exc: SlotLost, settings: WalSettings) -> SlotLost:
     """The loss as the stream saw it, with what the slot's record adds and the command."""
     from cdc_relay.pg.db import connect
-    from cdc_relay.wal.continuity import records as continuity
+    from cdc_relay.wal import continuity
 
     if "Recover" in str(exc):
         return exc  # already explained at start-up
@@ -195,7 +195,7 @@ def _recover(settings: WalSettings, stop: threading.Event) -> bool:
     """Run the recovery (or finish one), with the relay's router and sink; False if stopped."""
     from cdc_relay.message_columns import resolve_message_columns
     from cdc_relay.wal.backfill.loop import BackfillStats
-    from cdc_relay.wal.continuity.recovery import recover
+    from cdc_relay.wal.recovery import recover
 
     repl = settings.replication
     outbox = resolve_message_columns(repl.dsn, settings.outbox, settings.router)
@@ -259,8 +259,8 @@ def _run_wal_once(settings: WalSettings, stop: threading.Event) -> int:
 
 
 def _horizon(settings: WalSettings, stats: RelayStats) -> AbstractContextManager[object]:
-    """The thread that moves the slot's recorded horizon forward (wal/continuity/records.py)."""
-    from cdc_relay.wal.continuity.records import HorizonRecorder
+    """The thread that moves the slot's recorded horizon forward (wal/continuity.py)."""
+    from cdc_relay.wal.continuity import HorizonRecorder
 
     repl = settings.replication
     return HorizonRecorder(repl.dsn, settings.outbox.table.schema, repl.slot,
@@ -290,7 +290,7 @@ def _startup_checks(settings: WalSettings
     from cdc_relay.message_columns import resolve_message_columns
     from cdc_relay.pg.db import connect
     from cdc_relay.wal.backfill.state import warn_if_unfinished
-    from cdc_relay.wal.continuity.records import read_record
+    from cdc_relay.wal.continuity import read_record
     from cdc_relay.wal.setup import ensure_replication, plugin_for_slot
 
     repl = settings.replication

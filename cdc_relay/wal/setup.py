@@ -49,7 +49,7 @@ from cdc_relay.pg.db import (
     validated_columns,
     validated_table,
 )
-from cdc_relay.wal.continuity import records as continuity
+from cdc_relay.wal import continuity
 
 PLUGINS = ("wal2json", "pgoutput")
 # pgoutput is built into PostgreSQL (managed services included) and allowed by a stock
@@ -167,7 +167,7 @@ def ensure_publication_and_slot(
     """On an autocommit connection: the publication (pgoutput only), then the slot.
 
     Names must already be validated (``validate_wal_options``, ``validated_table``).
-    A slot created here is recorded (wal/continuity/records.py) and, on PostgreSQL 17+, is a
+    A slot created here is recorded (wal/continuity.py) and, on PostgreSQL 17+, is a
     failover slot unless ``failover`` is False. A slot the record says existed and that is
     missing or invalidated now raises SlotLost: it is never silently replaced.
     """

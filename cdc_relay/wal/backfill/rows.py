@@ -97,7 +97,7 @@ class SnapshotReader:
             **{f"c_{k}": v for k, v in c.items()}, "h": sql.Literal(horizon_xid)}
         pending = "FROM {t} WHERE processed_at IS NULL AND dead_lettered_at IS NULL"
         if horizon_xid is not None:
-            # A recovery (wal/continuity/recovery.py): only rows of transactions at or after the
+            # A recovery (wal/recovery.py): only rows of transactions at or after the
             # horizon. age() compares 32-bit xids from one reference point, so both sides
             # are measured alike; the horizon's own age guards against wraparound.
             pending += (" AND (age(mod({h}, 4294967296)::text::xid) >= 2000000000"

@@ -15,7 +15,7 @@ relay streams: it notes the server's WAL insert position and the oldest running
 transaction (``pg_current_snapshot()``'s xmin) at a moment T, and once the slot's
 confirmed position has passed that WAL position, everything committed before T - every
 transaction older than that xmin - has been acknowledged by the broker, so that xmin is
-the new horizon. A recovery (wal/continuity/recovery.py) republishes exactly the retained rows of
+the new horizon. A recovery (wal/recovery.py) republishes exactly the retained rows of
 transactions at or after the horizon: no time margin to guess, nothing older repeated.
 
 Must not: create or drop slots (wal/setup.py, wal/backfill/snapshot.py, recovery.py do), publish, or
