@@ -25,7 +25,7 @@ from cdc_relay.ops.doctor.checks import (
 from cdc_relay.routing import Router
 from cdc_relay.sink.base import Cause, DeliveryError, ErrorKind
 from cdc_relay.testing import FakeSinkFactory, shuffled
-from cdc_relay.wal.backfill import Backfill, BackfillStats, BackfillTimings
+from cdc_relay.wal.backfill.loop import Backfill, BackfillStats, BackfillTimings
 
 
 class FakeReader:
