@@ -1,11 +1,12 @@
 """One replication connection's worth of WAL mode: read → decode → route → produce → confirm.
 
 A ``Session`` lives from START_REPLICATION to the end of that connection. It owns the
-AckTracker for the stream, the events in flight and the status-update timer, and talks
-only to the small protocols below (a source, a decoder) plus the router and a sink, all
-handed in as ``SessionParts`` - so fakes drive it in unit tests. The delivery mode
-(wal/stream/delivery.py) is called at the points marked "delivery mode": it makes the tracker
-and decides, for exactly-once, what is skipped and when a Kafka transaction commits.
+AckTracker for the stream, its delivery engine (the events in flight) and the
+status-update timer, and talks only to the small protocols below (a source, a decoder)
+plus the router and a sink, all handed in as ``SessionParts`` - so fakes drive it in
+unit tests. The delivery mode (wal/stream/delivery.py) is called at the points marked
+"delivery mode": it makes the tracker and decides, for exactly-once, what is skipped and
+when a Kafka transaction commits.
 
 What it does about trouble is the delivery engine's (delivery/engine.py, one per
 session; docs/design.md, failure rules): a delivery refused for good is re-sent to the
