@@ -55,11 +55,11 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 # Reinstalled when the project's metadata or a compiled decoder's C source or header
 # changed (the editable install builds cdc_relay/decoding/_c*.so and
-# cdc_relay/sink/_c*.so and cdc_relay/wal/_c*.so in place).
+# cdc_relay/sink/kafka/_c*.so and cdc_relay/wal/stream/_c*.so in place).
 stale_install() {
   [ ! -f "$STAMP" ] && return 0
   local f
-  for f in pyproject.toml setup.py cdc_relay/decoding/*.c cdc_relay/decoding/*.h cdc_relay/sink/*.c cdc_relay/wal/*.c; do
+  for f in pyproject.toml setup.py cdc_relay/decoding/*.c cdc_relay/decoding/*.h cdc_relay/sink/kafka/*.c cdc_relay/wal/stream/*.c; do
     [ "$f" -nt "$STAMP" ] && return 0
   done
   return 1
