@@ -28,9 +28,9 @@ setup(
                   depends=_SLOTS, extra_compile_args=_FLAGS, optional=True),
         Extension("cdc_relay.decoding._ctimestamp", ["cdc_relay/decoding/_ctimestamp.c"],
                   depends=_TIMESTAMP, extra_compile_args=_FLAGS, optional=True),
-        Extension("cdc_relay.sink._creports", ["cdc_relay/sink/_creports.c"],
+        Extension("cdc_relay.sink.kafka._creports", ["cdc_relay/sink/kafka/_creports.c"],
                   depends=[*_SLOTS, *_RAISE], extra_compile_args=_FLAGS, optional=True),
-        Extension("cdc_relay.wal._cstream", ["cdc_relay/wal/_cstream.c"],
+        Extension("cdc_relay.wal.stream._cstream", ["cdc_relay/wal/stream/_cstream.c"],
                   depends=_RAISE, extra_compile_args=_FLAGS, optional=True),
     ],
 )

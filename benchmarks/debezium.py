@@ -44,7 +44,7 @@ JAVA_MIN = 17
 SLOT = "cdc_relay"  # cdc-relay init's defaults: Debezium reuses what init made
 PUBLICATION = "cdc_relay_outbox"
 TABLE = "public.outbox_events"  # benchmarks.workload.TABLE (not imported: no psycopg pool here)
-# The relay's producer defaults (cdc_relay.sink.kafka_client.DEFAULT_SETTINGS) as the Java
+# The relay's producer defaults (cdc_relay.sink.kafka.client.DEFAULT_SETTINGS) as the Java
 # client spells them: queue.buffering.max.kbytes=65536 is buffer.memory; the Java client's
 # default partitioner is murmur2 on the key, as the relay's.
 PRODUCER = {"acks": "all", "enable.idempotence": "true", "linger.ms": "5",

@@ -31,7 +31,7 @@ from benchmarks.workload import AGGREGATES, payload
 
 PARTITIONS = 4  # what the local broker gives an auto-created topic
 FETCH_WAIT_MS = 5
-# The relay's producer defaults (cdc_relay.sink.kafka_client.DEFAULT_SETTINGS), for the limits.
+# The relay's producer defaults (cdc_relay.sink.kafka.client.DEFAULT_SETTINGS), for the limits.
 PRODUCER_SETTINGS = {"acks": "all", "enable.idempotence": "true", "linger.ms": "5",
                      "queue.buffering.max.messages": "100000",
                      "queue.buffering.max.kbytes": "65536", "compression.type": "none"}

@@ -36,8 +36,8 @@ EXTENSIONS = {
     "_cpgoutput": "cdc_relay.decoding._cpgoutput",
     "_croute": "cdc_relay.decoding._croute",
     "_ctimestamp": "cdc_relay.decoding._ctimestamp",
-    "_creports": "cdc_relay.sink._creports",
-    "_cstream": "cdc_relay.wal._cstream",
+    "_creports": "cdc_relay.sink.kafka._creports",
+    "_cstream": "cdc_relay.wal.stream._cstream",
 }
 ALL = frozenset(EXTENSIONS)
 SLOT_LIST = "cdc_relay/decoding/_cslots.h"

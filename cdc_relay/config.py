@@ -383,6 +383,6 @@ class ExactlyOnceSettings:
         if not 1000 <= self.transaction_timeout_ms <= 900_000:
             raise ConfigError("--transaction-timeout must be between 1s and 15m (the broker's "
                               "transaction.max.timeout.ms caps it, 15 min by default)")
-        from cdc_relay.wal.txn_policy import TxnLimits  # validates the batching limits
+        from cdc_relay.wal.exactly_once.txn_policy import TxnLimits  # validates the batching limits
 
         TxnLimits(self.txn_interval, self.txn_max_events, self.txn_max_bytes, self.txn_split_events)

@@ -23,9 +23,9 @@ import psycopg
 from psycopg import sql
 
 from cdc_relay.config import OutboxConfig, RouterConfig
-from cdc_relay.db import borrowed_or_new, translate_error
 from cdc_relay.errors import ConfigError
 from cdc_relay.model import TRACE_COLUMNS
+from cdc_relay.pg.db import borrowed_or_new, translate_error
 
 _INTEGER_TYPES = ("int2", "int4", "int8")
 _COLUMNS_QUERY = (

@@ -9,7 +9,7 @@
 
 No services, threads or sleeps: like the real sink, a FakeSink reports deliveries only
 from ``poll``, ``flush`` and ``close``, so the test decides when time passes. It keeps
-the KafkaSink contract (sink/kafka.py): at most one Delivery per produced message;
+the KafkaSink contract (sink/kafka/sink.py): at most one Delivery per produced message;
 ``close`` reports what can be delivered, then drops the rest silently; a closed sink
 rejects ``produce`` with a FATAL ProduceRejected. It must stay small and obvious - a
 fake that needs its own tests to be trusted defeats its purpose.
@@ -60,7 +60,7 @@ from cdc_relay.sink.base import (
     ProduceRejected,
     QueueFull,
 )
-from cdc_relay.wal.protocol import KEEPALIVE, XLOG_DATA, ChangeReader, ServerMessage, read_changes
+from cdc_relay.wal.stream.protocol import KEEPALIVE, XLOG_DATA, ChangeReader, ServerMessage, read_changes
 
 Reorder = Callable[[list[int]], list[int]]
 Failure = ErrorKind | DeliveryError

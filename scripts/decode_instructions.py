@@ -1,6 +1,6 @@
 """Callgrind instructions per decoded outbox insert, for both plugins and both paths.
 
-A development measurement (docs/design.md, "The compiled decoders"), not a test or a
+A development measurement (docs/decisions/2026-12-03-compiled-extensions.md), not a test or a
 benchmark of the relay: it builds a stream of 2000 inserts from the captured fixture
 rows (tests/fixtures), with ``created_at`` shared by each 100 rows (one ``now()`` per
 transaction) or distinct on every row (a ``clock_timestamp()`` default), decodes it in a

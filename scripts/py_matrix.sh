@@ -3,7 +3,8 @@
 # and their unit tests run on other CPython versions (default 3.12 and 3.13, from pyenv),
 # each in a throwaway venv under build/py-matrix with only what those tests import.
 # Slow (a venv and its wheels per version): CI does not run it; run it when the C code or
-# the supported versions change, and record the result in docs/design.md.
+# the supported versions change, and record the result in
+# docs/decisions/2026-12-03-compiled-extensions.md.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 VERSIONS=${VERSIONS:-"3.12 3.13"}

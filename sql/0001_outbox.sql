@@ -1,6 +1,6 @@
 -- cdc-relay migration 0001: the outbox table, its polling index and dead letters (docs/design.md, the outbox table).
 --
--- A template, not plain SQL: cdc_relay/schema.py fills the names in braces with
+-- A template, not plain SQL: cdc_relay/app/init.py fills the names in braces with
 -- psycopg.sql.Identifier values (quoted, validated) and nothing else. A literal brace
 -- would have to be doubled. Every statement is idempotent.
 

@@ -1,9 +1,9 @@
 -- cdc-relay migration 0002: the polling wake-up function (docs/design.md, the outbox table and polling mode).
 --
--- Template: names in braces are filled with quoted identifiers by cdc_relay/schema.py.
+-- Template: names in braces are filled with quoted identifiers by cdc_relay/app/init.py.
 --
 -- The trigger that calls it is optional (init's notify_trigger; WAL mode does not need
--- it and it costs inserts: docs/design.md, polling mode), so schema.py creates or drops the trigger
+-- it and it costs inserts: docs/design.md, polling mode), so app/init.py creates or drops the trigger
 -- itself. It is FOR EACH STATEMENT: a poller only needs a wake-up, then claims the
 -- rows itself, so one NOTIFY per INSERT statement is enough, and cheaper than one per
 -- row. The payload is empty: identical notifications of one transaction are folded

@@ -1,8 +1,8 @@
 -- cdc-relay migration 0005 (optional): W3C trace context columns (docs/messages.md, trace context).
 --
--- Applied only when asked (`cdc-relay init --with-trace-context`; cdc_relay/schema.py
+-- Applied only when asked (`cdc-relay init --with-trace-context`; cdc_relay/app/init.py
 -- lists it in OPTIONAL_MIGRATIONS), then recorded like any other migration. Template:
--- names in braces are filled with quoted identifiers by cdc_relay/schema.py.
+-- names in braces are filled with quoted identifiers by cdc_relay/app/init.py.
 --
 -- cdc_relay.outbox.emit fills them (explicitly, or from the current OpenTelemetry span);
 -- both relay modes copy them into the `traceparent` / `tracestate` headers. NULL means

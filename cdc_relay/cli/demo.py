@@ -1,4 +1,4 @@
-"""``cdc-relay demo``: the click command only (the run itself is cdc_relay.demo.run).
+"""``cdc-relay demo``: the click command only (the run itself is cdc_relay.app.demo).
 
 Registered on the ``cli`` group by cdc_relay.cli.main. Exit codes: 0 when every event arrived,
 1 when one was lost or the demo failed, 130 on Ctrl-C (after stopping everything).
@@ -43,7 +43,7 @@ class StatusLine:
 @plugin_option
 def demo(events: int, rate: float, mode: str, plugin: str | None) -> int:
     """Throwaway PostgreSQL + local broker + the relay + sample orders, with live latency."""
-    from cdc_relay.demo.run import DemoConfig, run_demo
+    from cdc_relay.app.demo import DemoConfig, run_demo
 
     try:
         summary = run_demo(DemoConfig(events=events, rate=rate, mode=mode,

@@ -57,7 +57,10 @@ from cdc_relay.runtime import tune_gc
 @click.version_option(__version__, prog_name="cdc-relay")
 @click.pass_context
 def cli(ctx: click.Context, config_file: str | None) -> None:
-    """Transactional-outbox relay: PostgreSQL outbox inserts -> Kafka, RabbitMQ or NATS, at least once."""
+    """Transactional-outbox relay: PostgreSQL outbox inserts -> Kafka, RabbitMQ, NATS or SQS.
+
+    At least once; exactly once into Kafka when asked.
+    """
     if config_file:
         ctx.default_map = load_config_file(config_file, cli)
 
@@ -88,7 +91,7 @@ def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mod
     """Apply the outbox schema (idempotent) and install what the relay mode uses."""
     from click.core import ParameterSource
 
-    from cdc_relay.schema import init_database
+    from cdc_relay.app.init import init_database
 
     if no_slot:
         if mode == "wal" and ctx.get_parameter_source("mode") is not ParameterSource.DEFAULT:
@@ -137,7 +140,7 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
         standby_dsn: str | None) -> int:
     """WAL mode: stream outbox inserts from a logical replication slot to the broker."""
     tune_gc()  # done by cli/entry.py already, unless invoked in process (cdc_relay/runtime.py)
-    from cdc_relay.wal.app import WalSettings, run_wal
+    from cdc_relay.app.run import WalSettings, run_wal
 
     setup_logging(log_level, log_format)  # first: a config error is then a log line too
     choose_paths(pure_python)
@@ -206,7 +209,7 @@ def poll(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_
          metrics_host: str, log_level: str, log_format: str) -> int:
     """Polling mode: claim outbox rows (SKIP LOCKED), publish them, mark them processed."""
     tune_gc()  # done by cli/entry.py already, unless invoked in process (cdc_relay/runtime.py)
-    from cdc_relay.polling.app import PollSettings, run_poll
+    from cdc_relay.app.poll import PollSettings, run_poll
 
     if poll_snapshot is not None:
         raise click.UsageError("--snapshot is a WAL-mode option (cdc-relay run --snapshot "
@@ -264,7 +267,7 @@ def dead_letters_list(dsn: str | None, from_topic: str | None, brokers: str | No
     if dsn is None:
         raise click.UsageError("give --dsn (polling mode's dead letters, in the outbox table) or "
                                "--from-topic TOPIC --brokers HOST:PORT (WAL mode's)")
-    from cdc_relay.polling.app import dead_letters_json, dead_letters_table, list_dead_letters
+    from cdc_relay.app.poll import dead_letters_json, dead_letters_table, list_dead_letters
 
     rows = list_dead_letters(dsn, outbox_config(table, columns), limit)
     click.echo(dead_letters_json(rows) if output_format == "json" else dead_letters_table(rows))
@@ -280,7 +283,7 @@ def dead_letters_list(dsn: str | None, from_topic: str | None, brokers: str | No
 def dead_letters_retry(dsn: str, table: TableRef, columns: str | None, ids: tuple[Any, ...],
                        retry_all: bool) -> None:
     """Requeue dead letters: attempts reset, published by the next poll."""
-    from cdc_relay.polling.app import retry_dead_letters
+    from cdc_relay.app.poll import retry_dead_letters
 
     if bool(ids) == retry_all:
         raise click.UsageError("give either --id UUID (repeatable) or --all")
@@ -303,7 +306,7 @@ def dead_letters_retry(dsn: str, table: TableRef, columns: str | None, ids: tupl
 def cleanup(dsn: str, table: TableRef, columns: str | None, older_than: float, batch: int,
             wal_mode: bool) -> None:
     """Delete processed outbox rows older than a duration (pending and dead letters stay)."""
-    from cdc_relay.polling.app import cleanup as cleanup_rows
+    from cdc_relay.app.poll import cleanup as cleanup_rows
 
     deleted = cleanup_rows(dsn, outbox_config(table, columns), older_than, batch, wal_mode=wal_mode)
     click.echo(f"deleted {deleted} {'' if wal_mode else 'processed '}row(s)")

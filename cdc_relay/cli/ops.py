@@ -1,6 +1,6 @@
 """Operator commands: ``status``, ``doctor``, ``slot drop``, ``dead-letters replay`` - click only.
 
-Parse, build config, call cdc_relay.ops.status / cdc_relay.ops.doctor, print. Registered on
+Parse, build config, call cdc_relay/app/ops.py or app/dead_letters.py, print. Registered on
 the group at the end of cdc_relay.cli.main. Options come from cdc_relay.cli.options, so each
 has its ``CDC_RELAY_*`` variable and may come from the ``--config`` file like every other
 command's.
@@ -30,7 +30,7 @@ from cdc_relay.cli.options import (
     standby_dsn_option,
     table_option,
 )
-from cdc_relay.config import KafkaConfig, RouterConfig, TableRef, parse_producer_config
+from cdc_relay.config import KafkaConfig, TableRef, parse_producer_config
 from cdc_relay.errors import ConfigError, ExitCode
 
 
@@ -44,10 +44,9 @@ from cdc_relay.errors import ConfigError, ExitCode
 def status(dsn: str, slot: str, table: TableRef, columns: str | None, standby_dsn: str | None,
            output_format: str) -> None:
     """Slot position and lag, WAL retained, failover readiness, pending rows, dead letters."""
-    from cdc_relay.ops.status import status as read_status
+    from cdc_relay.app.ops import status as read_status
 
-    report = read_status(dsn, slot, outbox_config(table, columns), standby_dsn=standby_dsn)
-    click.echo(report.to_json() if output_format == "json" else "\n".join(report.lines()))
+    click.echo(read_status(dsn, slot, outbox_config(table, columns), standby_dsn, output_format))
 
 
 @click.command()
@@ -79,9 +78,7 @@ def doctor(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str | Non
            dead_letter_topic: str, exactly_once: bool, checkpoint_topic: str,
            standby_dsn: str | None, output_format: str) -> int:
     """Check the server, role, table, slot and broker; print the fix for each failure."""
-    from cdc_relay.ops.doctor.checks import DoctorOptions
-    from cdc_relay.ops.doctor.gather import run_doctor
-    from cdc_relay.ops.doctor.report import failed, format_checks, format_checks_json
+    from cdc_relay.app.ops import doctor as run_doctor
 
     kafka = other = None
     topic_pattern, dead_letter_topic = sink_topics(sink, topic_pattern, dead_letter_topic)
@@ -94,17 +91,12 @@ def doctor(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str | Non
                                 producer_config=parse_producer_config(producer_config))
     elif sink != "kafka":
         raise ConfigError(f"doctor --sink {sink} needs --brokers (the address the relay uses)")
-    checks = run_doctor(DoctorOptions(dsn=dsn, outbox=outbox_config(table, columns), slot=slot,
-                                      plugin=plugin or "pgoutput",
-                                      plugin_from_slot=plugin is None,
-                                      publication=publication, mode=mode,
-                                      kafka=kafka, sink=other, standby_dsn=standby_dsn))
-    if exactly_once:
-        from cdc_relay.ops.doctor.gather_exactly_once import run_exactly_once_checks
-
-        checks += run_exactly_once_checks(dsn, slot, kafka, checkpoint_topic)
-    click.echo(format_checks_json(checks) if output_format == "json" else format_checks(checks))
-    return ExitCode.FAILURE if failed(checks) else ExitCode.OK
+    text, failed = run_doctor(dsn=dsn, outbox=outbox_config(table, columns), slot=slot,
+                              plugin=plugin, publication=publication, mode=mode, kafka=kafka,
+                              sink=other, standby_dsn=standby_dsn, exactly_once=exactly_once,
+                              checkpoint_topic=checkpoint_topic, output_format=output_format)
+    click.echo(text)
+    return ExitCode.FAILURE if failed else ExitCode.OK
 
 
 @click.group()
@@ -119,18 +111,16 @@ def slot() -> None:
               help="Do not ask for confirmation (needed when stdin is not a terminal).")
 def slot_drop(dsn: str, slot: str, yes: bool) -> None:
     """Drop the slot: its position is lost, the server frees the WAL it retained."""
+    from cdc_relay.app.ops import drop_slot, drop_slot_question
     from cdc_relay.config import validate_slot_name
-    from cdc_relay.db import describe_dsn
-    from cdc_relay.ops.status import drop_replication_slot
 
     validate_slot_name(slot)
     if not yes:
         if sys.stdin is None or not sys.stdin.isatty():
             raise ConfigError(f"refusing to drop replication slot {slot!r} without confirmation: "
                               "stdin is not a terminal; pass --yes")
-        click.confirm(f"Drop replication slot {slot!r} on {describe_dsn(dsn)}? Events committed "
-                      "while no slot exists are never relayed", abort=True, err=True)
-    drop_replication_slot(dsn, slot)
+        click.confirm(drop_slot_question(dsn, slot), abort=True, err=True)
+    drop_slot(dsn, slot)
     click.echo(f"dropped replication slot {slot}")
 
 
@@ -145,12 +135,9 @@ def _kafka(brokers: str | None, producer_config: tuple[str, ...]) -> KafkaConfig
 def list_topic_dead_letters(topic: str, brokers: str | None, producer_config: tuple[str, ...],
                             limit: int, output_format: str) -> None:
     """``dead-letters list --from-topic``: one line (or object) per event, oldest first."""
-    from cdc_relay.ops.dead_letters import records_json, records_table, select
-    from cdc_relay.sink.kafka_dead_letters import read_dead_letters
+    from cdc_relay.app.dead_letters import list_from_topic
 
-    records = select(read_dead_letters(_kafka(brokers, producer_config), topic), None, topic)
-    records = records[:limit]
-    click.echo(records_json(records) if output_format == "json" else records_table(records, topic))
+    click.echo(list_from_topic(_kafka(brokers, producer_config), topic, limit, output_format))
 
 
 @click.command("replay")
@@ -172,35 +159,11 @@ def list_topic_dead_letters(topic: str, brokers: str | None, producer_config: tu
 def replay(from_topic: str, brokers: str, producer_config: tuple[str, ...], ids: tuple[Any, ...],
            replay_all: bool, to_original: bool, topic_pattern: str, table: TableRef) -> int:
     """Produce WAL mode's dead letters again (same id, key, value, headers); the topic keeps them."""
-    from cdc_relay.ops.dead_letters import replay_message, select
-    from cdc_relay.routing import Router
-    from cdc_relay.sink.kafka_dead_letters import produce_again, read_dead_letters
+    from cdc_relay.app.dead_letters import replay as replay_dead_letters
 
     if bool(ids) == replay_all:
         raise click.UsageError("give either --id UUID (repeatable) or --all")
-    kafka = _kafka(brokers, producer_config)
-    router = Router(RouterConfig(topic_pattern=topic_pattern, dead_letter_topic=from_topic), table)
-    chosen = select(read_dead_letters(kafka, from_topic), None if replay_all else
-                    [str(i) for i in ids], from_topic)
-    sendable, messages, failed = [], [], 0
-    for record in chosen:
-        try:
-            messages.append(replay_message(record, router, to_original=to_original))
-        except ConfigError as exc:
-            if not replay_all:
-                raise  # asked for by id: nothing is sent
-            failed += 1
-            click.echo(f"cdc-relay: error: {exc}", err=True)
-            continue
-        sendable.append(record)
-    results = produce_again(kafka, messages) if messages else []
-    for record, message, error in zip(sendable, messages, results, strict=True):
-        if error is None:
-            click.echo(f"replayed {record.id} to {message.topic}")
-        else:
-            failed += 1
-            click.echo(f"cdc-relay: error: {record.id} not replayed to {message.topic}: {error}",
-                       err=True)
-    click.echo(f"replayed {len(chosen) - failed} of {len(chosen)} dead letter(s) from {from_topic}"
-               " (nothing was removed from it)")
-    return ExitCode.FAILURE if failed else ExitCode.OK
+    return replay_dead_letters(_kafka(brokers, producer_config), from_topic,
+                               None if replay_all else [str(i) for i in ids],
+                               to_original=to_original, topic_pattern=topic_pattern, table=table,
+                               say=lambda line, error: click.echo(line, err=error))

@@ -5,7 +5,7 @@ Owns how a value reaches a command - flag > ``CDC_RELAY_*`` environment variable
 context's ``default_map``; the file itself is cli/config_file.py) - and how any failure
 becomes one line on stderr with a named exit code. It must not contain command logic;
 commands live in cli/main.py, cli/ops.py and cli/demo.py and call a composition root
-(wal/app.py, polling/app.py, ...).
+(app/run.py, app/poll.py, ...).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from cdc_relay.errors import ConfigError, ExitCode, RelayError, mask_secrets
 from cdc_relay.logs import DEFERRED_WARNINGS, JsonFormatter, setup_logging
 from cdc_relay.sink.config import SINK_KINDS, parse_nats, parse_rabbitmq
 from cdc_relay.sink.factory import OtherSink
-from cdc_relay.sink.sqs_config import parse_sqs, sqs_topics
+from cdc_relay.sink.sqs.config import parse_sqs, sqs_topics
 
 F = TypeVar("F", bound=Callable[..., Any])
 ENV_PREFIX = "CDC_RELAY_"

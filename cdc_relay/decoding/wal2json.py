@@ -27,7 +27,7 @@ Partitioned outboxes: rows are logged under their partition's name, and wal2json
 ``add-tables`` matches names literally (``*`` only as a whole schema or table name), so
 it cannot follow partitions created later. For a partitioned outbox the relay passes no
 ``add-tables`` (``plugin_options(table, partitioned=True)``) and the decoder decides per
-table name, asking a ``PartitionCatalog`` (wal/partitions.py, the I/O) the first time an
+table name, asking a ``PartitionCatalog`` (pg/partitions.py, the I/O) the first time an
 outbox-shaped table name shows up; the answers are remembered. A row whose table lacks
 the outbox's columns cannot be a partition's (partitions have exactly the parent's
 columns) and is ignored without asking. No row is skipped before that decision.

@@ -5,7 +5,7 @@ latency over a recent window, and the summary (written, received, duplicates, lo
 of order) - computed from the ``Book`` that cdc_relay.demo.traffic fills.
 
 Must not write, consume or start anything, nor print: it returns strings and values,
-and cdc_relay.demo.run decides where they go.
+and cdc_relay.app.demo decides where they go.
 """
 
 from __future__ import annotations

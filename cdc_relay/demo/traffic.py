@@ -7,7 +7,7 @@ and the ``Book`` that pairs each commit with its receipt (latency, duplicates, p
 order). Like ``cdc_relay.outbox``, this is application-side code importing psycopg and
 confluent-kafka itself.
 
-Must not start or stop services or the relay (cdc_relay.demo.run), nor print anything
+Must not start or stop services or the relay (cdc_relay.app.demo), nor print anything
 (cdc_relay.demo.report renders what the Book recorded).
 """
 

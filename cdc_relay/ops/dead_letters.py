@@ -15,7 +15,7 @@ This module turns such records back into the message that was meant to be sent:
   ConfigError before anything is sent.
 
 The ``id`` header is kept, so consumers deduplicate a replay like any redelivery.
-Reading and producing are sink/kafka_dead_letters.py. Must not do I/O or import a
+Reading and producing are sink/kafka/dead_letters.py. Must not do I/O or import a
 broker client.
 """
 

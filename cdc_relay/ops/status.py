@@ -22,13 +22,13 @@ import orjson
 import psycopg
 
 from cdc_relay.config import OutboxConfig, TableRef, validate_slot_name
-from cdc_relay.db import connect, describe_dsn, translate_error, validated_table
 from cdc_relay.errors import ConfigError, RelayError
 from cdc_relay.model import Lsn, SlotStatus, human_bytes
 from cdc_relay.ops.failover.facts import HA_DOCS, FailoverStatus
 from cdc_relay.ops.failover.read import read_failover
+from cdc_relay.pg.db import connect, describe_dsn, translate_error, validated_table
 from cdc_relay.polling.admin import count_pending
-from cdc_relay.wal.backfill_state import BackfillRecord, backfill_running, read_record
+from cdc_relay.wal.backfill.state import BackfillRecord, backfill_running, read_record
 from cdc_relay.wal.setup import drop_slot, query_slot_status
 
 # Every inactive logical slot of this database (what polling mode warns about).

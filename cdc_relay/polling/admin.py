@@ -6,7 +6,7 @@ pending and dead-letter gauges, checks the table before the workers start), and 
 ``dead-letters list|retry`` and ``cleanup`` commands. The statements themselves come
 from ``OutboxQueries`` (polling/sql.py), so every name is a quoted identifier.
 
-Must not: claim or settle batches (polling/claims.py), format output (polling/app.py), or
+Must not: claim or settle batches (polling/claims.py), format output (app/poll.py), or
 retry: a failure is a RelayError for the caller to report or retry.
 """
 
@@ -21,14 +21,14 @@ from psycopg import sql
 from psycopg.rows import TupleRow
 
 from cdc_relay.config import OutboxConfig
-from cdc_relay.db import (
+from cdc_relay.errors import ConfigError, RelayError
+from cdc_relay.model import BOOKKEEPING_COLUMNS, NOTIFY_TRIGGER
+from cdc_relay.pg.db import (
     connect,
     translate_error,
     validated_columns,
     validated_table,
 )
-from cdc_relay.errors import ConfigError, RelayError
-from cdc_relay.model import BOOKKEEPING_COLUMNS, NOTIFY_TRIGGER
 from cdc_relay.polling.sql import OutboxQueries
 
 

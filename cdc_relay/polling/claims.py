@@ -35,9 +35,9 @@ from psycopg.adapt import Dumper
 from psycopg.rows import TupleRow
 
 from cdc_relay.config import OutboxConfig
-from cdc_relay.db import SERVER_TCP_KEEPALIVES, connect, translate_error
 from cdc_relay.errors import ConfigError, RelayError
 from cdc_relay.model import OutboxEvent
+from cdc_relay.pg.db import SERVER_TCP_KEEPALIVES, connect, translate_error
 from cdc_relay.polling.settlement import MAX_ERROR_LENGTH, AttemptFailure, Completion
 from cdc_relay.polling.sql import (
     Candidate,
@@ -74,7 +74,7 @@ _SESSION_TIMEOUTS_OFF = (
 
 # The backend gives the session up as soon as the client does on a silent network (no
 # FIN, no RST), releasing the claimed rows' locks: each bound is set where the server's
-# is unset (0: the OS's default) or looser. Values are integers (cdc_relay/db.py).
+# is unset (0: the OS's default) or looser. Values are integers (cdc_relay/pg/db.py).
 _SERVER_KEEPALIVES = (
     "SELECT set_config(name, wanted, false) FROM pg_settings JOIN (VALUES "
     + ", ".join(f"('{name}', '{value}')" for name, value in SERVER_TCP_KEEPALIVES.items())

@@ -44,8 +44,8 @@ from typing import Any
 from psycopg import sql
 
 from cdc_relay.config import OutboxConfig, validate_identifier
-from cdc_relay.db import validated_columns, validated_table
 from cdc_relay.model import OutboxEvent, carry
+from cdc_relay.pg.db import validated_columns, validated_table
 
 
 class OutboxQueries:

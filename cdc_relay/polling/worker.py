@@ -18,8 +18,8 @@ transaction. Nothing is visible before the COMMIT, which still comes only after 
 report is in; ``complete`` first undoes the marking for each event that did not end up
 acknowledged, so what commits is exactly what ``settle`` decided. The UPDATE's time
 (PostgreSQL's largest share of a batch) thus overlaps the broker's, and the critical
-path after the last ack is one COMMIT. docs/design.md, polling mode, has the measurements
-and why every polling guarantee holds.
+path after the last ack is one COMMIT. docs/design.md, polling mode, says why every polling
+guarantee holds; the measurements are docs/decisions/2026-12-01-polling-premark.md.
 
 After broker-wide trouble (see settlement.py) the worker stops claiming and waits, with
 backoff, until a broker answers again (docs/design.md, failure rules); a fatal producer error discards

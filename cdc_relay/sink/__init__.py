@@ -1,2 +1,3 @@
-"""Sinks: where messages go. ``base`` is the protocol; ``kafka`` (confluent-kafka),
-``rabbitmq`` (pika), ``nats`` (nats-py) and ``sqs`` (boto3) adapt brokers to it; ``factory`` picks one."""
+"""Sinks: where messages go. ``base`` is the protocol; ``kafka/`` (confluent-kafka) and
+``sqs/`` (boto3) are rooms of their own, ``rabbitmq`` (pika) and ``nats`` (nats-py) one module
+each (their settings in ``config``); ``factory`` picks one."""

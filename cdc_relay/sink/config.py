@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from cdc_relay.config import parse_duration, parse_producer_config
 from cdc_relay.errors import ConfigError, mask_secrets
 
-SINK_KINDS = ("kafka", "rabbitmq", "nats", "sqs")  # sqs: sink/sqs_config.py
+SINK_KINDS = ("kafka", "rabbitmq", "nats", "sqs")  # sqs: sink/sqs/config.py
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 

@@ -1,6 +1,6 @@
 """Picking the sink: ``--sink kafka|rabbitmq|nats|sqs`` -> a SinkFactory, and the doctor's probe.
 
-The composition roots (wal/app.py, polling/app.py) and doctor call this instead of a
+The composition roots (app/run.py, app/poll.py) and doctor call this instead of a
 sink module, so they never import a broker client themselves. The RabbitMQ, NATS and
 SQS clients are optional extras: they are imported only here, on demand, and a missing one
 is a ConfigError naming the ``pip install`` to run (one line, exit 2), not a traceback.
@@ -17,12 +17,15 @@ from cdc_relay.config import KafkaConfig
 from cdc_relay.errors import ConfigError
 from cdc_relay.sink.base import SinkFactory
 from cdc_relay.sink.config import NatsConfig, RabbitMqConfig, SinkProbe
-from cdc_relay.sink.sqs_config import SqsConfig
+from cdc_relay.sink.sqs.config import SqsConfig
 
 # Sink configs other than Kafka's; None in the settings means "the Kafka sink".
 OtherSink = RabbitMqConfig | NatsConfig | SqsConfig
 
-_EXTRAS = {"rabbitmq": ("pika", "rabbitmq"), "nats": ("nats", "nats"), "sqs": ("boto3", "sqs")}
+# name -> (client library, pip extra, module)
+_EXTRAS = {"rabbitmq": ("pika", "rabbitmq", "cdc_relay.sink.rabbitmq"),
+           "nats": ("nats", "nats", "cdc_relay.sink.nats"),
+           "sqs": ("boto3", "sqs", "cdc_relay.sink.sqs.sink")}
 
 
 def sink_name(other: OtherSink | None) -> str:
@@ -37,10 +40,10 @@ def sink_name(other: OtherSink | None) -> str:
 
 
 def sink_module(name: str) -> ModuleType:
-    """Import ``cdc_relay.sink.<name>``; a missing client library is a one-line ConfigError."""
-    client, extra = _EXTRAS[name]
+    """Import the ``name`` sink's module; a missing client library is a one-line ConfigError."""
+    client, extra, module = _EXTRAS[name]
     try:
-        return importlib.import_module(f"cdc_relay.sink.{name}")
+        return importlib.import_module(module)
     except ImportError as exc:
         if exc.name is not None and exc.name.split(".")[0] in (client, "botocore"):
             raise ConfigError(f"the {name} sink needs the {client} client library, which is not "
@@ -53,7 +56,7 @@ def make_sink_factory(kafka: KafkaConfig, other: OtherSink | None) -> SinkFactor
     name = sink_name(other)
     logger = logging.getLogger(f"cdc_relay.{name}")
     if other is None:
-        from cdc_relay.sink.kafka import kafka_sink_factory
+        from cdc_relay.sink.kafka.sink import kafka_sink_factory
 
         return kafka_sink_factory(kafka, logger=logger)
     module = sink_module(name)

@@ -1,6 +1,6 @@
 """What exactly-once mode needs from a transactional sink, without broker types.
 
-The relay's exactly-once strategy (wal/exactly_once.py) drives a sink that groups
+The relay's exactly-once strategy (wal/exactly_once/mode.py) drives a sink that groups
 messages into transactions and writes a checkpoint record into each. Errors of the
 transaction calls are classified so the strategy can act without knowing the broker
 (docs/design.md, exactly-once delivery):

@@ -11,7 +11,7 @@ Under the slot's backfill lock (one relay at a time; the others stand by):
 3. every retained outbox row of a transaction at or after the horizon (wal/continuity.py)
    that the snapshot sees is published - at least once: rows already relayed before the
    loss are among them, counted in the log, and consumers deduplicate them by event id -
-   and marked processed, as a backfill does (wal/backfill.py);
+   and marked processed, as a backfill does (wal/backfill/loop.py);
 4. the record gets the snapshot's xmin as its new horizon, and streaming starts from the
    slot's consistent point: the snapshot sees exactly what committed before it, the slot
    streams exactly what committed after it - no gap.
@@ -36,15 +36,15 @@ import psycopg
 from psycopg import sql
 
 from cdc_relay.config import FlowConfig, OutboxConfig, ReplicationConfig
-from cdc_relay.db import connect, translate_error, validated_table
+from cdc_relay.pg.db import connect, translate_error, validated_table
 from cdc_relay.routing import Router
 from cdc_relay.sink.base import SinkFactory
 from cdc_relay.wal import continuity
-from cdc_relay.wal.backfill import BackfillStats, BackfillTimings
-from cdc_relay.wal.backfill_state import StateStore
-from cdc_relay.wal.cutover import check_backfill_table, run_backfill, wait_for_lock
+from cdc_relay.wal.backfill.cutover import check_backfill_table, run_backfill, wait_for_lock
+from cdc_relay.wal.backfill.loop import BackfillStats, BackfillTimings
+from cdc_relay.wal.backfill.snapshot import create_slot_exporting_snapshot
+from cdc_relay.wal.backfill.state import StateStore
 from cdc_relay.wal.setup import PLUGINS, ensure_publication, slot_info
-from cdc_relay.wal.snapshot import create_slot_exporting_snapshot
 
 log = logging.getLogger("cdc_relay.recovery")
 

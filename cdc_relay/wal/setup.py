@@ -1,11 +1,11 @@
 """WAL mode's database objects: the pgoutput publication and the logical replication slot.
 
 Owns creating them if missing (``ensure_replication`` at relay start-up, and
-``ensure_publication_and_slot`` for ``cdc-relay init`` in schema.py), checking that an
+``ensure_publication_and_slot`` for ``cdc-relay init`` in app/init.py), checking that an
 existing slot fits (logical, this database, this plugin), and the small slot helpers
 other commands reuse (``query_slot_status`` - the one slot query, into
 ``model.SlotStatus`` - ``slot_info``, ``slot_exists``, ``drop_slot``). Also the
-vocabulary both it and schema.py report in (``Outcome``) and the advisory lock every
+vocabulary both it and app/init.py report in (``Outcome``) and the advisory lock every
 ``init`` and start-up check takes (``ADVISORY_LOCK_KEY``).
 
 The publication is changed in a transaction under that lock, so concurrent starts are
@@ -13,7 +13,7 @@ safe; the slot is created outside any transaction (PostgreSQL refuses to create 
 logical slot in a transaction that has written anything), and losing that race to a
 concurrent run just means finding the slot already there.
 
-Must not: apply migrations or touch the outbox table (schema.py does), interpolate user
+Must not: apply migrations or touch the outbox table (app/init.py does), interpolate user
 text into SQL, change server settings (it only says which to change), drop a slot
 anyone streams from, or read or write outbox rows.
 """
@@ -32,14 +32,6 @@ from psycopg import errors as pgerrors
 from psycopg import sql
 
 from cdc_relay.config import OutboxConfig, TableRef, validate_identifier, validate_slot_name
-from cdc_relay.db import (
-    borrowed_or_new,
-    connect,
-    describe_dsn,
-    translate_error,
-    validated_columns,
-    validated_table,
-)
 from cdc_relay.errors import (
     AccessRefused,
     ConfigError,
@@ -49,6 +41,14 @@ from cdc_relay.errors import (
     mask_secrets,
 )
 from cdc_relay.model import Lsn, SlotStatus
+from cdc_relay.pg.db import (
+    borrowed_or_new,
+    connect,
+    describe_dsn,
+    translate_error,
+    validated_columns,
+    validated_table,
+)
 from cdc_relay.wal import continuity
 
 PLUGINS = ("wal2json", "pgoutput")

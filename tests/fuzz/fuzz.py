@@ -37,8 +37,8 @@ from cdc_relay.decoding.values import TimestampParser
 from cdc_relay.decoding.wal2json import Wal2JsonDecoder
 from cdc_relay.model import OutboxColumns, OutboxEvent
 from cdc_relay.routing import Router
-from cdc_relay.sink.kafka import Reports
-from cdc_relay.wal.stream import ReplicationStream
+from cdc_relay.sink.kafka.sink import Reports
+from cdc_relay.wal.stream.replication import ReplicationStream
 from tests.unit.decoding_fixtures import AT, OUTBOX, load
 
 Inputs = list[Any]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from cdc_relay.wal.checkpoint import Checkpoint
+from cdc_relay.wal.exactly_once.checkpoint import Checkpoint
 from tests.integration.wal_support import Expected, start_relay
 from tests.support import CliProcess, KafkaCollector, Msg
 

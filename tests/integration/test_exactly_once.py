@@ -9,9 +9,9 @@ from confluent_kafka import Producer
 from cdc_relay.errors import BrokerError
 from cdc_relay.local.noida import NoidaBroker
 from cdc_relay.model import Lsn
-from cdc_relay.sink.kafka_checkpoint import ensure_topic, read_views
-from cdc_relay.wal.checkpoint import Checkpoint, checkpoint_key, choose
-from cdc_relay.wal.identity import system_identifier
+from cdc_relay.pg.identity import system_identifier
+from cdc_relay.sink.kafka.checkpoint import ensure_topic, read_views
+from cdc_relay.wal.exactly_once.checkpoint import Checkpoint, checkpoint_key, choose
 from tests.integration.eos_support import (
     READ_COMMITTED,
     assert_exactly_once,

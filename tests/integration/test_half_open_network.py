@@ -5,7 +5,7 @@ reaches a throwaway PostgreSQL and Tansu broker over a veth pair. The test then 
 every packet of the relay's PostgreSQL connections open at that moment, in both
 directions: no FIN, no RST, and - unlike tests/integration/tcp_proxy.py - no proxy's
 kernel acknowledging the keepalive probes, so only the TCP keepalives and
-``tcp_user_timeout`` every connection gets (cdc_relay/db.py) can notice. New
+``tcp_user_timeout`` every connection gets (cdc_relay/pg/db.py) can notice. New
 connections work, as after a NAT or load-balancer timeout. Every event committed after
 the cut must reach Kafka with no operator action (docs/high-availability.md, silent
 networks). Skips in one line where network namespaces cannot be made, except in CI.

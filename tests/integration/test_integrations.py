@@ -21,12 +21,12 @@ from sqlalchemy import MetaData, create_engine, inspect
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
+from cdc_relay.app.init import init_database
 from cdc_relay.config import OutboxConfig, TableRef
 from cdc_relay.errors import ConfigError
 from cdc_relay.integrations import asyncpg as pg_async
 from cdc_relay.integrations import sqlalchemy as sa_outbox
 from cdc_relay.outbox_core import TransactionRequired
-from cdc_relay.schema import init_database
 from tests.integration.appside_support import PAYLOAD, rows, run_django, url
 
 

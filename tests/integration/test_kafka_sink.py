@@ -14,8 +14,8 @@ from cdc_relay.errors import BrokerError
 from cdc_relay.local.broker import Broker
 from cdc_relay.model import Message
 from cdc_relay.sink.base import Cause, Delivery, ErrorKind, ProduceRejected, collect, ignore_reports
-from cdc_relay.sink.kafka import KafkaSink, Reports, kafka_sink_factory
-from cdc_relay.sink.kafka_client import check_brokers, classify, describe_settings, producer_settings
+from cdc_relay.sink.kafka.client import check_brokers, classify, describe_settings, producer_settings
+from cdc_relay.sink.kafka.sink import KafkaSink, Reports, kafka_sink_factory
 from tests.support import KafkaCollector
 
 

@@ -9,11 +9,11 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
+from cdc_relay.app.init import init_database
 from cdc_relay.config import OutboxConfig
 from cdc_relay.local.broker import Broker
 from cdc_relay.local.postgres import PostgresCluster
 from cdc_relay.outbox import emit
-from cdc_relay.schema import init_database
 from tests.integration.wal_support import start_relay
 from tests.support import CliProcess, KafkaCollector, run_cli, wait_for
 

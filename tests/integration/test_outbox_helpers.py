@@ -11,10 +11,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from cdc_relay.app.init import init_database
 from cdc_relay.config import OutboxConfig, TableRef
 from cdc_relay.consumer import process_once, process_once_async
 from cdc_relay.outbox import emit, emit_async
-from cdc_relay.schema import init_database
 
 PAYLOAD = {
     "name": "Zoë Ångström — 東京",

@@ -12,15 +12,15 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from cdc_relay.app.init import init_database
 from cdc_relay.config import OutboxConfig, RouterConfig, TableRef
-from cdc_relay.db import connect
 from cdc_relay.errors import ConfigError, DatabaseError, ServiceUnavailable, SlotBusy
 from cdc_relay.local.postgres import PostgresCluster
 from cdc_relay.message_columns import resolve_message_columns
 from cdc_relay.model import OutboxColumns
 from cdc_relay.outbox import emit
-from cdc_relay.schema import init_database
-from cdc_relay.wal.backfill_state import warn_if_unfinished
+from cdc_relay.pg.db import connect
+from cdc_relay.wal.backfill.state import warn_if_unfinished
 from cdc_relay.wal.setup import (
     ADVISORY_LOCK_KEY,
     Outcome,

@@ -15,7 +15,7 @@ from cdc_relay.decoding.wal2json import plugin_options as wal2json_options
 from cdc_relay.local.broker import Broker
 from cdc_relay.model import Lsn
 from cdc_relay.outbox import emit
-from cdc_relay.wal.stream import ReplicationStream
+from cdc_relay.wal.stream.replication import ReplicationStream
 from tests.integration.wal_support import (
     Expected,
     assert_contract,
@@ -240,7 +240,7 @@ def test_the_first_stream_reads_the_held_position_on_the_handed_over_connection(
         opened.append(conninfo)
         return real_connect(conninfo, **kwargs)
 
-    monkeypatch.setattr("cdc_relay.wal.stream.psycopg.connect", counting_connect)
+    monkeypatch.setattr("cdc_relay.wal.stream.replication.psycopg.connect", counting_connect)
     _open_while_the_previous_holder_confirms(db, seed=92, handed=handed)
     assert handed.closed
     ours = [conninfo for conninfo in opened if "application_name=cdc-relay" in conninfo]

@@ -24,7 +24,7 @@ from cdc_relay.ops.doctor.checks import (
 from cdc_relay.routing import Router
 from cdc_relay.sink.base import ErrorKind
 from cdc_relay.testing import FakeSinkFactory, shuffled
-from cdc_relay.wal.backfill import Backfill, BackfillStats, BackfillTimings
+from cdc_relay.wal.backfill.loop import Backfill, BackfillStats, BackfillTimings
 
 
 class FakeReader:

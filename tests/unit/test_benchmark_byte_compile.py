@@ -31,5 +31,5 @@ def test_a_package_that_does_not_compile_is_an_error(tmp_path: Path) -> None:
 
 def test_the_code_under_test_is_the_relay_and_the_harness() -> None:
     relay, harness = code_under_test()
-    assert (relay / "wal" / "session.py").is_file()
+    assert (relay / "wal" / "stream" / "session.py").is_file()
     assert (harness / "classic.py").is_file()

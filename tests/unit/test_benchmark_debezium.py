@@ -10,7 +10,7 @@ from benchmarks import debezium
 from benchmarks.__main__ import without_unavailable
 from benchmarks.message_check import compare
 from benchmarks.plan import DEFAULT_MODES, Plan, parse_modes
-from cdc_relay.sink.kafka_client import DEFAULT_SETTINGS
+from cdc_relay.sink.kafka.client import DEFAULT_SETTINGS
 
 DSN = "host=127.0.0.1 port=5433 dbname=bench_x user=bench password=s3cret"
 

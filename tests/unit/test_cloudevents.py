@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 
 from cdc_relay.cloudevents import rfc3339
 from cdc_relay.config import RouterConfig, TableRef
-from cdc_relay.db import dsn_database
 from cdc_relay.errors import ConfigError
 from cdc_relay.formats import _ESCAPES, json_string
 from cdc_relay.model import Message, OutboxEvent
+from cdc_relay.pg.db import dsn_database
 from cdc_relay.routing import Router, RoutingError
 from cdc_relay.sink import nats, rabbitmq
 from tests.unit.paths import built

@@ -62,7 +62,7 @@ else:
 
 def test_the_reader_reads_a_released_memoryview_only_through_the_python_path() -> None:
     out = run_child("""
-        from cdc_relay.wal._cstream import Changes
+        from cdc_relay.wal.stream._cstream import Changes
         decoded, other = [], []
         data = bytearray(b"w" + bytes(24) + b"payload")
         view = memoryview(data)
@@ -93,7 +93,7 @@ def test_an_uninitialised_route_is_refused() -> None:
 
 def test_the_handler_of_uninitialised_reports_is_missing() -> None:
     out = run_child("""
-        from cdc_relay.sink._creports import Reports
+        from cdc_relay.sink.kafka._creports import Reports
         reports = Reports.__new__(Reports)
     """, refused("reports.handler", "AttributeError"))
     assert "not initialised" in out
@@ -101,7 +101,7 @@ def test_the_handler_of_uninitialised_reports_is_missing() -> None:
 
 def test_uninitialised_reports_hand_out_no_callback() -> None:
     out = run_child("""
-        from cdc_relay.sink._creports import Reports
+        from cdc_relay.sink.kafka._creports import Reports
         reports = Reports.__new__(Reports)
     """, refused("reports.callback(1)(None, None)"))
     assert "not initialised" in out
@@ -109,7 +109,7 @@ def test_uninitialised_reports_hand_out_no_callback() -> None:
 
 def test_a_report_whose_reports_were_cleared_is_refused() -> None:
     out = run_child(_CLEAR + """
-from cdc_relay.sink._creports import Reports
+from cdc_relay.sink.kafka._creports import Reports
 reports = Reports(print, print)
 callback = reports.callback(1)
 tp_clear(reports)
@@ -128,8 +128,8 @@ def test_a_cleared_callable_refuses_to_be_called(make: str) -> None:
 from cdc_relay.decoding._croute import Route
 from cdc_relay.decoding._cwal2json import Decode
 from cdc_relay.model import Lsn, Message, OutboxEvent
-from cdc_relay.sink._creports import Reports, Sender
-from cdc_relay.wal._cstream import Changes
+from cdc_relay.sink.kafka._creports import Reports, Sender
+from cdc_relay.wal.stream._cstream import Changes
 target = {make}
 obj = getattr(target, "__self__", target)
 tp_clear(obj)
@@ -177,7 +177,7 @@ print(got.topic, got.headers[1:] == expected.headers[1:], got.key == expected.ke
 
 def test_the_sender_holds_the_message_while_a_collection_changes_it() -> None:
     out = run_child(_COLLECTING + """
-from cdc_relay.sink._creports import Reports, Sender
+from cdc_relay.sink.kafka._creports import Reports, Sender
 sent = []
 def produce(*args):
     sent.append(args[:3] + args[6:])

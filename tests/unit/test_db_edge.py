@@ -1,4 +1,4 @@
-"""``cdc_relay.db``: connection failures and error messages, without a database."""
+"""``cdc_relay.pg.db``: connection failures and error messages, without a database."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import socket
 import pytest
 from psycopg import errors as pgerrors
 
-from cdc_relay.db import connect, describe_dsn, translate_error
 from cdc_relay.errors import (
     ConfigError,
     DatabaseError,
     ServiceUnavailable,
     SlotBusy,
 )
+from cdc_relay.pg.db import connect, describe_dsn, translate_error
 from cdc_relay.wal.setup import _slot_error
 
 

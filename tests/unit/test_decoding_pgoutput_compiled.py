@@ -69,7 +69,7 @@ def outcome(decoder: PgOutputDecoder, message: bytes | memoryview) -> Change | s
 
 
 def in_a_larger_buffer(message: bytes) -> memoryview:
-    """A view as wal/stream.py passes (``data[25:]``), with bytes after it that would read as
+    """A view as wal/stream/replication.py passes (``data[25:]``), with bytes after it that would read as
     a NULL column and an empty text column if the fast path read past the message."""
     return memoryview(b"\x00" * 25 + message + b"nt\x00\x00\x00\x00")[25 : 25 + len(message)]
 

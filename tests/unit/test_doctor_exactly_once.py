@@ -8,7 +8,7 @@ from cdc_relay.model import Lsn
 from cdc_relay.ops.doctor.checks import Verdict
 from cdc_relay.ops.doctor.exactly_once import ExactlyOnceFacts, exactly_once_checks
 from cdc_relay.sink.transactions import CheckpointViews
-from cdc_relay.wal.checkpoint import Checkpoint, checkpoint_key
+from cdc_relay.wal.exactly_once.checkpoint import Checkpoint, checkpoint_key
 
 FACTS = ExactlyOnceFacts(system_id="73", slot="s", topic="cp", transactional_id="cdc-relay.73.s",
                          topic_shape=(1, {"cleanup.policy": "compact"}), topic_problems=[],

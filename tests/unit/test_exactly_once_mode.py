@@ -9,10 +9,10 @@ import pytest
 from cdc_relay.model import Begin, Lsn, Message, OutboxEvent
 from cdc_relay.sink.base import Cause, DeliveryError, ErrorKind
 from cdc_relay.sink.transactions import CheckpointViews, TxnError, TxnErrorKind
-from cdc_relay.wal.checkpoint import SKIP_ALL, Checkpoint, checkpoint_key
-from cdc_relay.wal.exactly_once import ExactlyOnce, ExactlyOnceConfig, KafkaTransactionAborted
-from cdc_relay.wal.loop import ProducerFailed
-from cdc_relay.wal.txn_policy import TxnLimits
+from cdc_relay.wal.exactly_once.checkpoint import SKIP_ALL, Checkpoint, checkpoint_key
+from cdc_relay.wal.exactly_once.mode import ExactlyOnce, ExactlyOnceConfig, KafkaTransactionAborted
+from cdc_relay.wal.exactly_once.txn_policy import TxnLimits
+from cdc_relay.wal.stream.session import ProducerFailed
 
 SYS, SLOT = "7301", "cdc_relay"
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from cdc_relay.errors import ConfigError, RelayError
 from cdc_relay.model import Lsn
 from cdc_relay.sink.transactions import CheckpointViews
-from cdc_relay.wal.checkpoint import (
+from cdc_relay.wal.exactly_once.checkpoint import (
     SKIP_ALL,
     Checkpoint,
     CheckpointCorrupt,
@@ -20,7 +20,7 @@ from cdc_relay.wal.checkpoint import (
     committed_view_behind,
     transactional_id,
 )
-from cdc_relay.wal.txn_policy import CommittedTracker, TxnBatch, TxnLimits
+from cdc_relay.wal.exactly_once.txn_policy import CommittedTracker, TxnBatch, TxnLimits
 
 SYS, SLOT = "7301234567890123456", "cdc_relay"
 

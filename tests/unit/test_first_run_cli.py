@@ -13,9 +13,9 @@ from cdc_relay.cli.config_show import duration_text
 from cdc_relay.cli.main import cli
 from cdc_relay.cli.options import run_cli
 from cdc_relay.config import ReplicationConfig, parse_duration
-from cdc_relay.db import privilege_fix
 from cdc_relay.errors import ConfigError, ExitCode
 from cdc_relay.logs import RepeatFilter
+from cdc_relay.pg.db import privilege_fix
 
 CLOSED = "host=127.0.0.1 port=1 dbname=x user=u password=hunter2 connect_timeout=2"
 

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from cdc_relay.sink.kafka_client import _MaskingLogger
+from cdc_relay.sink.kafka.client import _MaskingLogger
 
 
 def test_repeated_librdkafka_lines_are_collapsed_and_counted(

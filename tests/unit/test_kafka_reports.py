@@ -1,4 +1,4 @@
-"""A Kafka sink's delivery reports (sink/kafka.py ``Reports``, sink/_creports.c; docs/design.md,
+"""A Kafka sink's delivery reports (sink/kafka/sink.py ``Reports``, sink/kafka/_creports.c; docs/design.md,
 "The compiled delivery report"): where a success and a failure go, both ways.
 
 Every test runs on the pure twin and on the compiled one. They fail, not skip, when the
@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from cdc_relay.sink import _creports
-from cdc_relay.sink.kafka import Reports, reports_class
+from cdc_relay.sink.kafka import _creports
+from cdc_relay.sink.kafka.sink import Reports, reports_class
 from tests.unit.paths import built
 
 IMPLEMENTATIONS = pytest.mark.parametrize("cls", [Reports, _creports.Reports],

@@ -1,4 +1,4 @@
-"""KafkaSink.produce both ways (sink/kafka.py, and sink/_creports.c's ``Sender``; docs/design.md,
+"""KafkaSink.produce both ways (sink/kafka/sink.py, and sink/kafka/_creports.c's ``Sender``; docs/design.md,
 "The compiled delivery report"): the same arguments reach the producer, the same errors
 come out.
 
@@ -18,9 +18,9 @@ from confluent_kafka import KafkaError, KafkaException
 
 from cdc_relay.config import KafkaConfig
 from cdc_relay.model import Message
-from cdc_relay.sink import _creports
 from cdc_relay.sink.base import DeliveryError, ErrorKind, ProduceRejected, QueueFull
-from cdc_relay.sink.kafka import KafkaSink
+from cdc_relay.sink.kafka import _creports
+from cdc_relay.sink.kafka.sink import KafkaSink
 
 MESSAGES = [
     Message("orders", b"o-1", b'{"n": 1}', [("id", b"e-1"), ("event_type", b"Created")],

@@ -19,7 +19,7 @@ from cdc_relay.message_columns import check_columns
 from cdc_relay.model import IgnoredMessage, OutboxColumns, OutboxEvent
 from cdc_relay.outbox import _current_span_context, _trace_context, emit
 from cdc_relay.routing import Router, RoutingError
-from cdc_relay.sink.kafka_client import DEFAULT_SETTINGS
+from cdc_relay.sink.kafka.client import DEFAULT_SETTINGS
 from tests.unit.test_message_formats import (
     AT,
     OUTBOX,

@@ -14,15 +14,15 @@ from types import SimpleNamespace
 import pytest
 
 from cdc_relay import accel
+from cdc_relay.app import poll as poll_app
+from cdc_relay.app import run as app
 from cdc_relay.cli.main import cli
 from cdc_relay.cli.options import run_cli
 from cdc_relay.config import KafkaConfig, RouterConfig
 from cdc_relay.errors import ConfigError, ExitCode
 from cdc_relay.model import Message, OutboxEvent
-from cdc_relay.polling import app as poll_app
 from cdc_relay.routing import Router, compiled_router_applies
-from cdc_relay.sink.kafka import KafkaSink, Reports
-from cdc_relay.wal import app
+from cdc_relay.sink.kafka.sink import KafkaSink, Reports
 
 RUN = ["run", "--dsn", "host=127.0.0.1 port=1 dbname=x", "--brokers", "127.0.0.1:1"]
 POLL = ["poll", "--dsn", "host=127.0.0.1 port=1 dbname=x", "--brokers", "127.0.0.1:1"]

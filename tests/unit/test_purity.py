@@ -30,19 +30,19 @@ PURE_MODULES = (
     "cdc_relay.polling.settlement",
     "cdc_relay.ops.doctor.checks",
     "cdc_relay.ops.metrics.collectors",
-    "cdc_relay.wal.loop",
-    "cdc_relay.wal.session",
+    "cdc_relay.wal.stream.loop",
+    "cdc_relay.wal.stream.session",
     "cdc_relay.backoff",
-    "cdc_relay.wal.protocol",
+    "cdc_relay.wal.stream.protocol",
     "cdc_relay.sink.base",
     "cdc_relay.sink.transactions",
-    "cdc_relay.sink.sqs_config",
-    "cdc_relay.sink.sqs_entries",
-    "cdc_relay.sink.sqs_batches",
-    "cdc_relay.wal.checkpoint",
-    "cdc_relay.wal.txn_policy",
-    "cdc_relay.wal.delivery",
-    "cdc_relay.wal.exactly_once",
+    "cdc_relay.sink.sqs.config",
+    "cdc_relay.sink.sqs.entries",
+    "cdc_relay.sink.sqs.batches",
+    "cdc_relay.wal.exactly_once.checkpoint",
+    "cdc_relay.wal.exactly_once.txn_policy",
+    "cdc_relay.wal.stream.delivery",
+    "cdc_relay.wal.exactly_once.mode",
     "cdc_relay.ops.doctor.exactly_once",
     "cdc_relay.ops.failover.facts",
     "cdc_relay.ops.failover.checks",
@@ -85,16 +85,16 @@ def test_the_start_up_path_of_run_imports_no_driver_before_the_first_producer() 
     # run_wal creates the first producer and starts its warm-up before it imports the
     # PostgreSQL side, so the two overlap (docs/design.md, WAL mode, start-up): the CLI and
     # the composition root must not import psycopg (or confluent_kafka) at module level.
-    assert _drivers_loaded_by("cdc_relay.cli.main", "cdc_relay.wal.app") == []
+    assert _drivers_loaded_by("cdc_relay.cli.main", "cdc_relay.app.run") == []
 
 
 def test_the_probe_would_see_a_driver() -> None:
-    assert "psycopg" in _drivers_loaded_by("cdc_relay.db")
-    assert "confluent_kafka" in _drivers_loaded_by("cdc_relay.sink.kafka")
+    assert "psycopg" in _drivers_loaded_by("cdc_relay.pg.db")
+    assert "confluent_kafka" in _drivers_loaded_by("cdc_relay.sink.kafka.sink")
 
 
 def test_the_kafka_sink_brings_what_warm_up_needs_so_no_thread_imports_it_later() -> None:
     # list_topics (KafkaSink.warm_up) builds its answer from confluent_kafka.admin's
     # classes; importing it with the sink keeps it off the warm-up thread, which would
     # otherwise import it while the main thread imports psycopg (docs/design.md, start-up).
-    assert "confluent_kafka.admin" in _drivers_loaded_by("cdc_relay.sink.kafka")
+    assert "confluent_kafka.admin" in _drivers_loaded_by("cdc_relay.sink.kafka.sink")

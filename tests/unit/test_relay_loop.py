@@ -9,7 +9,7 @@ from cdc_relay.errors import DecodeError
 from cdc_relay.model import Message
 from cdc_relay.sink.base import Cause, DeliveryError, DeliveryHandler, ErrorKind, ProduceRejected
 from cdc_relay.testing import FakeSink, FakeSinkFactory, shuffled
-from cdc_relay.wal.protocol import KEEPALIVE, XLOG_DATA, ServerMessage
+from cdc_relay.wal.stream.protocol import KEEPALIVE, XLOG_DATA, ServerMessage
 from tests.unit.wal_harness import Harness, Txn, report_styles, txns
 
 __all__ = ["report_styles"]  # the autouse fixture: every test with both report styles

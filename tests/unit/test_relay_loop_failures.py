@@ -19,8 +19,9 @@ from cdc_relay.model import Lsn
 from cdc_relay.routing import Router
 from cdc_relay.sink.base import Cause, DeliveryError, ErrorKind
 from cdc_relay.testing import FakeSink, FakeSinkFactory
-from cdc_relay.wal.loop import LoopTimings, WalRelay
-from cdc_relay.wal.protocol import KEEPALIVE, ChangeReader, ServerMessage, read_changes
+from cdc_relay.wal.stream.loop import WalRelay
+from cdc_relay.wal.stream.protocol import KEEPALIVE, ChangeReader, ServerMessage, read_changes
+from cdc_relay.wal.stream.session import LoopTimings
 from tests.unit.wal_harness import FAST, TABLE, Harness, Txn, report_styles, txns
 
 __all__ = ["report_styles"]  # the autouse fixture: every test with both report styles

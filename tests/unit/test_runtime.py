@@ -46,7 +46,7 @@ def test_run_and_poll_tune_the_collector_before_anything_else(
 
 def test_importing_the_package_and_its_cli_leaves_the_collector_alone() -> None:
     code = ("import gc; before = gc.get_threshold(); import cdc_relay.cli.main, "
-            "cdc_relay.wal.app, cdc_relay.polling.app; print(gc.get_threshold() == before)")
+            "cdc_relay.app.run, cdc_relay.app.poll; print(gc.get_threshold() == before)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "True"

@@ -7,13 +7,13 @@ import re
 import pytest
 from psycopg import sql
 
+from cdc_relay.app.init import InitReport, migrations, render, template_names
 from cdc_relay.config import OutboxConfig, TableRef
 from cdc_relay.consumer import mark_statement
-from cdc_relay.db import derived_name, validated_columns
 from cdc_relay.errors import ConfigError
 from cdc_relay.model import OutboxColumns
 from cdc_relay.outbox import insert_statement
-from cdc_relay.schema import InitReport, migrations, render, template_names
+from cdc_relay.pg.db import derived_name, validated_columns
 from cdc_relay.wal.setup import Outcome
 
 ODD = OutboxConfig(

@@ -14,7 +14,7 @@ from cdc_relay.errors import AccessRefused, BrokerError
 from cdc_relay.sink import nats, rabbitmq
 from cdc_relay.sink.background import BackgroundSink
 from cdc_relay.sink.base import ignore_reports
-from cdc_relay.sink.kafka import KafkaSink
+from cdc_relay.sink.kafka.sink import KafkaSink
 
 
 def test_rabbitmq_login_and_vhost_refusals_are_refusals() -> None:

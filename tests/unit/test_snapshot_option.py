@@ -10,7 +10,7 @@ from cdc_relay.cli.main import cli
 from cdc_relay.cli.options import load_config_file, run_cli
 from cdc_relay.errors import ConfigError, ExitCode
 from cdc_relay.ops.metrics.collectors import BackfillCollector
-from cdc_relay.wal.backfill import BackfillStats
+from cdc_relay.wal.backfill.loop import BackfillStats
 
 CLOSED = "host=127.0.0.1 port=1 dbname=x user=u connect_timeout=2"
 

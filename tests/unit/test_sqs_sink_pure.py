@@ -16,14 +16,14 @@ from cdc_relay.cli.options import sink_settings, sink_topics
 from cdc_relay.errors import ConfigError
 from cdc_relay.model import Message
 from cdc_relay.sink.base import Cause, Delivery, ErrorKind, collect
-from cdc_relay.sink.sqs_batches import MAX_ENTRIES, Pending, Planner
-from cdc_relay.sink.sqs_config import (
+from cdc_relay.sink.sqs.batches import MAX_ENTRIES, Pending, Planner
+from cdc_relay.sink.sqs.config import (
     DEFAULT_DEAD_LETTER_QUEUE,
     DEFAULT_QUEUE_PATTERN,
     MAX_HEADER_COLUMNS,
     parse_sqs,
 )
-from cdc_relay.sink.sqs_entries import Entry, build_entry
+from cdc_relay.sink.sqs.entries import Entry, build_entry
 
 
 def parse(brokers: str = "http://127.0.0.1:4566", *items: str, headers: tuple[str, ...] = ()) -> Any:
@@ -238,7 +238,7 @@ class FakeSqs:
 
 
 def test_failed_entries_alone_are_sent_again_and_their_group_waits_for_them() -> None:
-    from cdc_relay.sink.sqs import SqsSink
+    from cdc_relay.sink.sqs.sink import SqsSink
 
     client = FakeSqs(fail_once={"1"})
     got: list[Delivery] = []
@@ -278,7 +278,7 @@ def test_an_entry_claimed_out_of_turn_leaves_the_planner_consistent() -> None:
 def test_errors_without_a_response_are_no_refusal_and_403s_are() -> None:
     import botocore.exceptions
 
-    from cdc_relay.sink.sqs import error_code, refusal
+    from cdc_relay.sink.sqs.sink import error_code, refusal
 
     timeout = botocore.exceptions.ReadTimeoutError(endpoint_url="http://x")
     timeout.response = None  # type: ignore[attr-defined]
@@ -293,7 +293,7 @@ def test_errors_without_a_response_are_no_refusal_and_403s_are() -> None:
 
 def test_a_missing_region_is_a_config_error_when_the_factory_is_built(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from cdc_relay.sink.sqs import sqs_sink_factory
+    from cdc_relay.sink.sqs.sink import sqs_sink_factory
 
     for key in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
         monkeypatch.delenv(key, raising=False)

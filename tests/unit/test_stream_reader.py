@@ -1,5 +1,5 @@
 """The session's reader of changes (docs/design.md, "The compiled reader"): the stream's
-compiled one (wal/_cstream.c) against its pure twin, protocol.read_changes over
+compiled one (wal/stream/_cstream.c) against its pure twin, protocol.read_changes over
 ReplicationStream.read, on the same scripted libpq answers - rows, keepalives, a
 header-only XLogData, nothing buffered, the end of the stream, libpq errors.
 
@@ -18,9 +18,9 @@ import pytest
 
 from cdc_relay.config import ReplicationConfig
 from cdc_relay.errors import DecodeError, SourceLost
-from cdc_relay.wal import _cstream
-from cdc_relay.wal.protocol import KEEPALIVE, NO_CHANGE, XLOG_DATA, read_changes
-from cdc_relay.wal.stream import ReplicationStream
+from cdc_relay.wal.stream import _cstream
+from cdc_relay.wal.stream.protocol import KEEPALIVE, NO_CHANGE, XLOG_DATA, read_changes
+from cdc_relay.wal.stream.replication import ReplicationStream
 
 PATHS = pytest.mark.usefixtures("compiled")  # both paths (tests/conftest.py)
 

@@ -16,7 +16,8 @@ from cdc_relay.decoding.wal2json import Wal2JsonDecoder
 from cdc_relay.model import OutboxColumns
 from cdc_relay.routing import Router
 from cdc_relay.testing import FakeSink, FakeSinkFactory, FakeSlot, FakeSource, Txn, wal2json_insert
-from cdc_relay.wal.loop import LoopTimings, SinkWarmUp, WalRelay
+from cdc_relay.wal.stream.loop import SinkWarmUp, WalRelay
+from cdc_relay.wal.stream.session import LoopTimings
 
 __all__ = ["FAST", "TABLE", "Harness", "Txn", "report_styles", "txns"]
 

@@ -19,7 +19,7 @@ from datetime import datetime
 from cdc_relay.config import KafkaConfig, OutboxConfig
 from cdc_relay.model import BOOKKEEPING_COLUMNS, NOTIFY_TRIGGER, SlotStatus, human_bytes
 from cdc_relay.sink.config import NatsConfig, RabbitMqConfig, SinkProbe
-from cdc_relay.sink.sqs_config import SqsConfig
+from cdc_relay.sink.sqs.config import SqsConfig
 
 DEFAULT_LIBRARIES = ("pgoutput", "test_decoding")  # output_plugin_libraries' default
 RETENTION_WARN = 0.8  # of max_slot_wal_keep_size

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from cdc_relay.model import Lsn
 from cdc_relay.ops.doctor.checks import Check, Verdict
 from cdc_relay.sink.transactions import CheckpointViews
-from cdc_relay.wal.checkpoint import (
+from cdc_relay.wal.exactly_once.checkpoint import (
     Checkpoint,
     CheckpointCorrupt,
     CheckpointMismatch,

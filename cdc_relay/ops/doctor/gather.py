@@ -30,7 +30,6 @@ from psycopg import errors as pgerrors
 from psycopg import sql
 
 from cdc_relay.config import validate_slot_name
-from cdc_relay.db import connect, describe_dsn, translate_error, validated_table
 from cdc_relay.errors import RelayError, ServiceUnavailable
 from cdc_relay.model import NOTIFY_TRIGGER
 from cdc_relay.ops.doctor.checks import (
@@ -55,8 +54,9 @@ from cdc_relay.ops.doctor.checks import (
 from cdc_relay.ops.failover.checks import failover_checks
 from cdc_relay.ops.failover.read import gather_failover
 from cdc_relay.ops.status import idle_logical_slots, read_slot_status
-from cdc_relay.sink.kafka_client import check_brokers
-from cdc_relay.wal.backfill_state import backfill_running, read_record
+from cdc_relay.pg.db import connect, describe_dsn, translate_error, validated_table
+from cdc_relay.sink.kafka.client import check_brokers
+from cdc_relay.wal.backfill.state import backfill_running, read_record
 
 PROBE_TIMEOUT = "10s"  # creating a slot waits for running transactions: bound it
 

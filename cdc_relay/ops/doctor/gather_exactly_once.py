@@ -17,10 +17,10 @@ from cdc_relay.errors import RelayError
 from cdc_relay.model import Lsn
 from cdc_relay.ops.doctor.checks import Check, Verdict
 from cdc_relay.ops.doctor.exactly_once import ExactlyOnceFacts, exactly_once_checks
-from cdc_relay.sink.kafka_checkpoint import describe_topic, read_views, topic_problems
-from cdc_relay.sink.kafka_client import producer_settings
-from cdc_relay.wal.checkpoint import transactional_id
-from cdc_relay.wal.identity import system_identifier
+from cdc_relay.pg.identity import system_identifier
+from cdc_relay.sink.kafka.checkpoint import describe_topic, read_views, topic_problems
+from cdc_relay.sink.kafka.client import producer_settings
+from cdc_relay.wal.exactly_once.checkpoint import transactional_id
 
 
 def run_exactly_once_checks(dsn: str, slot: str, kafka: KafkaConfig | None, topic: str,

@@ -18,7 +18,6 @@ from typing import Any
 import psycopg
 from psycopg import errors as pgerrors
 
-from cdc_relay.db import connect, translate_error
 from cdc_relay.errors import RelayError
 from cdc_relay.ops.failover.facts import (
     FAILOVER_SLOTS_SINCE,
@@ -30,6 +29,7 @@ from cdc_relay.ops.failover.facts import (
     failover_status,
     parse_slot_list,
 )
+from cdc_relay.pg.db import connect, translate_error
 
 _PRIMARY_SQL = """
 SELECT current_setting('server_version_num')::int,

@@ -12,8 +12,8 @@ from cdc_relay.errors import AccessRefused, BrokerError
 from cdc_relay.local.moto_sqs import MotoServer
 from cdc_relay.model import Message
 from cdc_relay.sink.base import Cause, Delivery, ErrorKind, ProduceRejected, collect
-from cdc_relay.sink.sqs import SqsSink
-from cdc_relay.sink.sqs_config import parse_sqs
+from cdc_relay.sink.sqs.config import parse_sqs
+from cdc_relay.sink.sqs.sink import SqsSink
 from tests.integration.sinks.sqs_support import SqsReader
 
 

@@ -1,0 +1,11 @@
+"""The composition roots: one module per command family, the only place that wires concrete parts.
+
+The rule: every command's root lives here, named after the command it serves -
+``run`` (WAL mode), ``poll`` (polling mode and its ``dead-letters``/``cleanup``), ``init``
+(the outbox's objects and a mode's slot or trigger), ``ops`` (``status``, ``doctor``,
+``slot drop``), ``dead_letters`` (WAL mode's ``dead-letters list --from-topic`` and
+``dead-letters replay``), ``demo`` (``demo``). cli/ only parses options, builds the frozen
+configs, calls one function here and prints; nothing else imports app/, except the
+application-side integrations, which take the outbox's table names and ``apply_migrations``
+from ``init`` (the outbox schema half of init.py, until it has a module of its own).
+"""

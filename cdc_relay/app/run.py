@@ -1,0 +1,425 @@
+"""Composition root of ``run`` (WAL mode): builds the real parts from config and runs them.
+
+The only module that knows every concrete class: it picks the decoder for the plugin,
+the sink (``--sink``, through sink/factory.py), the replication stream, installs signal
+handlers and starts the metrics endpoint. Components get frozen configs from here and never
+read the environment.
+
+Start-up order matters here (docs/design.md, WAL mode, start-up): importing this module
+(and cli/main.py) loads no psycopg, so ``run_wal`` has the first producer warming up
+before the PostgreSQL side is imported (psycopg alone takes ~0.1 s), and the modules of
+other paths (exactly-once, the backfill, the plugin not in use, metrics) are imported
+only when used. Keep PostgreSQL-side imports inside the functions that need them:
+tests/unit/test_purity.py checks the module level.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from contextlib import AbstractContextManager, closing, nullcontext
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from cdc_relay.config import (
+    ExactlyOnceSettings,
+    FlowConfig,
+    KafkaConfig,
+    MetricsConfig,
+    OutboxConfig,
+    ReplicationConfig,
+    RouterConfig,
+)
+from cdc_relay.errors import (
+    ConfigError,
+    ExitCode,
+    RelayError,
+    SlotLost,
+)
+from cdc_relay.model import Lsn
+from cdc_relay.routing import Router
+from cdc_relay.signals import install_signal_handlers
+from cdc_relay.sink.base import SinkFactory, ignore_reports
+from cdc_relay.sink.factory import OtherSink, make_sink_factory, sink_name
+from cdc_relay.wal.stream.delivery import DeliveryMode
+from cdc_relay.wal.stream.loop import SinkWarmUp, WalRelay
+from cdc_relay.wal.stream.session import Decoder, LoopTimings, RelayStats, ReplicationSource
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from cdc_relay.wal.exactly_once.mode import ExactlyOnce
+
+log = logging.getLogger("cdc_relay")
+
+
+def make_decoder(repl: ReplicationConfig, outbox: OutboxConfig, *,
+                 partitioned: bool = False) -> tuple[Decoder, list[tuple[str, str]]]:
+    """The decoder and START_REPLICATION options for the configured plugin.
+
+    A partitioned outbox: pgoutput's publication publishes via the root (wal/setup.py),
+    so nothing changes; wal2json streams every table and its decoder looks partitions
+    up (pg/partitions.py).
+    """
+    decoder: Decoder
+    if repl.plugin == "pgoutput":
+        from cdc_relay.decoding.pgoutput import PgOutputDecoder
+        from cdc_relay.decoding.pgoutput import plugin_options as pgoutput_options
+
+        return (PgOutputDecoder(outbox.table, outbox.columns, outbox.extra_columns),
+                pgoutput_options(repl.publication))
+    from cdc_relay.decoding.wal2json import Wal2JsonDecoder
+    from cdc_relay.decoding.wal2json import plugin_options as wal2json_options
+
+    tree = None
+    if partitioned:
+        from cdc_relay.pg.partitions import PartitionTree
+
+        tree = PartitionTree(repl.dsn, outbox.table)
+    decoder = Wal2JsonDecoder(outbox.table, outbox.columns, tree, extra_columns=outbox.extra_columns)
+    return decoder, wal2json_options(outbox.table, partitioned=partitioned)
+
+
+@dataclass(frozen=True, slots=True)
+class WalSettings:
+    """Everything ``cdc-relay run`` needs, already validated."""
+
+    replication: ReplicationConfig
+    outbox: OutboxConfig
+    router: RouterConfig
+    kafka: KafkaConfig
+    flow: FlowConfig = field(default_factory=FlowConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    sink: OtherSink | None = None  # --sink rabbitmq|nats|sqs; None: the Kafka sink of ``kafka``
+    snapshot: str = "never"  # "initial": backfill pending rows when the relay creates the slot
+    exactly_once: ExactlyOnceSettings | None = None
+
+    def __post_init__(self) -> None:
+        if self.snapshot not in ("initial", "never"):
+            raise ConfigError(f"unknown --snapshot {self.snapshot!r}: use initial or never")
+        if self.snapshot == "initial" and self.exactly_once is not None:
+            raise ConfigError("--snapshot initial cannot be combined with --exactly-once yet (the "
+                              "backfill is at least once): backfill without --exactly-once, then "
+                              "restart with it")
+        if self.sink is not None and self.exactly_once is not None:
+            raise ConfigError("--exactly-once needs Kafka transactions: it works with --sink kafka "
+                              "only (RabbitMQ, NATS and SQS stay at least once, docs/sinks.md)")
+
+
+def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
+                    router: Router | None = None, sink_factory: SinkFactory | None = None,
+                    stats: RelayStats | None = None,
+                    exactly_once: ExactlyOnceParts | None = None,
+                    first_sink: SinkWarmUp | None = None,
+                    position_conn: psycopg.Connection[Any] | None = None) -> WalRelay:
+    """Wire a WalRelay from settings (no I/O until ``run``).
+
+    ``router``, ``sink_factory`` and ``stats`` are shared with a backfill that runs first;
+    ``exactly_once`` brings the transactional sink factory and the delivery mode;
+    ``first_sink`` is a producer warming up already (the first session takes it);
+    ``position_conn`` is the start-up checks' connection, still open: the first
+    replication stream reads the slot's held position on it and closes it.
+    """
+    from cdc_relay.wal.stream.replication import ReplicationStream
+
+    mode: DeliveryMode | None = None
+    if exactly_once is not None:
+        sink_factory, mode = exactly_once.sink_factory, exactly_once.mode
+    repl = settings.replication
+    outbox = replace(settings.outbox, extra_columns=settings.router.extra_columns())
+    decoder, options = make_decoder(repl, outbox, partitioned=partitioned)
+
+    def source_factory() -> ReplicationSource:
+        nonlocal position_conn  # the first stream takes it
+        conn, position_conn = position_conn, None
+        return ReplicationStream(repl, options, position_conn=conn)
+
+    return WalRelay(
+        source_factory=source_factory,
+        decoder=decoder,
+        router=router or _router(settings),
+        sink_factory=sink_factory or make_sink_factory(settings.kafka, settings.sink),
+        flow=settings.flow,
+        timings=LoopTimings(status_interval=repl.status_interval, reconnect_max=repl.reconnect_max,
+                            replication_timeout=repl.replication_timeout),
+        stats=stats,
+        mode=mode,
+        first_sink=first_sink,
+    )
+
+
+def run_wal(settings: WalSettings) -> int:
+    """``cdc-relay run``: ensure the slot (or backfill first), stream until a signal, exit 0.
+
+    A slot loss (wal/continuity.py) stops with exit 7 and the recovery command, or, with
+    ``--on-slot-loss recover``, is recovered (wal/recovery.py) and streaming goes on.
+    """
+    stop = threading.Event()
+    install_signal_handlers(stop)  # first: a SIGTERM during start-up is a clean stop too
+    while True:
+        try:
+            return _run_wal_once(settings, stop)
+        except SlotLost as exc:
+            if str(exc) == _UNFINISHED:
+                log.warning("%s: finishing it before streaming", exc)
+            elif settings.replication.on_slot_loss != "recover":
+                raise _explained(exc, settings) from None
+            else:
+                log.warning("%s; recovering (--on-slot-loss recover)", exc)
+        if not _recover(settings, stop):
+            log.info("stopped during the recovery: nothing streamed")
+            return ExitCode.OK
+
+
+_UNFINISHED = "a recovery of the slot did not finish"
+
+
+def _explained(exc: SlotLost, settings: WalSettings) -> SlotLost:
+    """The loss as the stream saw it, with what the slot's record adds and the command."""
+    from cdc_relay.pg.db import connect
+    from cdc_relay.wal import continuity
+
+    if "Recover" in str(exc):
+        return exc  # already explained at start-up
+    record = None
+    try:
+        with connect(settings.replication.dsn, autocommit=True) as conn:
+            record = continuity.read_record(conn, settings.outbox.table.schema,
+                                            settings.replication.slot)
+    except RelayError as read_failed:
+        log.debug("cannot read the slot's record: %s", read_failed)
+    return continuity.slot_lost(str(exc), record)
+
+
+def _recover(settings: WalSettings, stop: threading.Event) -> bool:
+    """Run the recovery (or finish one), with the relay's router and sink; False if stopped."""
+    from cdc_relay.message_columns import resolve_message_columns
+    from cdc_relay.wal.backfill.loop import BackfillStats
+    from cdc_relay.wal.recovery import recover
+
+    repl = settings.replication
+    outbox = resolve_message_columns(repl.dsn, settings.outbox, settings.router)
+    settings = replace(settings, outbox=outbox)
+    return recover(repl=repl, outbox=outbox, router=_router(settings),
+                   sink_factory=make_sink_factory(settings.kafka, settings.sink),
+                   flow=settings.flow, stats=BackfillStats(), stop=stop)
+
+
+def _run_wal_once(settings: WalSettings, stop: threading.Event) -> int:
+    """Start-up (retrying an unreachable PostgreSQL), then stream; SlotLost leaves as is."""
+    repl = settings.replication
+    # A missing client library or bad sink settings: one line now, before touching the slot.
+    factory = make_sink_factory(settings.kafka, settings.sink)
+    warm = None
+    if settings.snapshot != "initial" and settings.exactly_once is None:
+        # The first producer warms up (connects, gets its producer id) on a thread while
+        # the PostgreSQL side is imported and its checks below run: the relay's first
+        # session takes it.
+        warm = SinkWarmUp(factory(ignore_reports), stop, timeout=LoopTimings().sink_warmup)
+    elif settings.sink is not None:  # a RabbitMQ or NATS sink does no I/O until warm_up
+        factory(ignore_reports).close(0)
+    checks_conn = None
+    relay = None
+    try:
+        # Only now the PostgreSQL side is imported (see the module docstring).
+        if settings.snapshot == "initial":
+            from cdc_relay.message_columns import resolve_message_columns
+            from cdc_relay.wal.backfill.cutover import precheck
+
+            precheck(repl, settings.outbox)  # the refusals, before anything is touched
+            # The backfill reads the carried columns (and the trace columns the table has).
+            return _backfill_then_stream(replace(settings, outbox=resolve_message_columns(
+                repl.dsn, settings.outbox, settings.router)), stop)
+        if settings.exactly_once is not None:
+            check_exactly_once(settings)  # before any I/O: bad options exit 2 at once
+        checked = _startup_checks_retried(settings, stop)
+        if checked is None:
+            return ExitCode.OK  # stopped while PostgreSQL was unreachable
+        settings, partitioned, checks_conn, recovering = checked
+        if recovering:  # a recovery stopped half-way: finish it before streaming
+            raise SlotLost(_UNFINISHED)
+        eos = None if settings.exactly_once is None else exactly_once_parts(settings)
+        relay = build_wal_relay(settings, partitioned=partitioned, exactly_once=eos,
+                                sink_factory=factory, first_sink=warm, position_conn=checks_conn)
+    finally:
+        if relay is None:  # start-up ended here: nothing takes them
+            if warm is not None:
+                warm.cancel()
+            if checks_conn is not None:
+                checks_conn.close()
+    _log_start(settings)
+    # The first stream takes the checks' connection and closes it after one query;
+    # closing() only closes it for a relay stopped before it streamed.
+    with closing(checks_conn), _serve_metrics(
+            settings.metrics, relay.stats, dsn=repl.dsn, slot=repl.slot,
+            sink=sink_name(settings.sink), txn=eos.mode.stats if eos else None), \
+            _horizon(settings, relay.stats):
+        relay.run(stop)
+    return _stopped(relay.stats, repl.slot, sink_name(settings.sink))
+
+
+def _horizon(settings: WalSettings, stats: RelayStats) -> AbstractContextManager[object]:
+    """The thread that moves the slot's recorded horizon forward (wal/continuity.py)."""
+    from cdc_relay.wal.continuity import HorizonRecorder
+
+    repl = settings.replication
+    return HorizonRecorder(repl.dsn, settings.outbox.table.schema, repl.slot,
+                           lambda: stats.confirmed_lsn)
+
+
+def _startup_checks_retried(settings: WalSettings, stop: threading.Event
+                            ) -> tuple[WalSettings, bool, psycopg.Connection[Any], bool] | None:
+    """``_startup_checks``, retried with backoff while PostgreSQL cannot be reached (as a
+    lost connection is mid-run); what a retry cannot fix is raised at once. None: stopped."""
+    from cdc_relay.startup import until_reachable
+
+    return until_reachable(lambda: _startup_checks(settings), stop,
+                           maximum=settings.replication.reconnect_max)
+
+
+def _startup_checks(settings: WalSettings
+                    ) -> tuple[WalSettings, bool, psycopg.Connection[Any], bool]:
+    """The checks before streaming, on one connection: (settings to stream with, partitioned,
+    that connection, still open: the first stream reads the slot's position on it, whether
+    a recovery is unfinished).
+
+    --header / --partition-column must name real columns (a typo is one line, exit 2); the
+    publication and the slot are created if missing (a lost one raises SlotLost); an
+    unfinished backfill is a warning.
+    """
+    from cdc_relay.message_columns import resolve_message_columns
+    from cdc_relay.pg.db import connect
+    from cdc_relay.wal.backfill.state import warn_if_unfinished
+    from cdc_relay.wal.continuity import read_record
+    from cdc_relay.wal.setup import ensure_replication, plugin_for_slot
+
+    repl = settings.replication
+    conn = connect(repl.dsn, autocommit=True)
+    try:
+        if repl.plugin_from_slot:
+            plugin, note = plugin_for_slot(conn, repl.slot)
+            if note:
+                log.info("%s", note, extra={"slot": repl.slot, "plugin": plugin})
+            repl = replace(repl, plugin=plugin, plugin_from_slot=False)
+            settings = replace(settings, replication=repl)
+        outbox = resolve_message_columns(repl.dsn, settings.outbox, settings.router, conn=conn)
+        setup = ensure_replication(repl.dsn, outbox, slot=repl.slot, plugin=repl.plugin,
+                                   publication=repl.publication, conn=conn,
+                                   failover=repl.failover_slot)
+        record = read_record(conn, outbox.table.schema, repl.slot)
+        recovering = record is not None and record.recovering
+        if not recovering:
+            warn_if_unfinished(conn, outbox.table, repl.slot)
+    except BaseException:
+        conn.close()
+        raise
+    return replace(settings, outbox=outbox), setup.partitioned, conn, recovering
+
+
+def _serve_metrics(config: MetricsConfig, stats: RelayStats, **kwargs: Any
+                   ) -> AbstractContextManager[object]:
+    """``serve_wal``, imported only when metrics are served (prometheus_client and
+    http.server cost start-up time otherwise)."""
+    if config.port is None:
+        return nullcontext()
+    from cdc_relay.ops.metrics.endpoint import serve_wal
+
+    return serve_wal(config, stats, **kwargs)
+
+
+def _backfill_then_stream(settings: WalSettings, stop: threading.Event) -> int:
+    """``--snapshot initial``: the backfill (if due), then the start-up check, then stream."""
+    from cdc_relay.wal.backfill.cutover import backfill_before_streaming
+    from cdc_relay.wal.backfill.loop import BackfillStats
+    from cdc_relay.wal.setup import ensure_replication
+
+    repl = settings.replication
+    router = _router(settings)
+    sink_factory = make_sink_factory(settings.kafka, settings.sink)
+    stats, backfill = RelayStats(), BackfillStats()
+    _log_start(settings)
+    with _serve_metrics(settings.metrics, stats, dsn=repl.dsn, slot=repl.slot, backfill=backfill,
+                        sink=sink_name(settings.sink)):
+        if not backfill_before_streaming(repl=repl, outbox=settings.outbox, router=router,
+                                         sink_factory=sink_factory, flow=settings.flow,
+                                         stats=backfill, stop=stop):
+            log.info("stopped during the backfill: nothing streamed")
+            return ExitCode.OK
+        setup = ensure_replication(repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
+                                   publication=repl.publication, failover=repl.failover_slot)
+        relay = build_wal_relay(settings, partitioned=setup.partitioned, router=router,
+                                sink_factory=sink_factory, stats=stats)
+        relay.run(stop)
+    return _stopped(stats, repl.slot, sink_name(settings.sink))
+
+
+def _log_start(settings: WalSettings) -> None:
+    repl, sink = settings.replication, sink_name(settings.sink)
+    log.info("WAL mode: slot %s, plugin %s, table %s, sink %s%s", repl.slot, repl.plugin,
+             settings.outbox.table, sink, ", exactly once" if settings.exactly_once else "",
+             extra={"slot": repl.slot, "plugin": repl.plugin, "table": str(settings.outbox.table),
+                    "snapshot": settings.snapshot, "sink": sink})
+
+
+def _router(settings: WalSettings) -> Router:
+    """The router (compiled where accel.py's choice and its configuration allow)."""
+    from cdc_relay.pg.db import dsn_database  # psycopg: imported here, after the warm-up began
+
+    return Router(settings.router, settings.outbox.table,
+                  database=dsn_database(settings.replication.dsn))
+
+
+def _stopped(stats: RelayStats, slot: str, sink: str) -> int:
+    log.info("stopped: %d events published, %d dead-lettered", stats.published,
+             stats.dead_lettered, extra={
+                 "slot": slot, "confirmed_lsn": str(Lsn(stats.confirmed_lsn)),
+                 "published": stats.published, "dead_lettered": stats.dead_lettered,
+                 "restarts": stats.restarts, "sink": sink})
+    return ExitCode.OK
+
+
+@dataclass(frozen=True, slots=True)
+class ExactlyOnceParts:
+    """The transactional sink factory and the ExactlyOnce mode, built together."""
+
+    sink_factory: SinkFactory
+    mode: ExactlyOnce
+
+
+def check_exactly_once(settings: WalSettings) -> None:
+    """ConfigError for exactly-once settings that contradict the producer's (no I/O)."""
+    from cdc_relay.sink.kafka.txn import TxnSinkConfig, transactional_config
+
+    eos, kafka = settings.exactly_once, settings.kafka
+    assert eos is not None
+    if kafka.message_timeout_ms > eos.transaction_timeout_ms:
+        raise ConfigError(f"--message-timeout ({kafka.message_timeout_ms} ms) must not exceed "
+                          f"--transaction-timeout ({eos.transaction_timeout_ms} ms)")
+    transactional_config(kafka, TxnSinkConfig("check", eos.checkpoint_topic))
+
+
+def exactly_once_parts(settings: WalSettings) -> ExactlyOnceParts:
+    """Identify the source (system identifier + slot) and build exactly-once's parts."""
+    from cdc_relay.pg.identity import system_identifier
+    from cdc_relay.sink.kafka.txn import TxnSinkConfig, transactional_sink_factory
+    from cdc_relay.wal.exactly_once.checkpoint import transactional_id
+    from cdc_relay.wal.exactly_once.mode import ExactlyOnce, ExactlyOnceConfig
+    from cdc_relay.wal.exactly_once.txn_policy import TxnLimits
+
+    eos, repl, kafka = settings.exactly_once, settings.replication, settings.kafka
+    assert eos is not None
+    check_exactly_once(settings)
+    system_id = system_identifier(repl.dsn)
+    txn = TxnSinkConfig(transactional_id(system_id, repl.slot), eos.checkpoint_topic,
+                        eos.transaction_timeout_ms)
+    max_bytes = int(kafka.producer_config.get("message.max.bytes", "1000000"))
+    mode = ExactlyOnce(ExactlyOnceConfig(
+        system_id=system_id, slot=repl.slot, reset_checkpoint=eos.reset_checkpoint,
+        max_message_bytes=max_bytes,
+        limits=TxnLimits(interval=eos.txn_interval, max_events=eos.txn_max_events,
+                         max_bytes=eos.txn_max_bytes, split_events=eos.txn_split_events)))
+    log.info("exactly-once: transactional.id %s, checkpoint topic %s", txn.transactional_id,
+             txn.checkpoint_topic)
+    return ExactlyOnceParts(transactional_sink_factory(kafka, txn,
+                                                       logger=logging.getLogger("cdc_relay.kafka")),
+                            mode)

@@ -1,0 +1,140 @@
+"""Reading the dead-letter topic back, and producing its records again (``dead-letters``).
+
+``read_dead_letters`` assigns every partition of the topic from the beginning (no
+consumer group: nothing is committed, nothing removed) and reads until each partition
+reported its end and nothing more came for a short while - end-of-partition alone is not
+trusted, some brokers report it early. ``produce_again`` sends rebuilt messages with the
+relay's own producer (``KafkaSink``: ``acks=all``, idempotent) and waits for every report.
+
+What a record means and which ones to send is ops/dead_letters.py. Must not decide
+anything about records, and must not commit offsets or delete anything.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
+
+from cdc_relay.config import KafkaConfig
+from cdc_relay.errors import BrokerError, ConfigError, mask_secrets
+from cdc_relay.model import Message
+from cdc_relay.ops.dead_letters import TopicDeadLetter
+from cdc_relay.sink.base import DeliveryError, ProduceRejected, QueueFull
+from cdc_relay.sink.kafka.client import exception_text, masking_logger, producer_settings
+from cdc_relay.sink.kafka.sink import KafkaSink
+
+_log = logging.getLogger("cdc_relay.dead_letters")
+
+# Producer-only librdkafka properties: the consumer would warn about each one.
+_PRODUCER_ONLY = ("acks", "enable.idempotence", "linger.ms", "queue.buffering.", "compression.",
+                  "message.timeout.ms", "batch.", "retries", "partitioner", "transactional.",
+                  "delivery.timeout.ms", "max.in.flight", "request.required.acks")
+QUIET = 0.5  # seconds without a record after every partition reported its end
+
+
+def _consumer(config: KafkaConfig) -> Consumer:
+    settings: dict[str, Any] = {key: value for key, value in producer_settings(config).items()
+                                if not key.startswith(_PRODUCER_ONLY)}
+    settings.update({"group.id": "cdc-relay-dead-letters", "enable.auto.commit": False,
+                     "enable.partition.eof": True, "fetch.wait.max.ms": 50,
+                     "client.id": "cdc-relay-dead-letters",
+                     # librdkafka's own lines at debug only: the one error line says it all.
+                     "logger": masking_logger(_log, demote=True)})
+    try:
+        return Consumer(settings)
+    except KafkaException as exc:
+        raise ConfigError(f"invalid client configuration: {exception_text(exc)} "
+                          "(check --producer-config)") from exc
+
+
+def _partitions(consumer: Consumer, config: KafkaConfig, topic: str, timeout: float) -> list[int]:
+    try:
+        metadata = consumer.list_topics(topic, timeout=timeout)
+    except KafkaException as exc:
+        raise BrokerError(f"cannot reach Kafka at {mask_secrets(config.brokers)}: "
+                          f"{exception_text(exc)} (check --brokers and the security settings)"
+                          ) from exc
+    found = metadata.topics.get(topic)
+    if found is None or found.error is not None or not found.partitions:
+        raise ConfigError(f"topic {topic!r} does not exist on {mask_secrets(config.brokers)}: "
+                          "pass the relay's --dead-letter-topic as --from-topic")
+    return sorted(found.partitions)
+
+
+def read_dead_letters(config: KafkaConfig, topic: str, *, timeout: float = 60.0) -> list[TopicDeadLetter]:
+    """Every record of ``topic``, partition by partition in offset order."""
+    consumer = _consumer(config)
+    try:
+        partitions = _partitions(consumer, config, topic, min(timeout, 10.0))
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        records: list[TopicDeadLetter] = []
+        at_end: set[int] = set()
+        last_news = time.monotonic()
+        deadline = last_news + timeout
+        while not (len(at_end) == len(partitions) and time.monotonic() - last_news >= QUIET):
+            if time.monotonic() > deadline:
+                raise BrokerError(f"reading {topic!r} did not reach its end within {timeout:g} s")
+            message = consumer.poll(0.1)
+            if message is None:
+                continue
+            error = message.error()
+            partition = message.partition() or 0
+            last_news = time.monotonic()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    at_end.add(partition)
+                    continue
+                raise BrokerError(f"reading {topic!r}: {mask_secrets(error.str())}")
+            at_end.discard(partition)
+            _ts_type, ts = message.timestamp()
+            records.append(TopicDeadLetter(
+                partition, message.offset() or 0, message.key(), message.value(),
+                _headers(message.headers()),
+                ts if ts and ts > 0 else None))
+    finally:
+        consumer.close()
+    records.sort(key=lambda r: (r.partition, r.offset))
+    return records
+
+
+def _headers(raw: Any) -> tuple[tuple[str, bytes], ...]:
+    """confluent-kafka's headers (a list of pairs; values bytes, str or None) as bytes."""
+    pairs = raw.items() if isinstance(raw, dict) else (raw or [])
+    return tuple((str(k), v if isinstance(v, bytes) else (v or "").encode()) for k, v in pairs)
+
+
+def produce_again(config: KafkaConfig, messages: Sequence[Message], *,
+                  timeout: float = 60.0) -> list[str | None]:
+    """Send each message; per message None (acknowledged) or why it failed."""
+    results: list[str | None] = ["no delivery report"] * len(messages)
+
+    def on_delivery(token: int, error: DeliveryError | None) -> None:
+        results[token] = None if error is None else error.reason
+
+    sink = KafkaSink(config, on_delivery, logger=_log)
+    try:
+        sink.warm_up(min(timeout, 10.0))
+        for token, message in enumerate(messages):
+            while True:
+                try:
+                    sink.produce(message, token)
+                    break
+                except QueueFull:
+                    sink.poll(0.1)
+                except ProduceRejected as exc:
+                    results[token] = exc.error.reason
+                    break
+        sink.flush(timeout)
+    finally:
+        sink.close(0)
+    return results

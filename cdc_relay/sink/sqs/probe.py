@@ -1,0 +1,79 @@
+"""Doctor's look at the SQS sink: the endpoint answers, the credentials work, the queues exist.
+
+Reads only (GetQueueUrl, GetQueueAttributes, ListQueues): the dead-letter queue must
+exist (FAIL otherwise); the queues of ``--topic-pattern`` are found with ListQueues by
+the pattern's literal prefix (a WARN when none exists yet, or when ListQueues is not
+granted - the relay itself does not need it). A standard queue is a WARN: it keeps no
+order and drops no replay (docs/sinks.md). Must not: create or change anything.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Any
+
+from cdc_relay.errors import ConfigError, mask_secrets
+from cdc_relay.sink.config import SinkProbe
+from cdc_relay.sink.sqs.config import SqsConfig
+from cdc_relay.sink.sqs.entries import is_fifo
+from cdc_relay.sink.sqs.sink import IAM_FIX, MISSING, error_code, make_client, refusal
+
+
+def _pattern_regex(pattern: str) -> re.Pattern[str]:
+    parts = re.split(r"\{[a-z_]+\}", pattern)
+    return re.compile("[A-Za-z0-9_-]+".join(re.escape(part) for part in parts))
+
+
+def _queue_probe(client: Any, name: str, role: str) -> SinkProbe:
+    url = client.get_queue_url(QueueName=name)["QueueUrl"]
+    attributes = client.get_queue_attributes(
+        QueueUrl=url, AttributeNames=["MaximumMessageSize", "FifoQueue"])["Attributes"]
+    kind = "FIFO" if attributes.get("FifoQueue") == "true" else "standard (no order, no dedup)"
+    return SinkProbe(role, True if is_fifo(name) else None, f"queue {name!r} exists: {kind}, "
+                     f"MaximumMessageSize {attributes.get('MaximumMessageSize', '?')}",
+                     "use FIFO queues (.fifo) to keep each aggregate's order and drop replays")
+
+
+def probe_sqs(config: SqsConfig, timeout: float) -> list[SinkProbe]:
+    """Doctor: the endpoint answers, the credentials work, the queues exist. Changes nothing."""
+    where = config.where
+    try:
+        client = make_client(replace(config, connect_timeout=min(config.connect_timeout, timeout),
+                                     read_timeout=min(config.read_timeout, timeout)))
+        dead = _queue_probe(client, config.dead_letter_queue, "dead-letter queue")
+    except ConfigError as exc:
+        return [SinkProbe("sqs", False, str(exc), "give the region")]
+    except Exception as exc:
+        refused = refusal(exc, where)
+        if refused is not None:
+            return [SinkProbe("sqs", False, str(refused), IAM_FIX)]
+        if error_code(exc) not in MISSING:
+            return [SinkProbe("sqs", False, f"cannot reach SQS at {where}: "
+                              f"{mask_secrets(str(exc) or type(exc).__name__)}",
+                              "check --brokers and that the endpoint answers")]
+        name = config.dead_letter_queue
+        dead = SinkProbe("dead-letter queue", False, f"queue {name!r} does not exist",
+                         f"create it: aws sqs create-queue --queue-name {name}"
+                         + (" --attributes FifoQueue=true" if is_fifo(name) else ""))
+    return [SinkProbe("sqs", True, f"SQS at {where} answered"), dead,
+            *_pattern_probes(client, config)]
+
+
+def _pattern_probes(client: Any, config: SqsConfig) -> list[SinkProbe]:
+    pattern = config.topic_pattern
+    prefix = pattern.split("{", 1)[0]
+    try:
+        urls = client.list_queues(QueueNamePrefix=prefix)["QueueUrls"] if prefix else []
+    except Exception as exc:
+        return [SinkProbe("queues", None, f"cannot list queues ({error_code(exc) or exc}): the "
+                          f"queues of {pattern!r} were not checked",
+                          "grant sqs:ListQueues to let doctor check them (the relay does not need it)")]
+    regex = _pattern_regex(pattern)
+    names = sorted(n for n in (u.rsplit("/", 1)[-1] for u in urls or []) if regex.fullmatch(n))
+    if not names:
+        return [SinkProbe("queues", None, f"no queue matches {pattern!r}: events wait (retried, "
+                          "never dead-lettered) until their queue exists",
+                          "create a queue per aggregate type, e.g. "
+                          + pattern.replace("{aggregate_type}", "order"))]
+    return [_queue_probe(client, name, "queue") for name in names]

@@ -1,0 +1,204 @@
+"""``run --snapshot initial``: decide whether a backfill is needed, run it, then let streaming start.
+
+The decision, under the slot's backfill lock (one relay at a time; the others stand by):
+
+* no slot → create it with an exported snapshot (snapshot.py), publish the rows pending
+  in that snapshot (loop.py), then stream from the slot's consistent point: no gap,
+  no overlap;
+* the slot exists with a finished backfill record → nothing to do (a restart);
+* the slot exists with an unfinished record (a crash or stop mid-backfill) → redo the
+  backfill in a fresh snapshot: the exported one died with the process. Rows the first
+  attempt marked processed are skipped; what may be published twice is documented in
+  docs/migration.md;
+* the slot exists with no record → refuse: its snapshot was never taken, and starting to
+  stream would leave the pending rows behind.
+
+Before any of that the table must have the bookkeeping columns the backfill reads and
+writes (``processed_at``, ``dead_lettered_at``): otherwise a ConfigError, nothing touched.
+
+Must not: stream, publish (loop.py does), or read the environment.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import psycopg
+
+from cdc_relay.config import FlowConfig, OutboxConfig, ReplicationConfig
+from cdc_relay.errors import ConfigError
+from cdc_relay.pg.db import connect, describe_dsn, translate_error, validated_table
+from cdc_relay.routing import Router
+from cdc_relay.sink.base import SinkFactory
+from cdc_relay.wal import continuity
+from cdc_relay.wal.backfill.loop import Backfill, BackfillStats, BackfillTimings
+from cdc_relay.wal.backfill.rows import RowMarker, SnapshotReader
+from cdc_relay.wal.backfill.snapshot import SlotSnapshot, create_slot_exporting_snapshot
+from cdc_relay.wal.backfill.state import StateStore, read_record
+from cdc_relay.wal.setup import ensure_publication, slot_info
+
+log = logging.getLogger("cdc_relay.backfill")
+
+SNAPSHOT_MODES = ("initial", "never")
+NEEDED_COLUMNS = ("processed_at", "dead_lettered_at")
+LOCK_RETRY = 2.0
+
+
+def check_backfill_table(conn: psycopg.Connection[Any], dsn: str, outbox: OutboxConfig) -> None:
+    """ConfigError unless the table exists and has the columns the backfill uses."""
+    table = validated_table(outbox.table)
+    try:
+        row = conn.execute(
+            "SELECT ARRAY(SELECT a.attname::text FROM pg_attribute a WHERE a.attrelid = c.oid"
+            " AND a.attnum > 0 AND NOT a.attisdropped) FROM pg_class c JOIN pg_namespace n"
+            " ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
+            (table.schema, table.name)).fetchone()
+    except psycopg.Error as exc:
+        raise translate_error(exc, f"looking up {table}") from exc
+    if row is None:
+        raise ConfigError(f"outbox table {table} does not exist in {describe_dsn(dsn)}: run "
+                          "`cdc-relay init --no-slot` first, or pass the right --table / --dsn")
+    missing = [c for c in NEEDED_COLUMNS if c not in row[0]]
+    if missing:
+        raise ConfigError(
+            f"--snapshot initial needs the columns {', '.join(NEEDED_COLUMNS)} on {table} "
+            f"(it publishes rows where both are NULL and sets processed_at), but "
+            f"{', '.join(missing)} is missing: run `cdc-relay init --no-slot --table {table}` "
+            "(with the same --columns) to add them, or use --snapshot never")
+
+
+def precheck(repl: ReplicationConfig, outbox: OutboxConfig) -> None:
+    """The refusals, before anything is touched or logged: columns, a slot with no record.
+
+    The decision itself is taken again under the lock (``backfill_before_streaming``).
+    """
+    with connect(repl.dsn, autocommit=True, application_name="cdc-relay backfill") as conn:
+        check_backfill_table(conn, repl.dsn, outbox)
+        if slot_info(conn, repl.slot) is not None:
+            record = read_record(conn, outbox.table, repl.slot)
+            if record is None or record.table != str(outbox.table):
+                raise _refusal(repl.slot, str(outbox.table))
+
+
+def _refusal(slot: str, table: str) -> ConfigError:
+    return ConfigError(
+        f"replication slot {slot!r} already exists, and --snapshot initial takes its snapshot "
+        f"only when the relay creates the slot: rows pending in {table} would not be "
+        f"published. Fix: stop the relays on it, `cdc-relay slot drop --slot {slot}`, and run "
+        "--snapshot initial again (docs/migration.md); or pass --snapshot never")
+
+
+def backfill_before_streaming(*, repl: ReplicationConfig, outbox: OutboxConfig, router: Router,
+                              sink_factory: SinkFactory, flow: FlowConfig, stats: BackfillStats,
+                              stop: threading.Event,
+                              timings: BackfillTimings | None = None) -> bool:
+    """Run the backfill if one is due (see the module docstring).
+
+    True when streaming may start; False when ``stop`` was set first (the backfill stays
+    unfinished and the next start redoes it).
+    """
+    timings = timings or BackfillTimings()
+    with connect(repl.dsn, autocommit=True, application_name="cdc-relay backfill") as conn:
+        check_backfill_table(conn, repl.dsn, outbox)
+        store = StateStore(conn, outbox.table, repl.slot)
+        if not wait_for_lock(store, repl.slot, stop):
+            return False
+        slot = slot_info(conn, repl.slot)
+        record = store.read()
+        if slot is not None:
+            if record is None or record.table != str(outbox.table):
+                raise _refusal(repl.slot, str(outbox.table))
+            if slot.plugin != repl.plugin:
+                raise ConfigError(f"replication slot {repl.slot!r} uses plugin {slot.plugin!r}, "
+                                  f"not {repl.plugin!r}: pass --plugin {slot.plugin}")
+            if record.finished:
+                log.info("backfill of slot %s finished at %s (%d rows); streaming", repl.slot,
+                         record.finished_at, record.rows_done)
+                stats.finished = True
+                stats.rows_total = stats.rows_done = record.rows_done
+                return True
+            log.warning(
+                "the backfill of slot %s did not finish (state %s, %d of %s rows, attempt %d): "
+                "redoing it in a fresh snapshot; rows committed since the slot's consistent "
+                "point %s and rows published but not yet marked may be published twice",
+                repl.slot, record.state, record.rows_done, record.rows_total, record.attempt,
+                record.consistent_point)
+            return run_backfill(store, None, repl=repl, outbox=outbox, router=router,
+                             sink_factory=sink_factory, flow=flow, stats=stats, stop=stop,
+                             timings=timings)
+        loss = continuity.loss_reason(None, continuity.read_record(
+            conn, outbox.table.schema, repl.slot), continuity.identity(conn)[0])
+        if loss is not None:  # the slot existed: a backfill would not cover what it lost
+            raise continuity.slot_lost(loss, continuity.read_record(
+                conn, outbox.table.schema, repl.slot))
+        if repl.plugin == "pgoutput":
+            ensure_publication(conn, outbox.table, repl.publication)  # before the slot exists
+        store.begin()
+        horizon = continuity.oldest_running(conn)
+        exported = create_slot_exporting_snapshot(repl)
+        continuity.record_creation(
+            conn, schema=outbox.table.schema, slot=repl.slot, plugin=repl.plugin,
+            table=str(outbox.table), created_lsn=exported.snapshot.consistent_point,
+            failover=exported.snapshot.failover, horizon_xid=horizon)
+        return run_backfill(store, exported.snapshot, exported_close=exported.close, repl=repl,
+                         outbox=outbox, router=router, sink_factory=sink_factory, flow=flow,
+                         stats=stats, stop=stop, timings=timings)
+
+
+def wait_for_lock(store: StateStore, slot: str, stop: threading.Event, *,
+                  doing: str = "backfilling") -> bool:
+    """Take the slot's backfill lock, standing by while another relay holds it (that relay is
+    ``doing`` the slot); False when ``stop`` was set first. The recovery takes it too."""
+    told = False
+    while not store.try_lock():
+        if not told:
+            log.info("another relay is %s slot %s; standing by", doing, slot)
+            told = True
+        if stop.wait(LOCK_RETRY):
+            return False
+    return True
+
+
+def run_backfill(store: StateStore, snapshot: SlotSnapshot | None, *, repl: ReplicationConfig,
+                 outbox: OutboxConfig, router: Router, sink_factory: SinkFactory,
+                 flow: FlowConfig, stats: BackfillStats, stop: threading.Event,
+                 timings: BackfillTimings, exported_close: Any = None,
+                 horizon_xid: int | None = None) -> bool:
+    """Publish the pending rows of ``snapshot`` (a fresh snapshot when None) and mark them;
+    with ``horizon_xid``, only those of transactions at or after it (a recovery)."""
+    reader = SnapshotReader(repl.dsn, outbox, snapshot.snapshot_name if snapshot else None,
+                            horizon_xid=horizon_xid)
+    try:
+        try:
+            total = reader.open()
+        finally:
+            if exported_close is not None:
+                exported_close()  # imported (or failed): the export is no longer needed
+        store.started(snapshot.consistent_point if snapshot else None, total,
+                      redo=snapshot is None)
+        stats.rows_total = total
+        stats.snapshot_xmin = reader.snapshot_xmin
+        where = f"the slot's snapshot at {snapshot.consistent_point}" if snapshot else \
+            "a fresh snapshot"
+        log.info("backfill: %d pending rows of %s in %s; streaming starts once all are "
+                 "acknowledged", total, outbox.table, where,
+                 extra={"rows_total": total, "slot": repl.slot})
+        marker = RowMarker(repl.dsn, outbox)
+        try:
+            done = Backfill(reader=reader, store=store, mark=marker, router=router,
+                            sink_factory=sink_factory, flow=flow, timings=timings,
+                            stats=stats).run(stop)
+        finally:
+            marker.close()
+    finally:
+        reader.close()
+    if not done:
+        log.warning("backfill stopped at %d of %d rows; the next start with --snapshot initial "
+                    "redoes it", stats.rows_done, stats.rows_total)
+        return False
+    store.finished(stats.rows_done)
+    log.info("backfill finished: %d rows published and marked processed (%d dead-lettered)",
+             stats.rows_done, stats.dead_lettered, extra={"rows_done": stats.rows_done})
+    return True
