@@ -252,6 +252,7 @@ def test_compiled_parse_declines_or_agrees_with_the_pure_one(text: str) -> None:
         assert fast in (DECLINED, pure), plugin
 
 
+@pytest.mark.slow  # a long property run
 @settings(max_examples=500, deadline=None)
 @given(st.lists(any_text, max_size=6))
 def test_the_pure_parsers_cache_answers_as_a_fresh_parse(texts: list[str]) -> None:
@@ -327,6 +328,7 @@ def test_the_c_parse_declines_every_other_text(compiled: bool, plugin: str, text
 # ---------------------------------------------------------------- streams on both paths
 
 
+@pytest.mark.slow  # a long property run
 @settings(max_examples=500, deadline=None)
 @given(data=st.data())
 def test_rows_decode_alike_on_both_paths_as_their_created_at_repeats_and_changes(
