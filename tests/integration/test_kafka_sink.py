@@ -134,7 +134,13 @@ def test_a_batch_handler_gets_each_polls_successes_before_it_returns(
             # what a poll served is handed over by the time it returns: one list, or none
             assert len(batches) - before == (1 if count else 0)
             assert sum(map(len, batches)) == served
-        sink.produce(Message("not a topic/name", b"k", b"v"), 20)  # fails at delivery
+        # An illegal topic fails at delivery, or at once when librdkafka already holds
+        # metadata that says so (timing): either way it is no success of a batch.
+        try:
+            sink.produce(Message("not a topic/name", b"k", b"v"), 20)
+            failures = [20]
+        except ProduceRejected:
+            failures = []
         sink.produce(Message(f"{topic_prefix}.t", b"k", b"w"), 21)
         assert sink.flush(30.0) == 0  # flush hands over too
         sink.set_handler(collect(got))  # back to one call per success
@@ -144,9 +150,9 @@ def test_a_batch_handler_gets_each_polls_successes_before_it_returns(
         sink.close(5.0)
     handed = [token for batch in batches for token in batch]
     assert sorted(handed) == [*range(20), 21] and len(handed) == 21
-    assert [d.token for d in got] == [20, 22]
-    assert got[0].error is not None and got[0].error.kind is ErrorKind.PERMANENT
-    assert got[1] == Delivery(22)
+    assert [d.token for d in got] == [*failures, 22]
+    assert all(d.error is not None and d.error.kind is ErrorKind.PERMANENT for d in got[:-1])
+    assert got[-1] == Delivery(22)
 
 
 def test_oversized_message_is_permanent(broker: Broker, topic_prefix: str) -> None:
