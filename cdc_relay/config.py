@@ -364,6 +364,26 @@ _TOPIC_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 
 @dataclass(frozen=True, slots=True)
+class TxnLimits:
+    """What closes a Kafka transaction (at a PostgreSQL commit boundary): wal/exactly_once/txn_policy.py."""
+
+    interval: float = 0.1
+    max_events: int = 10_000
+    max_bytes: int = 16 * 1024 * 1024
+    split_events: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.interval <= 0:
+            raise ConfigError("--txn-interval must be positive")
+        if self.max_events < 1:
+            raise ConfigError("--txn-max-events must be at least 1")
+        if self.max_bytes < 1:
+            raise ConfigError("--txn-max-bytes must be at least 1")
+        if self.split_events is not None and self.split_events < 1:
+            raise ConfigError("--txn-split-events must be at least 1")
+
+
+@dataclass(frozen=True, slots=True)
 class ExactlyOnceSettings:
     """``run --exactly-once`` (docs/design.md, exactly-once delivery); None on WalSettings = off."""
 
@@ -383,6 +403,10 @@ class ExactlyOnceSettings:
         if not 1000 <= self.transaction_timeout_ms <= 900_000:
             raise ConfigError("--transaction-timeout must be between 1s and 15m (the broker's "
                               "transaction.max.timeout.ms caps it, 15 min by default)")
-        from cdc_relay.wal.exactly_once.txn_policy import TxnLimits  # validates the batching limits
+        self.limits  # noqa: B018  # validates the batching limits
 
-        TxnLimits(self.txn_interval, self.txn_max_events, self.txn_max_bytes, self.txn_split_events)
+    @property
+    def limits(self) -> TxnLimits:
+        """The --txn-* options as the limits that close a Kafka transaction."""
+        return TxnLimits(self.txn_interval, self.txn_max_events, self.txn_max_bytes,
+                         self.txn_split_events)

@@ -37,7 +37,6 @@ from psycopg import sql
 from cdc_relay.config import OutboxConfig, TableRef
 from cdc_relay.errors import ConfigError, RelayError
 from cdc_relay.model import NOTIFY_TRIGGER, SlotStatus, human_bytes
-from cdc_relay.ops.status import idle_logical_slots
 from cdc_relay.pg.db import (
     connect,
     derived_name,
@@ -45,6 +44,7 @@ from cdc_relay.pg.db import (
     validated_columns,
     validated_table,
 )
+from cdc_relay.pg.slots import idle_logical_slots
 from cdc_relay.wal.setup import (
     ADVISORY_LOCK_KEY,
     DEFAULT_PLUGIN,

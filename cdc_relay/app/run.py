@@ -404,7 +404,6 @@ def exactly_once_parts(settings: WalSettings) -> ExactlyOnceParts:
     from cdc_relay.sink.kafka.txn import TxnSinkConfig, transactional_sink_factory
     from cdc_relay.wal.exactly_once.checkpoint import transactional_id
     from cdc_relay.wal.exactly_once.mode import ExactlyOnce, ExactlyOnceConfig
-    from cdc_relay.wal.exactly_once.txn_policy import TxnLimits
 
     eos, repl, kafka = settings.exactly_once, settings.replication, settings.kafka
     assert eos is not None
@@ -415,9 +414,7 @@ def exactly_once_parts(settings: WalSettings) -> ExactlyOnceParts:
     max_bytes = int(kafka.producer_config.get("message.max.bytes", "1000000"))
     mode = ExactlyOnce(ExactlyOnceConfig(
         system_id=system_id, slot=repl.slot, reset_checkpoint=eos.reset_checkpoint,
-        max_message_bytes=max_bytes,
-        limits=TxnLimits(interval=eos.txn_interval, max_events=eos.txn_max_events,
-                         max_bytes=eos.txn_max_bytes, split_events=eos.txn_split_events)))
+        max_message_bytes=max_bytes, limits=eos.limits))
     log.info("exactly-once: transactional.id %s, checkpoint topic %s", txn.transactional_id,
              txn.checkpoint_topic)
     return ExactlyOnceParts(transactional_sink_factory(kafka, txn,

@@ -37,6 +37,7 @@ from psycopg import sql
 
 from cdc_relay.config import FlowConfig, OutboxConfig, ReplicationConfig
 from cdc_relay.pg.db import connect, translate_error, validated_table
+from cdc_relay.pg.slots import slot_info
 from cdc_relay.routing import Router
 from cdc_relay.sink.base import SinkFactory
 from cdc_relay.wal import continuity
@@ -44,7 +45,7 @@ from cdc_relay.wal.backfill.cutover import check_backfill_table, run_backfill, w
 from cdc_relay.wal.backfill.loop import BackfillStats, BackfillTimings
 from cdc_relay.wal.backfill.snapshot import create_slot_exporting_snapshot
 from cdc_relay.wal.backfill.state import StateStore
-from cdc_relay.wal.setup import PLUGINS, ensure_publication, slot_info
+from cdc_relay.wal.setup import PLUGINS, ensure_publication
 
 log = logging.getLogger("cdc_relay.recovery")
 

@@ -53,8 +53,8 @@ from cdc_relay.ops.doctor.checks import (
 )
 from cdc_relay.ops.failover.checks import failover_checks
 from cdc_relay.ops.failover.read import gather_failover
-from cdc_relay.ops.status import idle_logical_slots, read_slot_status
 from cdc_relay.pg.db import connect, describe_dsn, translate_error, validated_table
+from cdc_relay.pg.slots import idle_logical_slots, read_slot_status
 from cdc_relay.sink.kafka.client import check_brokers
 from cdc_relay.wal.backfill.state import backfill_running, read_record
 

@@ -24,7 +24,7 @@ from psycopg import pq
 from cdc_relay.config import ReplicationConfig, validate_slot_name
 from cdc_relay.errors import DatabaseError, ServiceUnavailable, SlotBusy, mask_secrets
 from cdc_relay.model import Lsn
-from cdc_relay.wal.stream.replication import replication_conninfo
+from cdc_relay.pg.db import replication_conninfo
 
 log = logging.getLogger("cdc_relay.replication")
 

@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from cdc_relay.config import TxnLimits
 from cdc_relay.errors import BrokerError, RelayError, SourceLost
 from cdc_relay.logs import event_fields
 from cdc_relay.model import Begin, Lsn, Message, OutboxEvent
@@ -53,7 +54,7 @@ from cdc_relay.wal.exactly_once.checkpoint import (
     choose,
     committed_view_behind,
 )
-from cdc_relay.wal.exactly_once.txn_policy import CommittedTracker, TxnBatch, TxnLimits, TxnStats
+from cdc_relay.wal.exactly_once.txn_policy import CommittedTracker, TxnBatch, TxnStats
 from cdc_relay.wal.stream.session import ProducerFailed
 
 log = logging.getLogger("cdc_relay.exactly_once")
