@@ -28,7 +28,7 @@ from cdc_relay.pg.slots import idle_logical_slots
 from cdc_relay.polling import admin as polling_admin
 from cdc_relay.polling.admin import DeadLetter, OutboxMonitor
 from cdc_relay.polling.claims import PollingSource
-from cdc_relay.polling.settlement import BackoffPolicy, PollStats
+from cdc_relay.polling.settlement import BackoffPolicy
 from cdc_relay.polling.threads import Waker, monitor_loop, run_threads
 from cdc_relay.polling.worker import PollerSettings, PollWorker
 from cdc_relay.routing import Router
@@ -36,6 +36,7 @@ from cdc_relay.signals import install_signal_handlers
 from cdc_relay.sink.base import ignore_reports
 from cdc_relay.sink.factory import OtherSink, make_sink_factory, sink_name
 from cdc_relay.startup import until_reachable
+from cdc_relay.stats import PollStats
 from cdc_relay.text import shorten
 
 log = logging.getLogger("cdc_relay")

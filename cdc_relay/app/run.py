@@ -41,9 +41,10 @@ from cdc_relay.routing import Router
 from cdc_relay.signals import install_signal_handlers
 from cdc_relay.sink.base import SinkFactory, ignore_reports
 from cdc_relay.sink.factory import OtherSink, make_sink_factory, sink_name
+from cdc_relay.stats import RelayStats
 from cdc_relay.wal.stream.delivery import DeliveryMode
 from cdc_relay.wal.stream.loop import SinkWarmUp, WalRelay
-from cdc_relay.wal.stream.session import Decoder, LoopTimings, RelayStats, ReplicationSource
+from cdc_relay.wal.stream.session import Decoder, LoopTimings, ReplicationSource
 
 if TYPE_CHECKING:
     import psycopg

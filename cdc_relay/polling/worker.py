@@ -55,7 +55,6 @@ from cdc_relay.polling.settlement import (
     AttemptFailure,
     BackoffPolicy,
     Completion,
-    PollStats,
     Result,
     Settlement,
     Unsettled,
@@ -72,6 +71,7 @@ from cdc_relay.sink.base import (
     Sink,
     SinkFactory,
 )
+from cdc_relay.stats import PollStats
 
 log = logging.getLogger("cdc_relay.poller")
 

@@ -25,7 +25,7 @@ from cdc_relay.ops.failover.facts import (
 )
 from cdc_relay.ops.metrics.collectors import FailoverCollector, WalCollector
 from cdc_relay.ops.status import StatusReport
-from cdc_relay.wal.stream.session import RelayStats
+from cdc_relay.stats import RelayStats
 from tests.unit.test_metrics_endpoint import probe_with, samples
 
 SLOT = "cdc_relay"

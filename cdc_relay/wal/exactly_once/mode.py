@@ -46,6 +46,7 @@ from cdc_relay.logs import event_fields
 from cdc_relay.model import Begin, Lsn, Message, OutboxEvent
 from cdc_relay.sink.base import Cause, DeliveryError, ErrorKind, Sink
 from cdc_relay.sink.transactions import TransactionalSink, TxnError, TxnErrorKind
+from cdc_relay.stats import TxnStats
 from cdc_relay.wal.exactly_once.checkpoint import (
     SKIP_ALL,
     Checkpoint,
@@ -54,7 +55,7 @@ from cdc_relay.wal.exactly_once.checkpoint import (
     choose,
     committed_view_behind,
 )
-from cdc_relay.wal.exactly_once.txn_policy import CommittedTracker, TxnBatch, TxnStats
+from cdc_relay.wal.exactly_once.txn_policy import CommittedTracker, TxnBatch
 from cdc_relay.wal.stream.session import ProducerFailed
 
 log = logging.getLogger("cdc_relay.exactly_once")

@@ -20,7 +20,6 @@ Pure: no clock (callers pass ``now``), no broker, no database.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from cdc_relay.acks import AckTracker
 from cdc_relay.config import TxnLimits
@@ -92,16 +91,6 @@ class TxnBatch:
         """Inside a PostgreSQL transaction: must the Kafka transaction close before the next event?"""
         split = self._limits.split_events
         return split is not None and self.open and self.in_pg_txn and self.pg_events_here >= split
-
-
-@dataclass
-class TxnStats:
-    """Exactly-once counters for metrics (plain attributes, read from the metrics thread)."""
-
-    committed: int = 0
-    aborted: int = 0
-    open_since: float | None = None  # time.monotonic() when the open transaction began
-    checkpoint_lsn: int = 0
 
 
 class CommittedTracker(AckTracker):

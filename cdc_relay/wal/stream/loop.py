@@ -46,12 +46,12 @@ from cdc_relay.errors import (
 )
 from cdc_relay.routing import Router
 from cdc_relay.sink.base import Sink, SinkFactory, ignore_reports
+from cdc_relay.stats import RelayStats
 from cdc_relay.wal.stream.delivery import AtLeastOnce, DeliveryMode
 from cdc_relay.wal.stream.session import (
     Decoder,
     LoopTimings,
     ProducerFailed,
-    RelayStats,
     ReplicationSource,
     Session,
     SessionParts,
