@@ -18,9 +18,9 @@ from cdc_relay.ops.doctor.checks import (
     PublicationFacts,
     ServerFacts,
     TableFacts,
-    Verdict,
     backfill_check,
 )
+from cdc_relay.ops.verdicts import Verdict
 from cdc_relay.routing import Router
 from cdc_relay.sink.base import ErrorKind
 from cdc_relay.testing import FakeSinkFactory, shuffled

@@ -8,18 +8,17 @@ import orjson
 
 from cdc_relay.model import Lsn, SlotStatus
 from cdc_relay.ops.doctor.checks import (
-    Check,
     DoctorOptions,
     Facts,
     PublicationFacts,
     ServerFacts,
     TableFacts,
-    Verdict,
     server_checks,
     slot_checks,
     table_checks,
 )
 from cdc_relay.ops.doctor.report import failed, format_checks, format_checks_json
+from cdc_relay.ops.verdicts import Check, Verdict
 
 SERVER = ServerFacts(version="15.20", database="app", role="relay", superuser=False,
                      replication=True, wal_level="logical", max_slots=10, max_senders=10,

@@ -7,11 +7,11 @@ from dataclasses import replace
 from cdc_relay.ops.doctor.checks import (
     DoctorOptions,
     PublicationFacts,
-    Verdict,
     idle_slot_checks,
     slot_checks,
     table_checks,
 )
+from cdc_relay.ops.verdicts import Verdict
 from tests.unit.test_doctor_checks import SLOT, TABLE, by_name, facts
 
 WAL = DoctorOptions(dsn="host=db dbname=app", plugin="wal2json")

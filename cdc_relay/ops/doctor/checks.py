@@ -1,45 +1,29 @@
 """Doctor's vocabulary and its checks: pure functions from gathered facts to verdicts.
 
-Owns ``Check``/``Verdict``, the options, the facts dataclasses and every check that can
+Owns the options, the facts dataclasses and every check that can
 be decided from those facts alone - wal_level, slot and sender headroom, REPLICATION,
 output_plugin_libraries, the outbox table, its privileges, trigger and publication, the
 slot and its WAL retention - each failure carrying the exact fix to run.
 
-Must not do I/O: no connection, no broker, no environment. Gathering the facts and the
+A check's line is ``Check``/``Verdict`` (cdc_relay/ops/verdicts.py, shared with the
+failover checks). Must not do I/O: no connection, no broker, no environment. Gathering the facts and the
 two checks that need I/O of their own live in ``ops/doctor/gather.py``; rendering in
 ``ops/doctor/report.py``.
 """
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from cdc_relay.config import KafkaConfig, OutboxConfig
 from cdc_relay.model import BOOKKEEPING_COLUMNS, NOTIFY_TRIGGER, SlotStatus, human_bytes
+from cdc_relay.ops.verdicts import Check, Verdict
 from cdc_relay.sink.config import NatsConfig, RabbitMqConfig, SinkProbe
 from cdc_relay.sink.sqs.config import SqsConfig
 
 DEFAULT_LIBRARIES = ("pgoutput", "test_decoding")  # output_plugin_libraries' default
 RETENTION_WARN = 0.8  # of max_slot_wal_keep_size
-
-
-class Verdict(enum.Enum):
-    PASS = "pass"
-    WARN = "warn"
-    FAIL = "fail"
-    SKIP = "skip"
-
-
-@dataclass(frozen=True, slots=True)
-class Check:
-    """One line of doctor's report; ``fix`` says what to run when it is not a pass."""
-
-    name: str
-    verdict: Verdict
-    detail: str
-    fix: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,13 +34,11 @@ from cdc_relay.errors import RelayError, ServiceUnavailable
 from cdc_relay.model import NOTIFY_TRIGGER
 from cdc_relay.ops.doctor.checks import (
     BackfillFacts,
-    Check,
     DoctorOptions,
     Facts,
     PublicationFacts,
     ServerFacts,
     TableFacts,
-    Verdict,
     backfill_check,
     idle_slot_checks,
     libraries_fix,
@@ -53,6 +51,7 @@ from cdc_relay.ops.doctor.checks import (
 )
 from cdc_relay.ops.failover.checks import failover_checks
 from cdc_relay.ops.failover.read import gather_failover
+from cdc_relay.ops.verdicts import Check, Verdict
 from cdc_relay.pg.db import connect, describe_dsn, translate_error, validated_table
 from cdc_relay.pg.slots import idle_logical_slots, read_slot_status
 from cdc_relay.sink.kafka.client import check_brokers
