@@ -13,7 +13,7 @@ Owns three small things:
 * Identifier hygiene: deriving object names (indexes, views) that stay within
   PostgreSQL's 63-byte limit (the name checks are config.py's, re-exported here).
 
-It must not hold state, run DDL or know the outbox's semantics: app/init.py applies the
+It must not hold state, run DDL or know the outbox's semantics: pg/schema.py applies the
 migrations, the sources and helpers run their own statements. Every name that reaches
 SQL is validated here *and* quoted with ``psycopg.sql.Identifier`` at the use site.
 """

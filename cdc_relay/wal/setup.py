@@ -3,23 +3,22 @@
 Owns creating them if missing (``ensure_replication`` at relay start-up, and
 ``ensure_publication_and_slot`` for ``cdc-relay init`` in app/init.py), checking that an
 existing slot fits (logical, this database, this plugin), and the small slot helpers
-other commands reuse (``drop_slot``; the slot queries are cdc_relay/pg/slots.py's). Also the
-vocabulary both it and app/init.py report in (``Outcome``) and the advisory lock every
-``init`` and start-up check takes (``ADVISORY_LOCK_KEY``).
+other commands reuse (``drop_slot``; the slot queries are cdc_relay/pg/slots.py's). The
+advisory lock every ``init`` and start-up check takes (``ADVISORY_LOCK_KEY``) and the
+vocabulary they report in (``Outcome``) are pg/schema.py's.
 
 The publication is changed in a transaction under that lock, so concurrent starts are
 safe; the slot is created outside any transaction (PostgreSQL refuses to create a
 logical slot in a transaction that has written anything), and losing that race to a
 concurrent run just means finding the slot already there.
 
-Must not: apply migrations or touch the outbox table (app/init.py does), interpolate user
+Must not: apply migrations or touch the outbox table (pg/schema.py does), interpolate user
 text into SQL, change server settings (it only says which to change), drop a slot
 anyone streams from, or read or write outbox rows.
 """
 
 from __future__ import annotations
 
-import enum
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +44,7 @@ from cdc_relay.pg.db import (
     validated_columns,
     validated_table,
 )
+from cdc_relay.pg.schema import ADVISORY_LOCK_KEY, Outcome
 from cdc_relay.pg.slots import slot_status
 from cdc_relay.wal import continuity
 
@@ -52,26 +52,6 @@ PLUGINS = ("wal2json", "pgoutput")
 # pgoutput is built into PostgreSQL (managed services included) and allowed by a stock
 # server's output_plugin_libraries; wal2json is an option (docs/wal-mode.md).
 DEFAULT_PLUGIN = "pgoutput"
-# One lock for every init in a database ("cdc_rela" in ASCII): DDL is rare, serialising
-# it is cheaper than reasoning about concurrent CREATE ... IF NOT EXISTS races.
-ADVISORY_LOCK_KEY = 0x6364635F72656C61
-
-
-class Outcome(enum.Enum):
-    """What init (or the start-up check) did to one object."""
-
-    CREATED = "created"
-    EXISTED = "existed"
-    UPDATED = "updated"  # e.g. the outbox table added to an existing publication, or
-    # an existing publication set to publish a partitioned outbox via its root
-    DROPPED = "dropped"  # the NOTIFY trigger with notify_trigger=False
-    ABSENT = "absent"  # not wanted and not there
-    SKIPPED = "skipped"  # not needed in this configuration
-
-    @property
-    def changed(self) -> bool:
-        """True if the run changed the object (created, updated or dropped it)."""
-        return self in (Outcome.CREATED, Outcome.UPDATED, Outcome.DROPPED)
 
 
 @dataclass(frozen=True, slots=True)
