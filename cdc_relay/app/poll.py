@@ -20,10 +20,10 @@ import orjson
 
 from cdc_relay.config import KafkaConfig, MetricsConfig, OutboxConfig, PollConfig, RouterConfig
 from cdc_relay.errors import ExitCode
-from cdc_relay.message_columns import resolve_message_columns
 from cdc_relay.model import human_bytes
 from cdc_relay.ops.metrics.endpoint import serve_poll
 from cdc_relay.pg.db import connect, dsn_database
+from cdc_relay.pg.message_columns import resolve_message_columns
 from cdc_relay.pg.slots import idle_logical_slots
 from cdc_relay.polling import admin as polling_admin
 from cdc_relay.polling.admin import DeadLetter, OutboxMonitor

@@ -194,7 +194,7 @@ def _explained(exc: SlotLost, settings: WalSettings) -> SlotLost:
 
 def _recover(settings: WalSettings, stop: threading.Event) -> bool:
     """Run the recovery (or finish one), with the relay's router and sink; False if stopped."""
-    from cdc_relay.message_columns import resolve_message_columns
+    from cdc_relay.pg.message_columns import resolve_message_columns
     from cdc_relay.wal.backfill.loop import BackfillStats
     from cdc_relay.wal.recovery import recover
 
@@ -224,7 +224,7 @@ def _run_wal_once(settings: WalSettings, stop: threading.Event) -> int:
     try:
         # Only now the PostgreSQL side is imported (see the module docstring).
         if settings.snapshot == "initial":
-            from cdc_relay.message_columns import resolve_message_columns
+            from cdc_relay.pg.message_columns import resolve_message_columns
             from cdc_relay.wal.backfill.cutover import precheck
 
             precheck(repl, settings.outbox)  # the refusals, before anything is touched
@@ -288,8 +288,8 @@ def _startup_checks(settings: WalSettings
     publication and the slot are created if missing (a lost one raises SlotLost); an
     unfinished backfill is a warning.
     """
-    from cdc_relay.message_columns import resolve_message_columns
     from cdc_relay.pg.db import connect
+    from cdc_relay.pg.message_columns import resolve_message_columns
     from cdc_relay.wal.backfill.state import warn_if_unfinished
     from cdc_relay.wal.continuity import read_record
     from cdc_relay.wal.setup import ensure_replication, plugin_for_slot
