@@ -57,7 +57,10 @@ from cdc_relay.runtime import tune_gc
 @click.version_option(__version__, prog_name="cdc-relay")
 @click.pass_context
 def cli(ctx: click.Context, config_file: str | None) -> None:
-    """Transactional-outbox relay: PostgreSQL outbox inserts -> Kafka, RabbitMQ or NATS, at least once."""
+    """Transactional-outbox relay: PostgreSQL outbox inserts -> Kafka, RabbitMQ, NATS or SQS.
+
+    At least once; exactly once into Kafka when asked.
+    """
     if config_file:
         ctx.default_map = load_config_file(config_file, cli)
 
