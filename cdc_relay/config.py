@@ -1,8 +1,14 @@
-"""Frozen, validated configuration: one dataclass per component.
+"""Frozen, validated configuration: one dataclass per group of the user's options.
 
 Values are validated here, at the edge, and every problem is a ConfigError naming the
 option and the fix. Components receive their config object and never read the
 environment or files themselves (the CLI layers flags > env > TOML file into these).
+
+The naming rule (docs/design.md, configuration): ``*Config`` is such a group, as the user
+gave it (here, or beside the sink that reads it: sink/config.py, sink/sqs/config.py);
+``*Settings`` is what one command's root or one component takes, derived from Configs
+(``WalSettings``, ``PollerSettings``); ``*Timings`` a loop's intervals; ``*Parts`` the
+built objects a composition root hands over together.
 """
 
 from __future__ import annotations
@@ -384,7 +390,7 @@ class TxnLimits:
 
 
 @dataclass(frozen=True, slots=True)
-class ExactlyOnceSettings:
+class ExactlyOnceConfig:
     """``run --exactly-once`` (docs/design.md, exactly-once delivery); None on WalSettings = off."""
 
     checkpoint_topic: str = "cdc-relay.checkpoints"

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from cdc_relay.config import (
-    ExactlyOnceSettings,
+    ExactlyOnceConfig,
     FlowConfig,
     KafkaConfig,
     MetricsConfig,
@@ -93,7 +93,7 @@ class WalSettings:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     sink: OtherSink | None = None  # --sink rabbitmq|nats|sqs; None: the Kafka sink of ``kafka``
     snapshot: str = "never"  # "initial": backfill pending rows when the relay creates the slot
-    exactly_once: ExactlyOnceSettings | None = None
+    exactly_once: ExactlyOnceConfig | None = None
 
     def __post_init__(self) -> None:
         if self.snapshot not in ("initial", "never"):
@@ -389,31 +389,31 @@ class ExactlyOnceParts:
 
 def check_exactly_once(settings: WalSettings) -> None:
     """ConfigError for exactly-once settings that contradict the producer's (no I/O)."""
-    from cdc_relay.sink.kafka.txn import TxnSinkConfig, transactional_config
+    from cdc_relay.sink.kafka.txn import TxnSinkSettings, transactional_config
 
     eos, kafka = settings.exactly_once, settings.kafka
     assert eos is not None
     if kafka.message_timeout_ms > eos.transaction_timeout_ms:
         raise ConfigError(f"--message-timeout ({kafka.message_timeout_ms} ms) must not exceed "
                           f"--transaction-timeout ({eos.transaction_timeout_ms} ms)")
-    transactional_config(kafka, TxnSinkConfig("check", eos.checkpoint_topic))
+    transactional_config(kafka, TxnSinkSettings("check", eos.checkpoint_topic))
 
 
 def exactly_once_parts(settings: WalSettings) -> ExactlyOnceParts:
     """Identify the source (system identifier + slot) and build exactly-once's parts."""
     from cdc_relay.pg.identity import system_identifier
-    from cdc_relay.sink.kafka.txn import TxnSinkConfig, transactional_sink_factory
+    from cdc_relay.sink.kafka.txn import TxnSinkSettings, transactional_sink_factory
     from cdc_relay.wal.exactly_once.checkpoint import transactional_id
-    from cdc_relay.wal.exactly_once.mode import ExactlyOnce, ExactlyOnceConfig
+    from cdc_relay.wal.exactly_once.mode import ExactlyOnce, ExactlyOnceSettings
 
     eos, repl, kafka = settings.exactly_once, settings.replication, settings.kafka
     assert eos is not None
     check_exactly_once(settings)
     system_id = system_identifier(repl.dsn)
-    txn = TxnSinkConfig(transactional_id(system_id, repl.slot), eos.checkpoint_topic,
+    txn = TxnSinkSettings(transactional_id(system_id, repl.slot), eos.checkpoint_topic,
                         eos.transaction_timeout_ms)
     max_bytes = int(kafka.producer_config.get("message.max.bytes", "1000000"))
-    mode = ExactlyOnce(ExactlyOnceConfig(
+    mode = ExactlyOnce(ExactlyOnceSettings(
         system_id=system_id, slot=repl.slot, reset_checkpoint=eos.reset_checkpoint,
         max_message_bytes=max_bytes, limits=eos.limits))
     log.info("exactly-once: transactional.id %s, checkpoint topic %s", txn.transactional_id,

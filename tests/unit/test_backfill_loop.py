@@ -13,7 +13,7 @@ from cdc_relay.config import FlowConfig, RouterConfig
 from cdc_relay.model import OutboxEvent, SlotStatus
 from cdc_relay.ops.doctor.checks import (
     BackfillFacts,
-    DoctorOptions,
+    DoctorSettings,
     Facts,
     PublicationFacts,
     ServerFacts,
@@ -181,10 +181,10 @@ def facts(backfill: BackfillFacts | None, slot: SlotStatus | None = SLOT) -> Fac
 ])
 def test_doctor_backfill_check(info: BackfillFacts, slot: SlotStatus | None, verdict: Verdict,
                                words: str) -> None:
-    check = backfill_check(facts(info, slot), DoctorOptions(dsn="x"))
+    check = backfill_check(facts(info, slot), DoctorSettings(dsn="x"))
     assert check is not None
     assert check.verdict is verdict and words in check.detail
 
 
 def test_doctor_has_no_backfill_check_without_the_bookkeeping_columns() -> None:
-    assert backfill_check(facts(None), DoctorOptions(dsn="x")) is None
+    assert backfill_check(facts(None), DoctorSettings(dsn="x")) is None

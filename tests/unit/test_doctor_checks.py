@@ -8,7 +8,7 @@ import orjson
 
 from cdc_relay.model import Lsn, SlotStatus
 from cdc_relay.ops.doctor.checks import (
-    DoctorOptions,
+    DoctorSettings,
     Facts,
     PublicationFacts,
     ServerFacts,
@@ -34,7 +34,7 @@ TABLE = TableFacts(True, owner=False,
                    columns=frozenset({"id", "aggregate_type", "aggregate_id", "event_type", "payload",
                                       "created_at", "attempts", "processed_at", "retry_after",
                                       "last_error", "dead_lettered_at"}))
-OPTIONS = DoctorOptions(dsn="host=db dbname=app", plugin="wal2json")
+OPTIONS = DoctorSettings(dsn="host=db dbname=app", plugin="wal2json")
 NO_PUBLICATION = PublicationFacts(False)
 
 

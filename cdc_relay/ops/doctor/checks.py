@@ -27,7 +27,7 @@ RETENTION_WARN = 0.8  # of max_slot_wal_keep_size
 
 
 @dataclass(frozen=True, slots=True)
-class DoctorOptions:
+class DoctorSettings:
     """What to check: the relay's own options."""
 
     dsn: str
@@ -177,7 +177,7 @@ def _libraries_check(server: ServerFacts, plugin: str) -> Check:
                  libraries_fix(server, plugin))
 
 
-def table_checks(facts: Facts, options: DoctorOptions) -> list[Check]:
+def table_checks(facts: Facts, options: DoctorSettings) -> list[Check]:
     """The outbox table, its columns, privileges, trigger and (pgoutput) publication."""
     table, info, poll = options.outbox.table, facts.table, options.mode == "poll"
     if not info.exists:
@@ -203,7 +203,7 @@ def table_checks(facts: Facts, options: DoctorOptions) -> list[Check]:
     return [*checks, _messages_check(facts.server, options)]
 
 
-def _messages_check(server: ServerFacts, options: DoctorOptions) -> Check:
+def _messages_check(server: ServerFacts, options: DoctorSettings) -> Check:
     """Whether events written with outbox.emit_message (logical decoding messages) are relayed."""
     name = "tableless outbox"
     if options.mode == "poll":
@@ -219,7 +219,7 @@ def _messages_check(server: ServerFacts, options: DoctorOptions) -> Check:
                  "messages) are relayed like rows")
 
 
-def _privileges_check(facts: Facts, options: DoctorOptions) -> Check:
+def _privileges_check(facts: Facts, options: DoctorSettings) -> Check:
     privileges, poll = facts.table.privileges, options.mode == "poll"
     have = ", ".join(f"{p} {'yes' if ok else 'no'}" for p, ok in privileges.items())
     needed = ("SELECT", "UPDATE") if poll else ("SELECT",)
@@ -233,7 +233,7 @@ def _privileges_check(facts: Facts, options: DoctorOptions) -> Check:
                  f"{quote_ident(facts.server.role)};")
 
 
-def _partition_note(info: TableFacts, options: DoctorOptions) -> str:
+def _partition_note(info: TableFacts, options: DoctorSettings) -> str:
     if info.partitions is None:
         return ""
     note = f"; partitioned, {info.partitions} partition(s)"
@@ -262,7 +262,7 @@ def _trigger_check(info: TableFacts, poll: bool) -> Check:
                  "cdc-relay init --dsn DSN --mode poll (without --no-trigger)")
 
 
-def _publication_check(facts: Facts, options: DoctorOptions) -> Check:
+def _publication_check(facts: Facts, options: DoctorSettings) -> Check:
     pub, table, info = options.publication, options.outbox.table, facts.publication
     can_fix = facts.table.owner or facts.server.superuser
     if not info.exists:
@@ -287,7 +287,7 @@ def _publication_check(facts: Facts, options: DoctorOptions) -> Check:
                  + (" via its partition root" if facts.table.partitions is not None else ""))
 
 
-def slot_checks(facts: Facts, options: DoctorOptions) -> list[Check]:
+def slot_checks(facts: Facts, options: DoctorSettings) -> list[Check]:
     """The slot exists, is logical, of this database, with this plugin, not invalidated."""
     slot, name = facts.slot, options.slot
     drop = f"cdc-relay slot drop --dsn DSN --slot {name} (loses its position)"
@@ -364,7 +364,7 @@ def _retention_check(slot: SlotStatus, server: ServerFacts) -> Check:
     return Check("WAL retention", Verdict.PASS, f"retains {human_bytes(retained)} of {limit} allowed")
 
 
-def backfill_check(facts: Facts, options: DoctorOptions) -> Check | None:
+def backfill_check(facts: Facts, options: DoctorSettings) -> Check | None:
     """Rows pending while the slot exists and no backfill runs: were they ever published?
 
     WAL mode publishes what is committed after the slot's consistent point and never sets

@@ -69,7 +69,7 @@ class KafkaTransactionAborted(SourceLost):
 
 
 @dataclass(frozen=True, slots=True)
-class ExactlyOnceConfig:
+class ExactlyOnceSettings:
     """Everything the mode needs besides the sink (validated by the CLI and the app)."""
 
     system_id: str
@@ -86,7 +86,7 @@ class ExactlyOnce:
 
     admits = True  # every event joins the open Kafka transaction
 
-    def __init__(self, config: ExactlyOnceConfig, stats: TxnStats | None = None,
+    def __init__(self, config: ExactlyOnceSettings, stats: TxnStats | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._config = config
         self.stats = stats or TxnStats()
