@@ -26,22 +26,25 @@ is never delivered simply holds the watermark, and the relay replays from ``conf
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
 
+from cdc_relay.delivery.watermark import Watermark
 from cdc_relay.model import ZERO_LSN, Lsn
 
 
-class AckTracker:
-    """Computes the safe-to-confirm LSN from produce / deliver / commit notifications."""
+class AckTracker(Watermark):
+    """Computes the safe-to-confirm LSN from produce / deliver / commit notifications.
 
-    __slots__ = ("_ahead", "_commits", "_confirmed", "_in_txn", "_low", "_next_seq")
+    The sequence numbers are a Watermark's tokens (delivery/watermark.py); the commits
+    are what waits for it (``_waiting``), released by ``_passed``.
+    """
+
+    __slots__ = ("_commits", "_confirmed", "_in_txn")
 
     def __init__(self, start: Lsn = ZERO_LSN) -> None:
-        self._next_seq = 0  # the sequence number the next produced event gets
-        self._low = 0  # every sequence number below this is delivered
-        self._ahead: set[int] = set()  # delivered sequence numbers above _low
+        super().__init__()
         # (events issued before the commit, commit end LSN), in commit order
         self._commits: deque[tuple[int, Lsn]] = deque()
+        self._waiting = self._commits  # the watermark calls _passed while any wait
         self._in_txn = False
         self._confirmed = start
 
@@ -49,15 +52,6 @@ class AckTracker:
     def confirmed(self) -> Lsn:
         """The highest LSN that is safe to report as flushed. Never decreases."""
         return self._confirmed
-
-    @property
-    def inflight(self) -> int:
-        """The span from the oldest undelivered event to the newest produced one.
-
-        Events delivered after an undelivered one still count: the tracker remembers them
-        until the watermark passes, so this is what bounds its memory.
-        """
-        return self._next_seq - self._low
 
     @property
     def pending_commits(self) -> int:
@@ -73,12 +67,6 @@ class AckTracker:
         """A transaction's first message arrived."""
         self._in_txn = True
 
-    def produced(self) -> int:
-        """Register one event handed to the sink; return its sequence number (the token)."""
-        seq = self._next_seq
-        self._next_seq = seq + 1
-        return seq
-
     def commit(self, end_lsn: Lsn) -> None:
         """The current transaction ended; ``end_lsn`` is safe once all events so far are acked."""
         self._in_txn = False
@@ -89,45 +77,14 @@ class AckTracker:
                 commits[-1] = (seq, max(end_lsn, commits[-1][1]))
             else:
                 commits.append((seq, end_lsn))
-            self._advance()
-
-    def delivered(self, seq: int) -> None:
-        """The broker acknowledged event ``seq``. Duplicate or unknown reports are ignored."""
-        self.delivered_all((seq,))
-
-    def delivered_all(self, seqs: Iterable[int]) -> None:
-        """``delivered(seq)`` for each of ``seqs`` in turn (a sink's batch of reports), in one
-        call: the watermark is stored, and commits it passed released, once at the end."""
-        low, ahead, end = self._low, self._ahead, self._next_seq
-        for seq in seqs:
-            if seq == low and seq < end:
-                low += 1
-                while low in ahead:
-                    ahead.remove(low)
-                    low += 1
-            elif low < seq < end:
-                ahead.add(seq)
-        if low != self._low:
-            self._low = low
-            if self._commits:
-                self._advance()
-
-    def delivered_through(self, seq: int) -> None:
-        """Every event up to and including ``seq`` is durable (e.g. a committed Kafka txn)."""
-        if seq >= self._low:
-            self._low = min(seq + 1, self._next_seq)
-            self._ahead = {s for s in self._ahead if s > self._low}
-            while self._low in self._ahead:
-                self._ahead.remove(self._low)
-                self._low += 1
-            self._advance()
+            self._passed()
 
     def idle_position(self, lsn: Lsn) -> None:
         """A keepalive or position at which nothing of ours is pending: safe only when idle."""
         if lsn > self._confirmed and self.idle:
             self._confirmed = lsn
 
-    def _advance(self) -> None:
+    def _passed(self) -> None:
         commits = self._commits
         low = self._low
         while commits and commits[0][0] <= low:

@@ -7,9 +7,10 @@ pauses or restarts a service takes a private one (``private_pg_cluster``,
 ``private_broker``, ``private_noida``) so the others never see it. The exactly-once
 tests use ``noida`` (noida-db: real transaction semantics) instead of ``broker``.
 
-Everything under tests/integration/ is marked ``integration`` here. Shared helpers
-(KafkaCollector, run_cli, CliProcess, wait_for) are in tests/support.py: import them as
-``from tests.support import ...`` (pyproject puts the repo root on pytest's path).
+Everything under tests/integration/ is marked ``integration`` here, and the long tests
+are put first. Shared helpers (KafkaCollector, run_cli, CliProcess, wait_for) are in
+tests/support.py: import them as ``from tests.support import ...`` (pyproject puts the
+repo root on pytest's path).
 """
 
 from __future__ import annotations
@@ -35,6 +36,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if _INTEGRATION_DIR in item.path.parents:
             item.add_marker(pytest.mark.integration)
+    # The long tests start first, so that none of them is still running alone at the end of
+    # a step while the other xdist workers are idle (docs/development.md, "The test run"):
+    # the slow ones, then tests/unit (whose longest are CPU-bound property runs), then the
+    # integration tests, which mostly wait on processes and are seconds each. The benchmark
+    # tests' xdist_group goes first anyway (--dist loadgroup hands out the largest group first).
+    items.sort(key=lambda item: (item.get_closest_marker("slow") is None,
+                                 item.get_closest_marker("integration") is not None))
 
 
 S = TypeVar("S", PostgresCluster, Broker, NoidaBroker)

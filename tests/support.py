@@ -22,12 +22,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, NoReturn, Self, TypeVar
 
+import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 T = TypeVar("T")
+
+
+def skip_or_fail_in_ci(reason: str) -> NoReturn:
+    """A service or tool a test needs is missing: skip on a developer's machine, fail in CI
+    (``CI=true``), where everything the tests use must be installed and running."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(reason)
+    pytest.skip(reason)
 
 
 def wait_for(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.05,

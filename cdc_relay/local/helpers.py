@@ -47,6 +47,28 @@ def free_port(host: str = HOST) -> int:
         return int(sock.getsockname()[1])
 
 
+def listens_on(pid: int, port: int) -> bool:
+    """Whether process ``pid`` itself holds the socket listening on TCP ``port`` (Linux /proc).
+
+    A probe that gets an answer on the port proves only that *something* listens there:
+    another process may have taken the port between ``free_port`` and the bind.
+    """
+    inodes = set()
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(name) as table:
+            for line in table.readlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(f"socket:[{fields[9]}]")
+    fds = Path(f"/proc/{pid}/fd")
+    with contextlib.suppress(OSError):
+        for fd in fds.iterdir():
+            with contextlib.suppress(OSError):
+                if os.readlink(fd) in inodes:
+                    return True
+    return False
+
+
 def parse_pg_version(text: str) -> int:
     """The major version in ``postgres --version`` output, e.g. 15."""
     match = _VERSION_RE.search(text)

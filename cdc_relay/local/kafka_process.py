@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import Self
 
 from cdc_relay.errors import LocalServiceError
-from cdc_relay.local.helpers import HOST, free_port, kafka_api_versions_ok, tail
+from cdc_relay.local.helpers import HOST, free_port, kafka_api_versions_ok, listens_on, tail
 from cdc_relay.local.registry import track, untrack
 
 
@@ -73,27 +73,52 @@ class KafkaProcess:
 
     # -- lifecycle ----------------------------------------------------------------
     def start(self, timeout: float = 30.0) -> Self:
-        """Start the broker and wait until it answers a Kafka ApiVersions request."""
+        """Start the broker and wait until it answers a Kafka ApiVersions request itself.
+
+        A port picked here can be taken by another process between ``free_port`` and the
+        broker's bind (parallel test workers pick ports too): then the answer comes from the
+        other broker and ours exits. That is noticed (``listens_on``) and a port picked here
+        is picked again; a port given by the caller is an error.
+        """
         if self._proc is not None:
             return self
         if self._tmp is None:
             self._tmp = Path(tempfile.mkdtemp(prefix=self.tmp_prefix))
             track(self)
-        if self._port is None:
-            self._port = free_port()
-        argv, env = self._command(self._tmp, self._port)
+        picked = self._port is None
+        for _ in range(5):
+            if self._port is None:
+                self._port = free_port()
+            if self._spawn(self._tmp, self._port, timeout):
+                return self
+            if not picked:
+                break
+            self._port = None
+        raise LocalServiceError(f"{self.name} could not listen on 127.0.0.1:{self._port}: "
+                                f"another process holds the port; {self.log_path}:\n"
+                                f"{tail(self.log_path)}")
+
+    def _spawn(self, tmp: Path, port: int, timeout: float) -> bool:
+        """Run the broker on ``port``: True once it answers there itself, False if it lost
+        the port to another process (it exited or never listened), raising if it failed."""
+        argv, env = self._command(tmp, port)
         with open(self.log_path, "ab") as log:
-            self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                          stderr=subprocess.STDOUT, cwd=self._tmp,
-                                          start_new_session=True, env=env)
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, cwd=tmp,
+                                    start_new_session=True, env=env)
+        self._proc = proc
         deadline = time.monotonic() + timeout
-        while not kafka_api_versions_ok(self.host, self._port):
-            if self._proc.poll() is not None or time.monotonic() > deadline:
+        while True:
+            if kafka_api_versions_ok(self.host, port) and listens_on(proc.pid, port):
+                return True
+            taken = not listens_on(proc.pid, port) and kafka_api_versions_ok(self.host, port)
+            if proc.poll() is not None or time.monotonic() > deadline:
                 self.kill()
+                if taken:
+                    return False
                 raise LocalServiceError(f"{self.name} did not start on {self.bootstrap}; "
                                         f"{self.log_path}:\n{tail(self.log_path)}")
             time.sleep(0.02)
-        return self
 
     def _stop_with(self, sig: signal.Signals, timeout: float) -> None:
         """Send ``sig`` (after resuming a paused broker), wait ``timeout`` s, then SIGKILL."""

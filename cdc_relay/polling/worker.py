@@ -29,6 +29,9 @@ are not produced.
 
 An event given up on is also copied to the dead-letter topic (best effort: the row's
 ``dead_lettered_at`` is the dead letter; the topic tells consumers, as in WAL mode).
+Producing waits for room in a full producer queue as every loop does (the delivery
+engine's ``offer``, delivery/engine.py), for at most the delivery timeout; what a
+refusal means is polling's own: an attempt counted, then ``dead_lettered_at``.
 
 Wake-ups: the shared ``Waker`` (threads.py) is poked on every NOTIFY; ``interval`` is
 the fallback tick; while batches come back non-empty the worker claims again at once.
@@ -48,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from cdc_relay.backoff import Backoff
+from cdc_relay.delivery.engine import offer
 from cdc_relay.errors import BrokerError, DatabaseError, ServiceUnavailable
 from cdc_relay.logs import event_fields
 from cdc_relay.model import Message, OutboxEvent
@@ -67,13 +71,16 @@ from cdc_relay.sink.base import (
     DeliveryError,
     ErrorKind,
     ProduceRejected,
-    QueueFull,
     Sink,
     SinkFactory,
 )
 from cdc_relay.stats import PollStats
 
 log = logging.getLogger("cdc_relay.poller")
+
+
+class _QueueStayedFull(Exception):
+    """The producer's queue stayed full for the delivery timeout: a broker that takes nothing."""
 
 
 class BatchSource(Protocol):
@@ -131,6 +138,7 @@ class PollWorker:
         self._tokens: dict[int, int] = {}  # token -> index in the current batch
         self._next_token = 0
         self._helper: ThreadPoolExecutor | None = None  # runs premark (``run`` with pipeline)
+        self._room_deadline: float | None = None  # while the producer's queue is full
 
     def run(self, stop: threading.Event) -> None:
         """Poll until ``stop`` is set; the batch in hand is always finished first."""
@@ -315,22 +323,26 @@ class PollWorker:
         token = self._next_token
         self._next_token += 1
         self._tokens[token] = index
-        deadline: float | None = None
-        while True:
-            try:
-                sink.produce(message, token)
-                return None
-            except QueueFull:
-                now = self._clock()
-                if deadline is None:
-                    deadline = now + self._settings.delivery_timeout
-                elif now >= deadline:
-                    self._tokens.pop(token, None)
-                    return Unsettled.UNREPORTED
-                sink.poll(0.05)
-            except ProduceRejected as exc:
-                self._tokens.pop(token, None)
-                return exc.error
+        self._room_deadline = None
+        try:
+            offer(sink, message, token, self._wait_for_room)  # the engine's backpressure
+            return None
+        except _QueueStayedFull:
+            self._tokens.pop(token, None)
+            return Unsettled.UNREPORTED
+        except ProduceRejected as exc:
+            self._tokens.pop(token, None)
+            return exc.error
+
+    def _wait_for_room(self) -> None:
+        """The producer's queue is full: serve its reports, for at most the delivery timeout."""
+        now = self._clock()
+        if self._room_deadline is None:
+            self._room_deadline = now + self._settings.delivery_timeout
+        elif now >= self._room_deadline:
+            raise _QueueStayedFull
+        assert self._sink is not None
+        self._sink.poll(0.05)
 
     def _publish_dead_letters(self, failures: Sequence[AttemptFailure]) -> None:
         """Copy events that are given up on to the dead-letter topic, as WAL mode does.

@@ -32,6 +32,7 @@ from cdc_relay.local.helpers import (
 from cdc_relay.local.pair import PostgresPair
 from cdc_relay.local.postgres import PostgresCluster
 from tests.integration.tcp_proxy import TcpProxy
+from tests.support import skip_or_fail_in_ci
 
 _REPO = Path(__file__).parents[2]
 
@@ -48,9 +49,7 @@ def pg18_bin() -> Path:
         where = " or ".join(EMBEDDED_PG_ROOTS)
     if found is None:
         message = f"PostgreSQL 18 not found in {where}: run scripts/bootstrap.sh"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        skip_or_fail_in_ci(message)
     return found
 
 

@@ -155,6 +155,7 @@ def _invalidate(dsn: str) -> None:
         wait_for(lost, timeout=120, interval=0.1, message="the slot invalidated")
 
 
+@pytest.mark.slow  # waits out a half-open connection: ~60 s on a busy machine
 def test_a_half_open_replication_connection_is_replaced(
         pg_cluster: PostgresCluster, db: str, pg_proxy, broker: Broker, topic_prefix: str) -> None:
     dbname = psycopg.conninfo.conninfo_to_dict(db)["dbname"]

@@ -13,7 +13,6 @@ networks). Skips in one line where network namespaces cannot be made, except in 
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from cdc_relay.local.postgres import PostgresCluster
 from cdc_relay.outbox import emit
 from tests.integration.netns import Netns, unavailable, veth_namespace
 from tests.integration.wal_support import collect_ids, init_db, write_workload
-from tests.support import CliProcess, KafkaCollector, init_outbox, wait_for
+from tests.support import CliProcess, KafkaCollector, init_outbox, skip_or_fail_in_ci, wait_for
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
@@ -67,9 +66,7 @@ class Net:
 def net() -> Iterator[Net]:
     reason = unavailable()
     if reason is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
+        skip_or_fail_in_ci(reason)
     with veth_namespace() as ns:
         pg = PostgresCluster(settings={"listen_addresses": f"127.0.0.1,{ns.host_addr}"})
         broker = _VethBroker(ns.host_addr)

@@ -6,10 +6,13 @@ import subprocess
 import uuid
 
 import psycopg
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
+from cdc_relay.errors import LocalServiceError
 from cdc_relay.local.broker import Broker
+from cdc_relay.local.helpers import listens_on
 from cdc_relay.local.postgres import PostgresCluster
 from tests.support import KafkaCollector, wait_for
 
@@ -137,3 +140,12 @@ def test_broker_restart_keeps_the_port_and_loses_every_topic(private_broker: Bro
     assert private_broker.bootstrap == bootstrap
     assert topic not in AdminClient({"bootstrap.servers": bootstrap}).list_topics(
         timeout=10).topics
+
+
+def test_a_broker_never_passes_off_another_brokers_port_as_its_own(broker: Broker) -> None:
+    # Parallel workers pick free ports too: a port taken between the pick and the bind
+    # must not look like a started broker whose answers (and pause) are another's.
+    with pytest.raises(LocalServiceError) as caught:
+        Broker(port=broker.port).start()
+    assert "another process holds the port" in str(caught.value)
+    assert listens_on(broker.pid or 0, broker.port)

@@ -122,6 +122,7 @@ def test_three_pollers_one_killed_mid_run_lose_nothing(
     assert duplicates <= 2 * 50
 
 
+@pytest.mark.slow  # waits out a broker outage
 @pytest.mark.faults
 def test_a_broker_outage_burns_no_attempts_and_marks_nothing_unacked(
         db: str, private_broker: Broker, topic_prefix: str) -> None:
@@ -149,6 +150,7 @@ def test_a_broker_outage_burns_no_attempts_and_marks_nothing_unacked(
     assert {(r[1], r[3]) for r in rows(db)} == {(0, False)}
 
 
+@pytest.mark.slow  # waits out an unreachable broker
 def test_a_poller_that_cannot_reach_any_broker_claims_nothing(
         db: str, broker: Broker, topic_prefix: str, collector: KafkaCollector) -> None:
     init_db(db)

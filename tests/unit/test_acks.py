@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -9,6 +10,7 @@ from cdc_relay.acks import AckTracker
 from cdc_relay.model import Lsn
 
 
+@pytest.mark.slow  # a long property run
 @settings(max_examples=400, deadline=None)
 @given(
     sizes=st.lists(st.integers(min_value=0, max_value=6), min_size=1, max_size=12),

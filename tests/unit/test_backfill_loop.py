@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from cdc_relay.config import FlowConfig, RouterConfig
+from cdc_relay.errors import DeadLetterRefused
 from cdc_relay.model import OutboxEvent, SlotStatus
 from cdc_relay.ops.doctor.checks import (
     BackfillFacts,
@@ -22,7 +23,7 @@ from cdc_relay.ops.doctor.checks import (
 )
 from cdc_relay.ops.verdicts import Verdict
 from cdc_relay.routing import Router
-from cdc_relay.sink.base import ErrorKind
+from cdc_relay.sink.base import Cause, DeliveryError, ErrorKind
 from cdc_relay.testing import FakeSinkFactory, shuffled
 from cdc_relay.wal.backfill.loop import Backfill, BackfillStats, BackfillTimings
 
@@ -140,6 +141,27 @@ def test_a_delivery_refused_for_good_is_dead_lettered_too() -> None:
     dead = [m for m in factory.current.messages if m.topic == "outbox.dead-letters"]
     assert [dict(m.headers)["id"] for m in dead] == [b"id-3"]
     assert sorted(marked) == list(range(10))
+
+
+def test_a_too_large_row_is_dead_lettered_without_its_payload_by_the_sinks_cause() -> None:
+    too_large = DeliveryError(ErrorKind.PERMANENT, "refused", Cause.TOO_LARGE)
+    factory = FakeSinkFactory(fail_tokens={3: too_large})
+    backfill, marked = make(FakeReader(10), factory)
+    assert backfill.run(threading.Event())
+    [dead] = [m for m in factory.current.messages if m.topic == "outbox.dead-letters"]
+    assert dead.value == b"" and "payload_omitted_bytes" in dict(dead.headers)
+    assert sorted(marked) == list(range(10)) and backfill.stats.dead_lettered == 1
+
+
+def test_a_dead_letter_refused_too_stops_the_backfill_with_the_acknowledged_rows_marked() -> None:
+    factory = FakeSinkFactory(fail_tokens={5: ErrorKind.PERMANENT},
+                              reject_topics={"outbox.dead-letters": ErrorKind.PERMANENT})
+    backfill, marked = make(FakeReader(10), factory)
+    with pytest.raises(DeadLetterRefused, match="refused event id-5"):
+        backfill.run(threading.Event())
+    assert factory.generations == 1  # not retried with a new producer: it would refuse again
+    assert 5 not in marked and sorted(marked) == sorted(set(marked))
+    assert not backfill.stats.finished and not backfill.stats.running
 
 
 def test_a_stop_mid_way_returns_unfinished_with_the_acknowledged_rows_marked() -> None:

@@ -423,6 +423,7 @@ pg_text = st.text(
 )
 
 
+@pytest.mark.slow  # a long property run
 @settings(max_examples=300, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])  # decoder_path: per test
 @given(payload=pg_text, aggregate_id=pg_text, event_type=pg_text,

@@ -186,6 +186,7 @@ def test_compiled_parse_declines_or_agrees_with_the_pure_one(text: str) -> None:
     assert fast is None or fast == pure
 
 
+@pytest.mark.slow  # a long property run
 @settings(max_examples=500, deadline=None)
 @given(st.lists(any_text, max_size=6))
 def test_a_sequence_parses_alike_through_the_cache_on_both_paths(texts: list[str]) -> None:
@@ -330,6 +331,7 @@ def both_paths(texts: list[str], rnd: Random | None = None) -> list[list[Any]]:
     return results
 
 
+@pytest.mark.slow  # a long property run
 @settings(max_examples=500, deadline=None)
 @given(data=st.data())
 def test_rows_decode_alike_on_both_paths_as_their_created_at_repeats_and_changes(

@@ -53,6 +53,7 @@ def test_the_compiled_wal2json_decoder_is_built() -> None:
 # ---------------------------------------------------------------- differential properties
 
 
+@pytest.mark.slow  # a long property run
 @SETTINGS
 @given(data=st.data(), created_at=st.sampled_from(["created_at", ""]))
 def test_any_document_decodes_alike_on_both_paths(data: st.DataObject, created_at: str) -> None:

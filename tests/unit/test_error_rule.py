@@ -16,7 +16,6 @@ PACKAGE = Path(__file__).resolve().parents[2] / "cdc_relay"
 CONTROL_FLOW = {
     "ProducerFailed",  # the delivery engine: replace the producer, replay
     "TopicUnavailable",  # a ProducerFailed for a missing or forbidden topic
-    "_ProducerFailed",  # the backfill's, until it uses the delivery engine's
     "KafkaTransactionAborted",  # exactly-once: replay from the checkpoint on a new session
 }
 

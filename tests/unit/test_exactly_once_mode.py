@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 import pytest
 
 from cdc_relay.config import TxnLimits
+from cdc_relay.delivery.engine import ProducerFailed
 from cdc_relay.model import Begin, Lsn, Message, OutboxEvent
 from cdc_relay.sink.base import Cause, DeliveryError, ErrorKind
 from cdc_relay.sink.transactions import CheckpointViews, TxnError, TxnErrorKind
 from cdc_relay.wal.exactly_once.checkpoint import SKIP_ALL, Checkpoint, checkpoint_key
 from cdc_relay.wal.exactly_once.mode import ExactlyOnce, ExactlyOnceSettings, KafkaTransactionAborted
-from cdc_relay.wal.stream.session import ProducerFailed
 
 SYS, SLOT = "7301", "cdc_relay"
 

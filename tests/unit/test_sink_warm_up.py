@@ -7,11 +7,11 @@ import threading
 
 import pytest
 
+from cdc_relay.delivery.engine import ProducerFailed
 from cdc_relay.errors import BrokerError
 from cdc_relay.sink.base import ignore_reports
 from cdc_relay.testing import FakeSink, FakeSinkFactory
 from cdc_relay.wal.stream.loop import SinkWarmUp
-from cdc_relay.wal.stream.session import ProducerFailed
 from tests.support import wait_for
 from tests.unit.wal_harness import Harness, txns
 

@@ -1,22 +1,24 @@
 """The backfill's publishing loop: rows of a snapshot → router → sink; every ack → marked processed.
 
-The rows come from a ``RowSource`` (backfill_rows.SnapshotReader: a server-side cursor
-over the pending rows of one snapshot) and go through the same Router and Sink as
-streaming, so the messages are identical. Rows are numbered in cursor order (fixed
-within one snapshot); a contiguous low-watermark of acknowledged ordinals plus the set
-acknowledged above it is the delivery accounting, as the AckTracker keeps it for LSNs.
-Acknowledged rows are handed to ``MarkProcessed`` (backfill_rows.RowMarker) in batches.
-Memory is bounded: at most ``max_inflight_events`` rows are unacknowledged.
+The rows come from a ``RowSource`` (backfill/rows.py SnapshotReader: a server-side cursor
+over the pending rows of one snapshot) and go through the same Router, Sink and delivery
+engine (delivery/engine.py) as streaming, so the messages and the failure rules are
+identical. Rows are numbered in cursor order (fixed within one snapshot), and a row's
+ordinal is its token: a ``Watermark`` of acknowledged ordinals (delivery/watermark.py,
+as the AckTracker keeps it for LSNs) is the delivery accounting. Acknowledged rows are
+handed to ``MarkProcessed`` (backfill/rows.py RowMarker) in batches. Memory is bounded: at
+most ``max_inflight_events`` rows are unacknowledged.
 
-Failures follow WAL mode's rules (docs/design.md, failure rules): a message refused for
-good goes to the dead-letter topic (then its row counts as done); a fatal producer error
-or a timed-out message discards the producer and the backfill resumes, with a new one,
-at the watermark of the same snapshot (only the rows unacknowledged at the failure are
-sent again).
+Failures are the engine's (docs/design.md, failure rules): a message refused for good
+goes to the dead-letter topic (then its row counts as done); a dead letter refused too
+stops the relay (DeadLetterRefused); a fatal producer error or a timed-out message
+discards the producer and the backfill resumes, with a new one (delivery/producer.py)
+after a ``Backoff``, at the watermark of the same snapshot (only the rows
+unacknowledged at the failure are sent again).
 
 Must not: do I/O of its own, create slots, take locks or decide whether a backfill is
-needed (cutover.py), stream from the slot, or confirm any LSN: the slot is not read until
-the backfill is done.
+needed (backfill/cutover.py), stream from the slot, or confirm any LSN: the slot is not
+read until the backfill is done.
 """
 
 from __future__ import annotations
@@ -25,20 +27,22 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from cdc_relay.backoff import Backoff
 from cdc_relay.config import FlowConfig
-from cdc_relay.errors import ConfigError, RelayError
-from cdc_relay.logs import event_fields
+from cdc_relay.delivery.engine import Engine, ProducerFailed
+from cdc_relay.delivery.producer import new_producer
+from cdc_relay.delivery.watermark import Watermark
+from cdc_relay.errors import DeadLetterRefused
 from cdc_relay.model import OutboxEvent
-from cdc_relay.routing import Router, RoutingError
-from cdc_relay.sink.base import DeliveryError, ErrorKind, ProduceRejected, QueueFull, Sink, SinkFactory
+from cdc_relay.routing import Router
+from cdc_relay.sink.base import SinkFactory, ignore_reports
 
 log = logging.getLogger("cdc_relay.backfill")
 
 _MARK_BATCH = 2000  # acked rows marked processed per UPDATE
-_TOO_LARGE_MARKERS = ("too large", "TOO_LARGE")
 
 
 @dataclass
@@ -53,6 +57,8 @@ class BackfillStats:
     rate: float = 0.0  # rows acknowledged per second since the backfill started
     snapshot_age: float = 0.0  # seconds the reading transaction (its xmin) has been held
     snapshot_xmin: int | None = None  # the read snapshot's xmin (a recovery's new horizon)
+    published: int = 0  # rows acknowledged on their own topic (the engine's count)
+    failed_by_type: dict[str, int] = field(default_factory=dict)  # failed deliveries
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,10 +72,6 @@ class BackfillTimings:
     retry_max: float = 30.0
 
 
-class _ProducerFailed(RelayError):
-    """The producer cannot be trusted: resume at the watermark with a new one."""
-
-
 class RowSource(Protocol):
     """The pending rows of one snapshot, in a fixed order (SnapshotReader)."""
 
@@ -79,7 +81,7 @@ class RowSource(Protocol):
 
 
 class ProgressStore(Protocol):
-    """Where progress is recorded (backfill_state.StateStore)."""
+    """Where progress is recorded (backfill/state.py StateStore)."""
 
     def progress(self, rows_done: int) -> None: ...
     def snapshot_age(self, reader_pid: int) -> tuple[float, int] | None: ...
@@ -108,14 +110,11 @@ class Backfill:
         self._timings = timings
         self.stats = stats
         self._clock = clock
-        self._low = 0  # every ordinal below is acknowledged
-        self._ahead: set[int] = set()  # acknowledged ordinals above _low
-        self._next_token = 0
-        # token -> (ordinal, raw id, event, dead-lettered: None | payload omitted)
-        self._inflight: dict[int, tuple[int, Any, OutboxEvent, bool | None]] = {}
+        self._watermark = Watermark()  # of row ordinals, each row's token
+        self._raw_ids: dict[int, Any] = {}  # ordinal -> raw id, of the rows in flight
         self._marks: list[Any] = []  # raw ids acknowledged, not yet marked processed
-        self._redo: list[tuple[int, Any]] = []  # dead letters to produce from the loop
-        self._failure: str | None = None
+        self._backoff = Backoff(timings.retry_min, timings.retry_max)
+        self._engine: Engine | None = None  # the current producer's
         self._started = 0.0
         self._next_mark = self._next_progress = 0.0
 
@@ -123,161 +122,101 @@ class Backfill:
         """Publish every pending row; True once all are acked and marked, False if stopped."""
         self._started = self._clock()
         self.stats.running = True
-        delay = self._timings.retry_min
         try:
             while not stop.is_set():
-                sink: Sink | None = None
                 try:
-                    sink = self._new_sink()
-                    if self._publish_all(sink, stop):
+                    if self._run_producer(stop):
                         self._flush_marks(force=True)
                         self.stats.finished = True
                         return True
                     break
-                except _ProducerFailed as exc:
+                except ProducerFailed as exc:
+                    delay = self._backoff.next_delay()
                     log.warning("%s; resuming the backfill at row %d with a new producer in "
-                                "%.1fs", exc, self._low, delay)
-                    self._inflight.clear()
-                    self._failure = None
+                                "%.1fs", exc, self._watermark.low, delay)
+                    self._raw_ids.clear()
                     stop.wait(delay)
-                    delay = min(delay * 2, self._timings.retry_max)
-                finally:
-                    if sink is not None:
-                        sink.close(1.0)
+                except DeadLetterRefused:
+                    self._flush_marks(force=True)  # what was acknowledged stays done
+                    raise
             self._flush_marks(force=True)
             return False
         finally:
             self.stats.running = False
             self._progress(force=True)
 
-    def _new_sink(self) -> Sink:
+    def _run_producer(self, stop: threading.Event) -> bool:
+        """Publish with one producer until done (True), stopped (False) or it failed."""
+        sink = new_producer(self._sink_factory, warmup=self._timings.sink_warmup,
+                            clock=self._clock, stopped=stop.is_set)
+        if sink is None:
+            return False  # stopped while warming up
+        engine = Engine(sink, self._router, self.stats, self._acked, serve=self._chores,
+                        logger=log)
+        sink.set_handler(engine.on_delivery, engine.on_delivered)
+        self._engine = engine
         try:
-            sink = self._sink_factory(self._on_delivery)
-        except ConfigError:
+            return self._publish_all(engine, stop)
+        except ProducerFailed:
+            sink.set_handler(ignore_reports)  # a discarded producer's reports count no more
             raise
-        except RelayError as exc:
-            raise _ProducerFailed(f"cannot create the producer: {exc}") from exc
-        try:
-            sink.warm_up(self._timings.sink_warmup)
-        except RelayError as exc:
-            sink.close(0)
-            raise _ProducerFailed(f"broker not reachable: {exc}") from exc
-        return sink
+        finally:
+            sink.close(1.0)  # otherwise what it still reports is acknowledged (and marked)
 
-    def _publish_all(self, sink: Sink, stop: threading.Event) -> bool:
+    def _publish_all(self, engine: Engine, stop: threading.Event) -> bool:
         limit = self._flow.max_inflight_events
-        rows = self._reader.rows(self._low)
+        watermark, raw_ids, inflight = self._watermark, self._raw_ids, engine.inflight
+        watermark.rewind()  # resume at the watermark: only what is unacknowledged again
+        rows = self._reader.rows(watermark.low)
         try:
-            for ordinal, (raw_id, event) in enumerate(rows, start=self._low):
-                if ordinal in self._ahead:
+            for raw_id, event in rows:
+                ordinal = watermark.produced()
+                if watermark.acknowledged(ordinal):
                     continue  # acknowledged before the producer was replaced
-                while len(self._inflight) >= limit:
-                    sink.poll(0.05)
-                    self._tick(sink)
-                self._publish(sink, ordinal, raw_id, event)
+                while len(inflight) >= limit:
+                    engine.sink.poll(0.05)
+                    self._tick(engine)
+                raw_ids[ordinal] = raw_id
+                engine.send(ordinal, event)
                 if not ordinal % 256:
-                    sink.poll(0)
-                    self._tick(sink)
+                    engine.sink.poll(0)
+                    self._tick(engine)
                 if stop.is_set():
-                    self._await_acks(sink, self._timings.shutdown_timeout, fail=False)
+                    self._await_acks(engine, self._timings.shutdown_timeout, fail=False)
                     return False
         finally:
             rows.close()  # the server-side cursor, before a retry opens another
-        self._await_acks(sink, self._timings.delivery_timeout, fail=True)
+        self._await_acks(engine, self._timings.delivery_timeout, fail=True)
         return True
 
-    def _publish(self, sink: Sink, ordinal: int, raw_id: Any, event: OutboxEvent) -> None:
-        token = self._next_token
-        self._next_token += 1
-        try:
-            message = self._router.route(event)
-            self._inflight[token] = (ordinal, raw_id, event, None)
-        except RoutingError as exc:
-            message = self._dead_letter(token, (ordinal, raw_id, event, None), exc.reason)
-        self._produce(sink, token, message)
+    def _acked(self, ordinals: list[int]) -> None:
+        """The engine's successes: the watermark moves, the rows wait to be marked."""
+        self._watermark.delivered_all(ordinals)
+        raw_ids = self._raw_ids
+        self._marks.extend(raw_ids.pop(ordinal) for ordinal in ordinals)
 
-    def _produce(self, sink: Sink, token: int, message: Any) -> None:
-        while True:
-            try:
-                sink.produce(message, token)
-                return
-            except QueueFull:
-                sink.poll(0.05)
-                self._tick(sink)
-            except ProduceRejected as exc:
-                if exc.error.kind is not ErrorKind.PERMANENT:
-                    raise _ProducerFailed(f"cannot produce: {exc.error.reason}") from exc
-                message = self._dead_letter(token, self._inflight[token], exc.error.reason)
+    def _tick(self, engine: Engine) -> None:
+        """Between produces: fail fast, then the chores."""
+        engine.check()
+        self._chores()
 
-    def _dead_letter(self, token: int, entry: tuple[int, Any, OutboxEvent, bool | None],
-                     reason: str) -> Any:
-        """The dead letter for a message refused for good (as WAL mode makes it)."""
-        ordinal, raw_id, event, omitted = entry
-        too_large = any(marker in reason for marker in _TOO_LARGE_MARKERS)
-        if omitted is not None and (omitted or not too_large):
-            raise _ProducerFailed(f"the dead-letter topic refused event {event.id} too: {reason}")
-        log.warning("dead-lettering event: %s", reason, extra=event_fields(event))
-        message = self._router.dead_letter(event, reason)
-        if too_large:
-            message = replace(message, value=b"", headers=[
-                *message.headers, ("payload_omitted_bytes", str(len(message.value)).encode())])
-        self._inflight[token] = (ordinal, raw_id, event, too_large)
-        return message
-
-    def _on_delivery(self, token: int, error: DeliveryError | None) -> None:
-        entry = self._inflight.get(token)
-        if entry is None:
-            return  # a report of a discarded producer
-        if error is None:
-            del self._inflight[token]
-            self._acked(entry[0])
-            self._marks.append(entry[1])
-            if entry[3] is not None:
-                self.stats.dead_lettered += 1
-            return
-        if error.kind is ErrorKind.PERMANENT and self._failure is None:
-            try:
-                self._redo.append((token, self._dead_letter(token, entry, error.reason)))
-                return
-            except _ProducerFailed as exc:
-                self._failure = str(exc)
-                return
-        if self._failure is None:
-            self._failure = f"delivery of event {entry[2].id} failed: {error.reason}"
-
-    def _acked(self, ordinal: int) -> None:
-        if ordinal == self._low:
-            low = ordinal + 1
-            while low in self._ahead:
-                self._ahead.remove(low)
-                low += 1
-            self._low = low
-        elif ordinal > self._low:
-            self._ahead.add(ordinal)
-
-    def _tick(self, sink: Sink) -> None:
-        """Between produces: fail fast, re-send dead letters, mark, report progress."""
-        if self._failure is not None:
-            raise _ProducerFailed(self._failure)
-        fatal = sink.fatal_error
-        if fatal is not None:
-            raise _ProducerFailed(f"producer failed: {fatal.reason}")
-        redo, self._redo = self._redo, []
-        for token, message in redo:
-            self._produce(sink, token, message)
+    def _chores(self) -> None:
+        """Re-send dead letters, mark, report progress (also while the queue is full)."""
+        if self._engine is not None:
+            self._engine.produce_redo()
         self._flush_marks()
         self._progress()
 
-    def _await_acks(self, sink: Sink, timeout: float, *, fail: bool) -> None:
+    def _await_acks(self, engine: Engine, timeout: float, *, fail: bool) -> None:
         deadline = self._clock() + timeout
-        while self._inflight or self._redo:
+        while engine.inflight or engine.redo:
             if self._clock() > deadline:
                 if fail:
-                    raise _ProducerFailed(f"{len(self._inflight)} messages unacknowledged "
-                                          f"after {timeout:.0f}s")
+                    raise ProducerFailed(f"{len(engine.inflight)} messages unacknowledged "
+                                         f"after {timeout:.0f}s")
                 return
-            sink.poll(0.1)
-            self._tick(sink)
+            engine.sink.poll(0.1)
+            self._tick(engine)
 
     def _flush_marks(self, *, force: bool = False) -> None:
         now = self._clock()
@@ -290,7 +229,7 @@ class Backfill:
         if force:
             self._mark.drain()
         # Every acknowledged row is marked now: the state row's count says so (status).
-        self.stats.rows_done = self._low + len(self._ahead)
+        self.stats.rows_done = self._watermark.delivered_count
         self._store.progress(self.stats.rows_done)
         self._next_mark = now + self._timings.mark_interval
 
@@ -300,7 +239,7 @@ class Backfill:
             return
         self._next_progress = now + self._timings.progress_interval
         stats = self.stats
-        stats.rows_done = self._low + len(self._ahead)
+        stats.rows_done = self._watermark.delivered_count
         elapsed = max(now - self._started, 1e-9)
         stats.rate = stats.rows_done / elapsed
         self._store.progress(stats.rows_done)

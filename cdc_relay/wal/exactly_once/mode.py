@@ -41,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cdc_relay.config import TxnLimits
+from cdc_relay.delivery.engine import ProducerFailed
 from cdc_relay.errors import BrokerError, RelayError, SourceLost
 from cdc_relay.logs import event_fields
 from cdc_relay.model import Begin, Lsn, Message, OutboxEvent
@@ -56,7 +57,6 @@ from cdc_relay.wal.exactly_once.checkpoint import (
     committed_view_behind,
 )
 from cdc_relay.wal.exactly_once.txn_policy import CommittedTracker, TxnBatch
-from cdc_relay.wal.stream.session import ProducerFailed
 
 log = logging.getLogger("cdc_relay.exactly_once")
 

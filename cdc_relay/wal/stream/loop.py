@@ -14,11 +14,12 @@ when the session ends early, decides what comes next:
 
 Start-up overlaps its waits: ``SinkWarmUp`` warms the first producer (connect, get a
 producer id) on a thread while ``cdc-relay run`` does its PostgreSQL checks, and the
-relay takes that sink for its first session. A sink is built reporting nowhere
-(``ignore_reports``); each session points it at its own ``on_delivery`` (and
-``on_delivered``, for the successes a sink hands over per poll) for as long as it
-streams (``Sink.set_handler``), so a report takes no extra hop per event, and a report
-of a session that has ended reaches nobody.
+relay takes that sink for its first session; later ones are built and warmed up by
+delivery/producer.py. A sink is built reporting nowhere (``ignore_reports``); each
+session points it at its delivery engine's ``on_delivery`` (and ``on_delivered``, for
+the successes a sink hands over per poll) for as long as it streams
+(``Sink.set_handler``), so a report takes no extra hop per event, and a report of a
+session that has ended reaches nobody.
 
 The backoff (cdc_relay/backoff.py) doubles per incident and comes back down once a
 stream has run for ``healthy_after`` seconds. Every wait here ends early on a stop
@@ -36,14 +37,9 @@ from collections.abc import Callable
 
 from cdc_relay.backoff import Backoff
 from cdc_relay.config import FlowConfig
-from cdc_relay.errors import (
-    AccessRefused,
-    ConfigError,
-    DeadLetterRefused,
-    RelayError,
-    SlotBusy,
-    SourceLost,
-)
+from cdc_relay.delivery.engine import ProducerFailed
+from cdc_relay.delivery.producer import new_producer, warm_up
+from cdc_relay.errors import DeadLetterRefused, SlotBusy, SourceLost
 from cdc_relay.routing import Router
 from cdc_relay.sink.base import Sink, SinkFactory, ignore_reports
 from cdc_relay.stats import RelayStats
@@ -51,37 +47,14 @@ from cdc_relay.wal.stream.delivery import AtLeastOnce, DeliveryMode
 from cdc_relay.wal.stream.session import (
     Decoder,
     LoopTimings,
-    ProducerFailed,
     ReplicationSource,
     Session,
     SessionParts,
 )
 
-__all__ = ["SinkWarmUp", "WalRelay", "warm_up"]
+__all__ = ["SinkWarmUp", "WalRelay"]
 
 log = logging.getLogger("cdc_relay.relay")
-
-_WARMUP_SLICE = 1.0  # seconds per warm-up attempt, so a stop request is seen in time
-
-
-def warm_up(sink: Sink, timeout: float, clock: Callable[[], float],
-            stopped: Callable[[], bool]) -> bool:
-    """Warm ``sink`` up within ``timeout`` s: True when ready, False when stopped meanwhile.
-
-    A broker that does not answer in time is a ProducerFailed; the caller closes the sink.
-    """
-    deadline = clock() + timeout
-    while True:
-        try:
-            sink.warm_up(max(0.0, min(_WARMUP_SLICE, deadline - clock())))
-            return True
-        except AccessRefused:
-            raise  # credentials or permissions: retrying cannot fix it (exit 6)
-        except RelayError as exc:
-            if stopped():
-                return False
-            if clock() >= deadline:
-                raise ProducerFailed(f"broker not reachable: {exc}") from exc
 
 
 class _HeldLines(logging.Filter):
@@ -254,21 +227,9 @@ class WalRelay:
         if self._first_sink is not None:  # warmed up during start-up
             first, self._first_sink = self._first_sink, None
             return first.result()
-        try:
-            sink = self._sink_factory(ignore_reports)  # each session points it at itself
-        except ConfigError:
-            raise  # a bad --producer-config: retrying cannot fix it
-        except RelayError as exc:
-            raise ProducerFailed(f"cannot create the producer: {exc}") from exc
-        try:
-            ready = warm_up(sink, self._timings.sink_warmup, self._clock, stop.is_set)
-        except ProducerFailed:
-            sink.close(0)
-            raise
-        if not ready:
-            sink.close(0)
-            return None
-        return sink
+        # Each session points it at its own engine (delivery/producer.py).
+        return new_producer(self._sink_factory, warmup=self._timings.sink_warmup,
+                            clock=self._clock, stopped=stop.is_set)
 
     def _drain_or_discard(self, sink: Sink | None, stop: threading.Event) -> Sink | None:
         """After a lost stream: keep the sink only if nothing of the old session is pending."""
@@ -288,7 +249,8 @@ class WalRelay:
             start = source.open()
             self._decoder.reset()
             session = Session(self._parts, source, sink, start, stop)
-            sink.set_handler(session.on_delivery, session.on_delivered)
+            engine = session.engine  # the reports go straight to it: no hop per report
+            sink.set_handler(engine.on_delivery, engine.on_delivered)
             self.stats.streaming = True
             self.stats.confirmed_lsn = int(start)
             self._backoff.healthy(self._clock())

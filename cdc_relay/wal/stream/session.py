@@ -1,18 +1,21 @@
 """One replication connection's worth of WAL mode: read → decode → route → produce → confirm.
 
 A ``Session`` lives from START_REPLICATION to the end of that connection. It owns the
-AckTracker for the stream, the events in flight and the status-update timer, and talks
-only to the small protocols below (a source, a decoder) plus the router and a sink, all
-handed in as ``SessionParts`` - so fakes drive it in unit tests. The delivery mode
-(wal/stream/delivery.py) is called at the points marked "delivery mode": it makes the tracker
-and decides, for exactly-once, what is skipped and when a Kafka transaction commits.
+AckTracker for the stream, its delivery engine (the events in flight) and the
+status-update timer, and talks only to the small protocols below (a source, a decoder)
+plus the router and a sink, all handed in as ``SessionParts`` - so fakes drive it in
+unit tests. The delivery mode (wal/stream/delivery.py) is called at the points marked
+"delivery mode": it makes the tracker and decides, for exactly-once, what is skipped and
+when a Kafka transaction commits.
 
-What it does about trouble (docs/design.md, failure rules): a delivery refused for good
-(too large, illegal topic) is re-sent to the dead-letter topic under the same token, so
-the tracker waits for *that* ack; a dead-letter topic that refuses it too stops the relay
-(DeadLetterRefused); a missing or forbidden topic (TopicUnavailable) and every other
-failed or timed-out delivery (ProducerFailed) end the session: the caller replaces the
-producer and replays from the slot. A decode error is fatal. Nothing is ever skipped.
+What it does about trouble is the delivery engine's (delivery/engine.py, one per
+session; docs/design.md, failure rules): a delivery refused for good is re-sent to the
+dead-letter topic under the same token, so the tracker waits for *that* ack; a
+dead-letter topic that refuses it too stops the relay (DeadLetterRefused); a missing or
+forbidden topic (TopicUnavailable) and every other failed or timed-out delivery
+(ProducerFailed) end the session: the caller replaces the producer and replays from the
+slot. A decode error is fatal. Nothing is ever skipped. The session keeps what is WAL
+mode's: the tracker (LSN confirmation), the status updates, the watchdog.
 
 It must not block on one side while the other needs service: WAL is read only while
 the tracker's span and the bytes in flight are under the flow limits, status updates
@@ -26,18 +29,17 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from cdc_relay.acks import AckTracker
 from cdc_relay.config import FlowConfig
 from cdc_relay.decoding.compiled import DecodeFunction
-from cdc_relay.errors import DeadLetterRefused, RelayError, SourceLost
-from cdc_relay.logs import event_fields
-from cdc_relay.model import Begin, Change, Commit, IgnoredMessage, Lsn, Message, OutboxEvent
+from cdc_relay.delivery.engine import Engine, ProducerFailed, Stopped
+from cdc_relay.errors import DeadLetterRefused, SourceLost
+from cdc_relay.model import Begin, Change, Commit, IgnoredMessage, Lsn, OutboxEvent
 from cdc_relay.routing import Router, RoutingError
 from cdc_relay.sink.base import (
-    Cause,
     DeliveryError,
     ErrorKind,
     ProduceRejected,
@@ -51,7 +53,6 @@ from cdc_relay.wal.stream.protocol import ChangeReader
 log = logging.getLogger("cdc_relay.relay")
 
 _READ_BATCH = 1000  # messages read per loop turn before the sink is served again
-_TOPIC_CAUSES = (Cause.TOPIC_MISSING, Cause.TOPIC_FORBIDDEN)
 
 
 class ReplicationSource(Protocol):
@@ -72,24 +73,6 @@ class Decoder(Protocol):
 
     def decode(self, payload: bytes | memoryview, wal_start: int) -> Change | None: ...
     def reset(self) -> None: ...
-
-
-class ProducerFailed(RelayError):
-    """The producer cannot be trusted any more: replay from the slot with a new one."""
-
-    reason = "producer_failed"  # the label of cdc_relay_delivery_retries_total
-
-
-class TopicUnavailable(ProducerFailed):
-    """A topic is missing or not authorized: broker trouble, retried, never dead-lettered."""
-
-    def __init__(self, message: str, cause: Cause) -> None:
-        super().__init__(message)
-        self.reason = cause.value
-
-
-class _Stopped(Exception):
-    """A stop request arrived while the session waited for room in the producer queue."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +112,7 @@ class SessionParts:
 
 
 class Session:
-    """One replication connection's worth of state: tracker, in-flight events, timers."""
+    """One replication connection's worth of state: tracker, engine, timers."""
 
     def __init__(self, parts: SessionParts, source: ReplicationSource, sink: Sink,
                  start: Lsn, stop: threading.Event) -> None:
@@ -141,96 +124,41 @@ class Session:
         self.skip = 0  # events of the current transaction still to skip (delivery mode)
         self._admit = parts.mode.admit if parts.mode.admits else None  # per event: bind once
         self.stats = parts.stats
+        # The delivery engine: the events in flight, the dead letters, the failure rules.
+        self.engine = Engine(sink, parts.router, parts.stats, self.tracker.delivered_all,
+                             serve=self._serve, stop=stop, failed=parts.mode.delivery_failed)
+        self.inflight = self.engine.inflight
         self._next_change = source.changes(parts.decoder.decode)
-        self._router = parts.router
         self._route = parts.router.route  # per event: bound once, as the sink's produce
         self._sink_produce = sink.produce
         self._clock = parts.clock
         self._max_events = parts.flow.max_inflight_events
         self._max_bytes = parts.flow.max_inflight_bytes
         self._timings = parts.timings
-        self.inflight: dict[int, OutboxEvent] = {}
-        self.inflight_bytes = 0
-        # Tokens now carried by a dead-letter message -> whether its payload was omitted.
-        self.dead_lettered: dict[int, bool] = {}
-        self.redo: list[tuple[int, Message]] = []  # dead letters to produce from the loop
-        self.failure: RelayError | None = None
         self.next_status = 0.0  # the periodic status update is due
         self.next_prompt = 0.0  # a status update for an advance may go out
         self.sent = Lsn(start)
         self.heard = parts.clock()  # the last time the server sent anything (the watchdog)
         self.asked = False  # a keepalive was requested since
 
-    # -- delivery reports (called from sink.poll) ------------------------------------
-    def on_delivery(self, token: int, error: DeliveryError | None) -> None:
-        """Feed one delivery report to the tracker, or act on its failure."""
-        if error is None:
-            self.on_delivered([token])
-            return
-        event = self.inflight.get(token)  # not delivered: stays in flight (dead letter, replay)
-        if event is None:
-            return
-        failed = self.stats.failed_by_type
-        failed[event.event_type] = failed.get(event.event_type, 0) + 1
-        if self.mode.delivery_failed(event, error):  # delivery mode
-            return
-        if error.kind is ErrorKind.PERMANENT:
-            try:
-                self.redo.append((token, self._next_dead_letter(token, error)))
-            except DeadLetterRefused as exc:
-                self._fail(exc)
-            return
-        self._fail(self._failure(event, error))
-
-    def on_delivered(self, tokens: list[int]) -> None:
-        """Successes: every success comes here, a poll's at once from a sink that hands them
-        over so, one call per event otherwise (docs/design.md, "The compiled delivery
-        report")."""
-        inflight, dead_lettered = self.inflight, self.dead_lettered
-        size = dead = 0
-        known: list[int] = []
-        for token in tokens:
-            event = inflight.pop(token, None)
-            if event is None:
-                continue  # as on_delivery: not in flight (any more), ignored
-            known.append(token)
-            size += len(event.payload)
-            if dead_lettered and dead_lettered.pop(token, None) is not None:
-                dead += 1
-        self.tracker.delivered_all(known)
-        self.inflight_bytes -= size
-        stats = self.stats
-        stats.published += len(known) - dead
-        if dead:
-            stats.dead_lettered += dead
-
-    def _failure(self, event: OutboxEvent, error: DeliveryError) -> ProducerFailed:
-        if error.cause in _TOPIC_CAUSES:
-            return TopicUnavailable(
-                f"topic not available for event {event.id} ({error.reason}): retrying, "
-                "nothing is dead-lettered; create the topic or grant the producer access",
-                error.cause)
-        log.warning("delivery failed (%s): %s", error.kind.value, error.reason,
-                    extra=event_fields(event))
-        return ProducerFailed(f"delivery of event {event.id} failed: {error.reason}")
-
-    def _fail(self, failure: RelayError) -> None:
-        if self.failure is None or isinstance(failure, DeadLetterRefused):
-            self.failure = failure
+    def _serve(self) -> None:
+        """While the producer's queue is full: keep the walsender's timeout at bay."""
+        self._maybe_send_status(self._clock())
 
     # -- the loop ------------------------------------------------------------------
     def loop(self) -> None:
         """Stream until the stop request; raise what ends the session early."""
         source, sink, stop, tracker, clock = self.source, self.sink, self.stop, self.tracker, self._clock
+        engine = self.engine
         try:
             while not stop.is_set():
                 sink.poll(0)
-                self._check()
+                engine.check()
                 wake = self.mode.tick(clock())  # delivery mode
-                if self.redo:
-                    self._produce_redo()
+                if engine.redo:
+                    engine.produce_redo()
                 self.stats.last_tick = clock()
-                if tracker.inflight >= self._max_events or self.inflight_bytes >= self._max_bytes:
+                if tracker.inflight >= self._max_events or engine.inflight_bytes >= self._max_bytes:
                     # Backpressure: leave the WAL unread (libpq buffers nothing more), but
                     # keep telling the walsender we are alive. Unread is not unheard.
                     sink.poll(0.05)
@@ -244,7 +172,7 @@ class Session:
                 else:
                     self.heard, self.asked = clock(), False
                 self._maybe_send_status(clock())
-        except _Stopped:
+        except Stopped:
             return
 
     def _watchdog(self, now: float) -> None:
@@ -265,13 +193,6 @@ class Session:
             self.source.send_status(self.tracker.confirmed, reply=True)
             self.asked = True
 
-    def _check(self) -> None:
-        if self.failure is not None:
-            raise self.failure
-        fatal = self.sink.fatal_error
-        if fatal is not None:
-            raise ProducerFailed(f"producer failed: {fatal.reason}")
-
     def _maybe_send_status(self, now: float, *, force: bool = False) -> None:
         """The periodic status update, or a prompt one when the confirmed LSN advanced."""
         confirmed = self.tracker.confirmed
@@ -285,7 +206,7 @@ class Session:
             self.stats.inflight = len(self.inflight)
 
     def _read_batch(self) -> int:
-        next_change, tracker = self._next_change, self.tracker
+        next_change, tracker, engine = self._next_change, self.tracker, self.engine
         inflight, route, produce, admit = self.inflight, self._route, self._sink_produce, self._admit
         # The span grows by at most one per message read (one token per event) and only
         # shrinks otherwise: capping the batch at the room left keeps it within the flow
@@ -301,23 +222,23 @@ class Session:
                 if self.skip:  # delivery mode: already delivered
                     self.skip -= 1
                     continue
-                # Publish it - here, not in a method of its own: a Python call per event
-                # costs ~700 instructions (docs/design.md, WAL mode's hot path).
+                # Engine.send, inlined - here, not in a method of its own: a Python call
+                # per event costs ~700 instructions (docs/design.md, WAL mode's hot path).
                 token = tracker.produced()
                 inflight[token] = change
-                self.inflight_bytes += len(change.payload)
+                engine.inflight_bytes += len(change.payload)
                 try:
                     out = route(change)
                 except RoutingError as exc:
-                    out = self._next_dead_letter(token, DeliveryError(ErrorKind.PERMANENT, str(exc)))
+                    out = engine.dead_letter(token, DeliveryError(ErrorKind.PERMANENT, str(exc)))
                 if admit is not None:  # delivery mode
                     refusal = admit(token, change, out)
                     if refusal is not None:
-                        out = self._next_dead_letter(token, refusal)
+                        out = engine.dead_letter(token, refusal)
                 try:
                     produce(out, token)  # the common case, without the retry loop
                 except (QueueFull, ProduceRejected):
-                    self._produce(token, out)
+                    engine.produce(token, out)
             elif type(change) is Commit:
                 self.skip = 0
                 tracker.commit(change.end_lsn)
@@ -341,74 +262,23 @@ class Session:
                         "cdc_relay.outbox.emit_message); further ones are only counted",
                         message.prefix)
 
-    def _produce(self, token: int, message: Message) -> None:
-        sink = self.sink
-        while True:
-            try:
-                sink.produce(message, token)
-                return
-            except QueueFull:
-                # The producer's own queue is the bound: serve acks, stay alive, retry -
-                # unless asked to stop (the event was not sent: it is replayed next time).
-                if self.stop.is_set():
-                    raise _Stopped from None
-                sink.poll(0.05)
-                self._check()
-                self._maybe_send_status(self._clock())
-            except ProduceRejected as exc:
-                error = exc.error
-                if error.kind is not ErrorKind.PERMANENT:
-                    raise self._failure(self.inflight[token], error) from exc
-                message = self._next_dead_letter(token, error)
-
-    def _produce_redo(self) -> None:
-        redo, self.redo = self.redo, []
-        for token, message in redo:
-            self._produce(token, message)
-
-    def _next_dead_letter(self, token: int, error: DeliveryError) -> Message:
-        """The dead letter to send for a message refused for good.
-
-        First refusal: the event goes to the dead-letter topic. If that is refused as too
-        large, once more without the payload. Beyond that nothing can deliver it, and
-        skipping it would confirm past it, while replaying would repeat the refusal for
-        ever: DeadLetterRefused stops the relay.
-        """
-        event = self.inflight[token]
-        too_large = error.cause is Cause.TOO_LARGE
-        omitted = self.dead_lettered.get(token)
-        if omitted is not None and (omitted or not too_large):
-            raise DeadLetterRefused(
-                f"the dead-letter topic {self._router.config.dead_letter_topic!r} refused "
-                f"event {event.id}: {error.reason}; stopped without confirming past it - fix "
-                "the topic (its name, size limit or ACLs, --dead-letter-topic) and start again")
-        log.warning("dead-lettering event: %s", error.reason, extra=event_fields(event))
-        message = self._router.dead_letter(event, error.reason)
-        if too_large:
-            # The payload itself is what the broker refuses: keep the headers (the event
-            # id finds the row) and say what was dropped.
-            message = replace(message, value=b"", headers=[
-                *message.headers, ("payload_omitted_bytes", str(len(message.value)).encode())])
-        self.dead_lettered[token] = too_large
-        return message
-
     def shutdown(self) -> None:
         """Stop reading; wait (bounded) for in-flight acks, confirm what was acked.
 
         Status updates keep flowing meanwhile, so a walsender with a short
         ``wal_sender_timeout`` does not drop us before the final confirmation.
         """
-        clock, sink = self._clock, self.sink
+        clock, sink, engine = self._clock, self.sink, self.engine
         deadline = clock() + self._timings.shutdown_timeout
         try:
-            while (self.redo or sink.pending()) and clock() < deadline:
-                if self.failure is not None and not isinstance(self.failure, DeadLetterRefused):
+            while (engine.redo or sink.pending()) and clock() < deadline:
+                if engine.failure is not None and not isinstance(engine.failure, DeadLetterRefused):
                     break  # a failed producer: its acks are not coming
                 sink.poll(0.1)
-                if self.redo:
-                    self._produce_redo()
+                if engine.redo:
+                    engine.produce_redo()
                 self._maybe_send_status(clock())
-        except (_Stopped, ProducerFailed, DeadLetterRefused):
+        except (Stopped, ProducerFailed, DeadLetterRefused):
             pass  # what is unacked is not confirmed; it is replayed next time
         self.mode.finish()  # delivery mode
         self._maybe_send_status(clock(), force=True)

@@ -204,6 +204,7 @@ def test_sigterm_flushes_and_exits_0_and_a_second_signal_exits_at_once(
             private_broker.resume()
 
 
+@pytest.mark.slow  # waits out a frozen broker
 def test_sigterm_with_the_broker_frozen_exits_0_without_confirming_unacked_events(
     db: str, private_broker: Broker, topic_prefix: str
 ) -> None:
@@ -222,6 +223,7 @@ def test_sigterm_with_the_broker_frozen_exits_0_without_confirming_unacked_event
     assert_a_fresh_relay_delivers(db, private_broker.bootstrap, topic_prefix, expected)
 
 
+@pytest.mark.slow  # kills and restarts the relay again and again
 def test_repeated_kill_9_during_continuous_writes_loses_nothing(
     db: str, broker: Broker, topic_prefix: str
 ) -> None:

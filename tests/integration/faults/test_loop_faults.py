@@ -61,6 +61,7 @@ def _status_kb(pid: int, field: str) -> int:
     raise AssertionError(f"no {field} in /proc/{pid}/status")
 
 
+@pytest.mark.slow  # waits out a frozen broker
 def test_sigterm_with_a_frozen_broker_keeps_the_walsender_alive_and_exits_0(
     short_timeout_cluster: PostgresCluster, private_broker: Broker, topic_prefix: str
 ) -> None:

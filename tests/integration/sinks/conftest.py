@@ -4,13 +4,13 @@ The machine's RabbitMQ and NATS are shared by everyone on the machine: they are 
 down (never stopped), and every test uses names from its ``topic_prefix`` and deletes them.
 One xdist worker at a time starts them (a file lock). One that cannot be started skips its
 tests on a developer's machine, and fails them in CI (``CI=true``), where it must exist.
-SQS is moto's server, started for the session (of each xdist worker) and stopped after it.
+SQS is moto's server, started for the session (of each xdist worker) and stopped after it
+(skipped, failed in CI, the same way when it cannot start).
 """
 
 from __future__ import annotations
 
 import fcntl
-import os
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +22,7 @@ from cdc_relay.local.machine_services import ensure_nats, ensure_rabbitmq
 from cdc_relay.local.moto_sqs import MOTO_ENV, MotoServer
 from tests.integration.sinks.sqs_support import SqsReader
 from tests.integration.sinks.support import RabbitReader, delete_stream
+from tests.support import skip_or_fail_in_ci
 
 
 def _machine_service(name: str, ensure: Callable[[], str]) -> str:
@@ -32,9 +33,7 @@ def _machine_service(name: str, ensure: Callable[[], str]) -> str:
             fcntl.flock(held, fcntl.LOCK_EX)
             return ensure()
     except LocalServiceError as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{name} could not be started, and CI must run its tests: {exc}")
-        pytest.skip(f"{name} could not be started: {exc}")
+        skip_or_fail_in_ci(f"{name} could not be started: {exc}")
 
 
 @pytest.fixture(scope="session")
@@ -76,7 +75,7 @@ def moto() -> Iterator[MotoServer]:
         try:
             server = MotoServer().start()
         except LocalServiceError as exc:
-            pytest.skip(f"moto_server could not be started: {exc}")
+            skip_or_fail_in_ci(f"moto_server could not be started: {exc}")
         try:
             yield server
         finally:

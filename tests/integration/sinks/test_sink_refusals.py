@@ -16,7 +16,7 @@ import pytest
 from cdc_relay.errors import ExitCode
 from cdc_relay.local.helpers import free_port
 from tests.integration.wal_support import init_db
-from tests.support import CliProcess, init_outbox, run_cli, wait_for
+from tests.support import CliProcess, init_outbox, run_cli, skip_or_fail_in_ci, wait_for
 
 # A window over which the log is counted: an upper bound only, far above what is
 # expected (a handful of lines), far below the flood it guards against (~40k lines).
@@ -29,7 +29,7 @@ def nats_with_a_password() -> Iterator[str]:
     """A nats-server of this test's own that wants user relay, password right: its port."""
     binary = shutil.which("nats-server")
     if binary is None:
-        pytest.skip("nats-server is not installed")
+        skip_or_fail_in_ci("nats-server is not installed")
     port, store = free_port(), tempfile.mkdtemp(prefix="cdc-relay-nats-")
     server = subprocess.Popen([binary, "-a", "127.0.0.1", "-p", str(port), "--user", "relay",
                                "--pass", "right", "-js", "-sd", store],
