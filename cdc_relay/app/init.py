@@ -2,7 +2,7 @@
 
 The root of ``init`` (``init_database``): the outbox's own database objects come from
 pg/schema.py (the migrations, the NOTIFY trigger), the pgoutput publication and the
-logical replication slot from wal/setup.py.
+logical replication slot from wal/slot/setup.py.
 
 Each mode installs only what it uses (``mode``): WAL mode gets the slot (and, for
 pgoutput, the publication) and no NOTIFY trigger - an existing one is dropped, since it
@@ -36,7 +36,7 @@ from cdc_relay.pg.db import (
 )
 from cdc_relay.pg.schema import Outcome, apply_schema, template_names
 from cdc_relay.pg.slots import idle_logical_slots
-from cdc_relay.wal.setup import (
+from cdc_relay.wal.slot.setup import (
     DEFAULT_PLUGIN,
     ReplicationReport,
     ensure_publication_and_slot,

@@ -58,7 +58,7 @@ def make_decoder(repl: ReplicationConfig, outbox: OutboxConfig, *,
                  partitioned: bool = False) -> tuple[Decoder, list[tuple[str, str]]]:
     """The decoder and START_REPLICATION options for the configured plugin.
 
-    A partitioned outbox: pgoutput's publication publishes via the root (wal/setup.py),
+    A partitioned outbox: pgoutput's publication publishes via the root (wal/slot/setup.py),
     so nothing changes; wal2json streams every table and its decoder looks partitions
     up (pg/partitions.py).
     """
@@ -152,7 +152,7 @@ def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
 def run_wal(settings: WalSettings) -> int:
     """``cdc-relay run``: ensure the slot (or backfill first), stream until a signal, exit 0.
 
-    A slot loss (wal/continuity.py) stops with exit 7 and the recovery command, or, with
+    A slot loss (wal/slot/continuity.py) stops with exit 7 and the recovery command, or, with
     ``--on-slot-loss recover``, is recovered (wal/recovery.py) and streaming goes on.
     """
     stop = threading.Event()
@@ -178,7 +178,7 @@ _UNFINISHED = "a recovery of the slot did not finish"
 def _explained(exc: SlotLost, settings: WalSettings) -> SlotLost:
     """The loss as the stream saw it, with what the slot's record adds and the command."""
     from cdc_relay.pg.db import connect
-    from cdc_relay.wal import continuity
+    from cdc_relay.wal.slot import continuity
 
     if "Recover" in str(exc):
         return exc  # already explained at start-up
@@ -260,8 +260,8 @@ def _run_wal_once(settings: WalSettings, stop: threading.Event) -> int:
 
 
 def _horizon(settings: WalSettings, stats: RelayStats) -> AbstractContextManager[object]:
-    """The thread that moves the slot's recorded horizon forward (wal/continuity.py)."""
-    from cdc_relay.wal.continuity import HorizonRecorder
+    """The thread that moves the slot's recorded horizon forward (wal/slot/continuity.py)."""
+    from cdc_relay.wal.slot.continuity import HorizonRecorder
 
     repl = settings.replication
     return HorizonRecorder(repl.dsn, settings.outbox.table.schema, repl.slot,
@@ -291,8 +291,8 @@ def _startup_checks(settings: WalSettings
     from cdc_relay.pg.db import connect
     from cdc_relay.pg.message_columns import resolve_message_columns
     from cdc_relay.wal.backfill.state import warn_if_unfinished
-    from cdc_relay.wal.continuity import read_record
-    from cdc_relay.wal.setup import ensure_replication, plugin_for_slot
+    from cdc_relay.wal.slot.continuity import read_record
+    from cdc_relay.wal.slot.setup import ensure_replication, plugin_for_slot
 
     repl = settings.replication
     conn = connect(repl.dsn, autocommit=True)
@@ -332,7 +332,7 @@ def _backfill_then_stream(settings: WalSettings, stop: threading.Event) -> int:
     """``--snapshot initial``: the backfill (if due), then the start-up check, then stream."""
     from cdc_relay.wal.backfill.cutover import backfill_before_streaming
     from cdc_relay.wal.backfill.loop import BackfillStats
-    from cdc_relay.wal.setup import ensure_replication
+    from cdc_relay.wal.slot.setup import ensure_replication
 
     repl = settings.replication
     router = _router(settings)

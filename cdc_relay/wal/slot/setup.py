@@ -46,7 +46,7 @@ from cdc_relay.pg.db import (
 )
 from cdc_relay.pg.schema import ADVISORY_LOCK_KEY, Outcome
 from cdc_relay.pg.slots import slot_status
-from cdc_relay.wal import continuity
+from cdc_relay.wal.slot import continuity
 
 PLUGINS = ("wal2json", "pgoutput")
 # pgoutput is built into PostgreSQL (managed services included) and allowed by a stock
@@ -144,7 +144,7 @@ def ensure_publication_and_slot(
     """On an autocommit connection: the publication (pgoutput only), then the slot.
 
     Names must already be validated (``validate_wal_options``, ``validated_table``).
-    A slot created here is recorded (wal/continuity.py) and, on PostgreSQL 17+, is a
+    A slot created here is recorded (wal/slot/continuity.py) and, on PostgreSQL 17+, is a
     failover slot unless ``failover`` is False. A slot the record says existed and that is
     missing or invalidated now raises SlotLost: it is never silently replaced.
     """
