@@ -1,6 +1,6 @@
 """Build of the optional compiled fast paths (docs/design.md, "The compiled decoders").
 
-Everything else is in pyproject.toml. All six extensions are ``optional``: without a C
+Everything else is in pyproject.toml. All five extensions are ``optional``: without a C
 compiler and the Python headers the build goes on without them and cdc-relay decodes,
 routes and takes delivery reports in pure Python, with the same results (the tests
 compare the two paths).
@@ -26,8 +26,6 @@ setup(
                   depends=_DECODER, extra_compile_args=_FLAGS, optional=True),
         Extension("cdc_relay.decoding._croute", ["cdc_relay/decoding/_croute.c"],
                   depends=_SLOTS, extra_compile_args=_FLAGS, optional=True),
-        Extension("cdc_relay.decoding._ctimestamp", ["cdc_relay/decoding/_ctimestamp.c"],
-                  depends=_TIMESTAMP, extra_compile_args=_FLAGS, optional=True),
         Extension("cdc_relay.sink.kafka._creports", ["cdc_relay/sink/kafka/_creports.c"],
                   depends=[*_SLOTS, *_RAISE], extra_compile_args=_FLAGS, optional=True),
         Extension("cdc_relay.wal.stream._cstream", ["cdc_relay/wal/stream/_cstream.c"],

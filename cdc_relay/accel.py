@@ -35,7 +35,6 @@ EXTENSIONS = {
     "_cwal2json": "cdc_relay.decoding._cwal2json",
     "_cpgoutput": "cdc_relay.decoding._cpgoutput",
     "_croute": "cdc_relay.decoding._croute",
-    "_ctimestamp": "cdc_relay.decoding._ctimestamp",
     "_creports": "cdc_relay.sink.kafka._creports",
     "_cstream": "cdc_relay.wal.stream._cstream",
 }

@@ -31,12 +31,12 @@ LD_PRELOAD=$PRELOAD "$PY" -c "from cdc_relay import accel; import sys; \
   sys.exit(0 if accel.all_built() and accel.EXTENSIONS['_cwal2json'] else 1)" \
   || { echo "sanitize: the sanitized extensions do not import" >&2; exit 1; }
 cd "$OUT"
-LD_PRELOAD=$PRELOAD "$OLDPWD/$PY" -m pytest -q -p no:cacheprovider -x \
+LD_PRELOAD=$PRELOAD "$OLDPWD/$PY" -m pytest -q -p no:cacheprovider -x -m "not slow" \
   --hypothesis-profile=sanitize \
   tests/unit/test_compiled_safety.py tests/unit/test_decoding_entry.py \
   tests/unit/test_stream_reader.py tests/unit/test_kafka_reports.py \
   tests/unit/test_kafka_sender.py tests/unit/test_routing.py tests/unit/test_path_choice.py \
   tests/unit/test_decoding_wal2json.py tests/unit/test_decoding_pgoutput.py \
-  tests/unit/test_decoding_partitions.py
+  tests/unit/test_decoding_partitions.py tests/unit/test_decoding_timestamps.py
 LD_PRELOAD=$PRELOAD "$OLDPWD/$PY" -m tests.fuzz.fuzz --seconds "$FUZZ_SECONDS" \
   --seed "$FUZZ_SEED" --findings "$OUT/findings"

@@ -7,7 +7,7 @@
  * check that the class is the slots dataclass of exactly those fields in that order
  * (outbox_setup, with _cslots.h), and created_at's epoch milliseconds from the row's raw bytes with a
  * one-entry cache of the last accepted text (outbox_created_at; the parse is
- * _ctimestamp.h's, shared with _ctimestamp.c). The cache holds only a pure function's
+ * _ctimestamp.h's). The cache holds only a pure function's
  * last answer, so a decline or a pure-path row in between never makes it stale. Also the
  * module set-up both share (outbox_module: the Reader type's common slots), and Decode,
  * the decoder's entry point both modules export: ``Decode(fast, slow, lsn_class)`` called
@@ -140,21 +140,31 @@ typedef struct {
     PyObject *slow;     /* slow(payload, lsn): the pure decoder, for everything else */
     PyTypeObject *lsn;  /* cdc_relay.model.Lsn: an int subclass with no fields of its own */
     PyObject *position; /* the last non-zero position (an int) */
+    PyObject *args;     /* the 1-tuple decode_lsn hands int's constructor, reused */
 } Decode;
 
 /* ``position`` (an int) as an Lsn: a new reference, NULL with an exception set. Through
- * int's own constructor for subclasses (``lsn->tp_new``, public API), without the class
- * call's argument parsing and __init__ look-up around it. */
-static PyObject *decode_lsn(PyTypeObject *lsn, PyObject *position)
+ * int's own constructor for subclasses (``lsn->tp_new``, public API; decode_init checks it
+ * is int's), without the class call's argument parsing and __init__ look-up around it.
+ * Its argument tuple is ``*args``, reused while nothing else holds it (int's constructor
+ * keeps no reference to it), so an event costs no tuple (docs/design.md, "Each extension
+ * earns its keep": a tuple per event was ~1 % of the main thread). */
+static PyObject *decode_lsn(PyTypeObject *lsn, PyObject **args, PyObject *position)
 {
     if (Py_IS_TYPE(position, lsn))
         return Py_NewRef(position);
-    PyObject *args = PyTuple_Pack(1, position);
-    if (args == NULL)
-        return NULL;
-    PyObject *out = lsn->tp_new(lsn, args, NULL);
-    Py_DECREF(args);
-    return out;
+    if (*args == NULL || Py_REFCNT(*args) != 1) {
+        Py_XSETREF(*args, PyTuple_Pack(1, position));
+        if (*args == NULL)
+            return NULL;
+    } else if (PyTuple_GET_ITEM(*args, 0) != position) {
+        /* refcount 1: the tuple is ours alone, and so may be filled again (as
+         * PyTuple_SetItem would, without its checks: the ones above are its) */
+        PyObject *old = PyTuple_GET_ITEM(*args, 0);
+        PyTuple_SET_ITEM(*args, 0, Py_NewRef(position));
+        Py_DECREF(old);
+    }
+    return lsn->tp_new(lsn, *args, NULL);
 }
 
 static PyObject *decode_call(Decode *self, PyObject *const *args, size_t nargsf,
@@ -170,7 +180,7 @@ static PyObject *decode_call(Decode *self, PyObject *const *args, size_t nargsf,
                      Py_TYPE(position)->tp_name);
         return NULL;
     }
-    PyObject *lsn = decode_lsn(self->lsn, position);
+    PyObject *lsn = decode_lsn(self->lsn, &self->args, position);
     if (lsn == NULL)
         return NULL;
     int nonzero = PyObject_IsTrue(position); /* an int: never fails */
@@ -201,7 +211,8 @@ static int decode_init(Decode *self, PyObject *args, PyObject *kwargs)
     }
     /* built as int's own subclasses are: only an int subclass without fields of its own */
     if (!PyType_IsSubtype(lsn, &PyLong_Type) || lsn->tp_basicsize != PyLong_Type.tp_basicsize
-        || lsn->tp_itemsize != PyLong_Type.tp_itemsize || lsn->tp_dictoffset != 0) {
+        || lsn->tp_itemsize != PyLong_Type.tp_itemsize || lsn->tp_dictoffset != 0
+        || lsn->tp_new != PyLong_Type.tp_new) {
         PyErr_Format(PyExc_TypeError, "Decode: %s is not an int subclass without fields",
                      lsn->tp_name);
         return -1;
@@ -213,7 +224,7 @@ static int decode_init(Decode *self, PyObject *args, PyObject *kwargs)
     PyObject *zero = PyLong_FromLong(0);
     if (zero == NULL)
         return -1;
-    Py_XSETREF(self->position, decode_lsn(lsn, zero));
+    Py_XSETREF(self->position, decode_lsn(lsn, &self->args, zero));
     Py_DECREF(zero);
     return self->position == NULL ? -1 : 0;
 }
@@ -225,6 +236,7 @@ static int decode_traverse(Decode *self, visitproc visit, void *arg)
     Py_VISIT(self->slow);
     Py_VISIT(self->lsn);
     Py_VISIT(self->position);
+    Py_VISIT(self->args);
     return 0;
 }
 
@@ -235,6 +247,7 @@ static int decode_clear(Decode *self)
     Py_CLEAR(self->slow);
     Py_CLEAR(self->lsn);
     Py_CLEAR(self->position);
+    Py_CLEAR(self->args);
     return 0;
 }
 

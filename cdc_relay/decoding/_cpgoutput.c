@@ -9,7 +9,9 @@
  * read) it returns None and the pure path runs, producing the event or the DecodeError.
  * It must never raise for a message, and never word an error: declining is its only
  * answer to bad input. The plans are the decoder's (one per outbox relation, kept in the
- * dict the Reader holds); the Reader keeps no other state than the last created_at.
+ * dict the Reader holds, looked up for every message); the Reader keeps the last
+ * created_at, the last relation id's key, and the last plan read into C (held, so the
+ * same tuple - immutable - is read once, not per message).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -24,6 +26,7 @@
 #define PAYLOAD 4     /* passed on as bytes, not decoded */
 #define MAX_FIELDS 64 /* more carried columns than this: the pure path */
 #define HEAD 8        /* 'I', relation id (4), 'N', column count (2) */
+#define MAX_SLOTS 1664 /* PostgreSQL's 1600 columns and then some; a longer plan: pure path */
 
 typedef struct {
     const unsigned char *at; /* NULL: the column was NULL (or is not in the relation) */
@@ -34,26 +37,21 @@ static uint32_t be32(const unsigned char *p) {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
 }
 
-/* A plan item as a C index, or -2 (with an exception set) when it is not a small int. */
-static long plan_index(PyObject *item, long limit) {
-    long value = PyLong_AsLong(item);
-    if (value == -1 && PyErr_Occurred()) return -2;
-    if (value < -1 || value >= limit) {
-        PyErr_Format(PyExc_ValueError, "plan index %ld outside -1..%ld", value, limit - 1);
-        return -2;
-    }
-    return value;
-}
+/* A plan read into C: the decoder's (slots, ncols, nfields, aliases) tuple. */
+typedef struct Plan {
+    long ncols, nfields;
+    int accepts;                  /* 0: nfields past MAX_FIELDS or slots past MAX_SLOTS */
+    Py_ssize_t nslots, naliases;
+    short field[MAX_SLOTS];       /* tuple column -> field, -1: not used */
+    short alias[MAX_FIELDS][2];   /* (field, field whose column it shares) */
+} Plan;
 
 /* Walk the tuple columns up to the last planned one, as the pure path's _insert does.
- * 1: accepted (spans filled), 0: declined, -1: the plan is malformed (exception set). */
-static int walk(const unsigned char *buf, Py_ssize_t size, PyObject *slots, Span *spans,
-                long nfields) {
+ * 1: accepted (spans filled), 0: declined. */
+static int walk(const unsigned char *buf, Py_ssize_t size, const Plan *plan, Span *spans) {
     Py_ssize_t pos = HEAD;
-    Py_ssize_t count = PyTuple_GET_SIZE(slots);
-    for (Py_ssize_t column = 0; column < count; column++) {
-        long field = plan_index(PyTuple_GET_ITEM(slots, column), nfields);
-        if (field == -2) return -1;
+    for (Py_ssize_t column = 0; column < plan->nslots; column++) {
+        long field = plan->field[column];
         if (pos >= size) return 0;
         unsigned char kind = buf[pos];
         if (kind == 'n') {
@@ -78,23 +76,9 @@ static int walk(const unsigned char *buf, Py_ssize_t size, PyObject *slots, Span
 }
 
 /* Apply (field, field whose column it shares) pairs in order, as the pure path does. */
-static int alias(PyObject *aliases, Span *spans, long nfields) {
-    Py_ssize_t count = PyTuple_GET_SIZE(aliases);
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *pair = PyTuple_GET_ITEM(aliases, i);
-        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
-            PyErr_SetString(PyExc_TypeError, "aliases must be (field, field) pairs");
-            return -1;
-        }
-        long field = plan_index(PyTuple_GET_ITEM(pair, 0), nfields);
-        long first = plan_index(PyTuple_GET_ITEM(pair, 1), nfields);
-        if (field < 0 || first < 0) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "alias field -1");
-            return -1;
-        }
-        spans[field] = spans[first];
-    }
-    return 0;
+static void alias(const Plan *plan, Span *spans) {
+    for (Py_ssize_t i = 0; i < plan->naliases; i++)
+        spans[plan->alias[i][0]] = spans[plan->alias[i][1]];
 }
 
 /* str of a span, None for NULL; NULL with no exception set: not UTF-8 (decline). */
@@ -110,6 +94,10 @@ typedef struct {
     PyObject_HEAD
     PyObject *plans; /* relation id -> (slots, ncols, nfields, aliases) */
     Outbox outbox;   /* the event class, and the last created_at */
+    PyObject *key;   /* the last relation id as an int (the plans' key); NULL: none */
+    uint32_t relid;  /* ... and as a number */
+    PyObject *read;  /* the plan tuple ``plan`` was read from (held); NULL: none */
+    Plan *plan;      /* that plan in C (allocated with the Reader) */
 } Reader;
 
 /* The fields after the payload into fields[]: created_at_ms, then (nfields > FIELDS) the
@@ -164,55 +152,106 @@ static PyObject *event(Reader *self, const Span *spans, long nfields, PyObject *
     return outbox_event(&self->outbox, fields);
 }
 
-static PyObject *parse(Reader *self, const unsigned char *buf, Py_ssize_t size, PyObject *slots,
-                       long ncols, long nfields, PyObject *aliases, PyObject *wal_start) {
+static PyObject *parse(Reader *self, const unsigned char *buf, Py_ssize_t size,
+                       const Plan *plan, PyObject *wal_start) {
     if (size < HEAD || buf[0] != 'I' || buf[5] != 'N') Py_RETURN_NONE;
-    if ((long)(((unsigned)buf[6] << 8) | buf[7]) != ncols) Py_RETURN_NONE;
-    if (nfields > MAX_FIELDS) Py_RETURN_NONE;
+    if ((long)(((unsigned)buf[6] << 8) | buf[7]) != plan->ncols) Py_RETURN_NONE;
+    if (!plan->accepts) Py_RETURN_NONE;
+    /* Read the plan before anything allocates (event() does): a reentrant call may then
+     * read another plan into the Reader. */
+    long nfields = plan->nfields;
     Span spans[MAX_FIELDS] = {{NULL, 0}};
-    int walked = walk(buf, size, slots, spans, nfields);
-    if (walked <= 0) {
-        if (walked < 0) return NULL;
-        Py_RETURN_NONE;
-    }
-    if (alias(aliases, spans, nfields) < 0) return NULL;
+    if (!walk(buf, size, plan, spans)) Py_RETURN_NONE;
+    alias(plan, spans);
     return event(self, spans, nfields, wal_start);
 }
 
-/* The plan's parts, checked: the decoder builds plans, so a bad one is a bug (raise). */
-static int unpack_plan(PyObject *plan, PyObject **slots, long *ncols, long *nfields,
-                       PyObject **aliases) {
-    if (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) != 4) {
+/* A plan item as a C index, or -2 (with an exception set) when it is not a small int. */
+static long plan_index(PyObject *item, long limit) {
+    long value = PyLong_AsLong(item);
+    if (value == -1 && PyErr_Occurred()) return -2;
+    if (value < -1 || value >= limit) {
+        PyErr_Format(PyExc_ValueError, "plan index %ld outside -1..%ld", value, limit - 1);
+        return -2;
+    }
+    return value;
+}
+
+/* ``tuple`` (the decoder's plan) into *out, checked: the decoder builds plans, so a bad one
+ * is a bug (raise, -1). Reads no item past what it checked: ints and tuples only. */
+static int plan_read(PyObject *tuple, Plan *out) {
+    if (!PyTuple_Check(tuple) || PyTuple_GET_SIZE(tuple) != 4) {
         PyErr_SetString(PyExc_TypeError, "a plan is (slots, ncols, nfields, aliases)");
         return -1;
     }
-    *slots = PyTuple_GET_ITEM(plan, 0);
-    *aliases = PyTuple_GET_ITEM(plan, 3);
-    if (!PyTuple_Check(*slots) || !PyTuple_Check(*aliases)) {
+    PyObject *slots = PyTuple_GET_ITEM(tuple, 0), *aliases = PyTuple_GET_ITEM(tuple, 3);
+    if (!PyTuple_Check(slots) || !PyTuple_Check(aliases)) {
         PyErr_SetString(PyExc_TypeError, "a plan's slots and aliases must be tuples");
         return -1;
     }
-    *ncols = PyLong_AsLong(PyTuple_GET_ITEM(plan, 1));
-    if (*ncols == -1 && PyErr_Occurred()) return -1;
-    *nfields = PyLong_AsLong(PyTuple_GET_ITEM(plan, 2));
-    if (*nfields == -1 && PyErr_Occurred()) return -1;
-    if (*nfields < FIELDS || *nfields == FIELDS + 1) {
+    out->ncols = PyLong_AsLong(PyTuple_GET_ITEM(tuple, 1));
+    if (out->ncols == -1 && PyErr_Occurred()) return -1;
+    long nfields = out->nfields = PyLong_AsLong(PyTuple_GET_ITEM(tuple, 2));
+    if (nfields == -1 && PyErr_Occurred()) return -1;
+    if (nfields < FIELDS || nfields == FIELDS + 1) {
         PyErr_Format(PyExc_ValueError, "a plan's nfields must be %d, or at least %d (the "
                      "carried columns, the two trace columns last)", FIELDS, FIELDS + TRACE);
         return -1;
     }
+    out->nslots = PyTuple_GET_SIZE(slots);
+    out->naliases = PyTuple_GET_SIZE(aliases);
+    out->accepts = nfields <= MAX_FIELDS && out->nslots <= MAX_SLOTS
+                   && out->naliases <= MAX_FIELDS;
+    if (!out->accepts) return 0; /* every message of it declined: its items never read */
+    for (Py_ssize_t column = 0; column < out->nslots; column++) {
+        long field = plan_index(PyTuple_GET_ITEM(slots, column), nfields);
+        if (field == -2) return -1;
+        out->field[column] = (short)field;
+    }
+    for (Py_ssize_t i = 0; i < out->naliases; i++) {
+        PyObject *pair = PyTuple_GET_ITEM(aliases, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "aliases must be (field, field) pairs");
+            return -1;
+        }
+        long field = plan_index(PyTuple_GET_ITEM(pair, 0), nfields);
+        long first = plan_index(PyTuple_GET_ITEM(pair, 1), nfields);
+        if (field < 0 || first < 0) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "alias field -1");
+            return -1;
+        }
+        out->alias[i][0] = (short)field;
+        out->alias[i][1] = (short)first;
+    }
     return 0;
 }
 
-/* The relation id's plan (a new reference: the key's release, unpacking the plan and the
- * event's allocation may run Python code that changes ``plans``), NULL if none (or with an
- * exception set). */
-static PyObject *plan_of(PyObject *plans, const unsigned char *buf) {
-    PyObject *key = PyLong_FromUnsignedLong(be32(buf + 1));
-    if (key == NULL) return NULL;
-    PyObject *plan = Py_XNewRef(PyDict_GetItemWithError(plans, key));
+/* The relation id's plan (a new reference: the event's allocation may run Python code
+ * that changes ``plans``), NULL if none (or with an exception set). The key, an int, is
+ * the last message's again when the relation is (it nearly always is). */
+static PyObject *plan_of(Reader *self, const unsigned char *buf) {
+    uint32_t relid = be32(buf + 1);
+    if (self->key == NULL || self->relid != relid) {
+        PyObject *key = PyLong_FromUnsignedLong(relid);
+        if (key == NULL) return NULL;
+        Py_XSETREF(self->key, key);
+        self->relid = relid;
+    }
+    PyObject *key = Py_NewRef(self->key);
+    PyObject *plan = Py_XNewRef(PyDict_GetItemWithError(self->plans, key));
     Py_DECREF(key);
     return plan;
+}
+
+/* ``plan`` read into the Reader's Plan, unless it is the one read last: 0, -1 (raised). */
+static int plan_use(Reader *self, PyObject *plan) {
+    if (plan == self->read)
+        return 0;
+    Py_CLEAR(self->read); /* a failed read leaves none */
+    if (plan_read(plan, self->plan) < 0)
+        return -1;
+    self->read = Py_NewRef(plan);
+    return 0;
 }
 
 PyDoc_STRVAR(insert_doc,
@@ -233,7 +272,7 @@ static PyObject *reader_insert(Reader *self, PyObject *const *args, Py_ssize_t n
         PyErr_Format(PyExc_TypeError, "insert() takes 2 arguments (%zd given)", nargs);
         return NULL;
     }
-    if (self->plans == NULL || self->outbox.type == NULL) {
+    if (self->plans == NULL || self->outbox.type == NULL || self->plan == NULL) {
         PyErr_SetString(PyExc_TypeError, "Reader.insert(): the Reader is not initialised");
         return NULL;
     }
@@ -244,15 +283,14 @@ static PyObject *reader_insert(Reader *self, PyObject *const *args, Py_ssize_t n
         Py_RETURN_NONE;
     }
     const unsigned char *buf = view.buf;
-    PyObject *out = NULL, *plan = NULL, *slots, *aliases;
-    long ncols, nfields;
+    PyObject *out = NULL, *plan = NULL;
     if (view.len < HEAD || buf[0] != 'I') {
         out = Py_NewRef(Py_None);
-    } else if ((plan = plan_of(self->plans, buf)) == NULL) {
+    } else if ((plan = plan_of(self, buf)) == NULL) {
         if (!PyErr_Occurred()) out = Py_NewRef(Py_None);
     } else {
-        if (unpack_plan(plan, &slots, &ncols, &nfields, &aliases) == 0)
-            out = parse(self, buf, view.len, slots, ncols, nfields, aliases, args[1]);
+        if (plan_use(self, plan) == 0)
+            out = parse(self, buf, view.len, self->plan, args[1]);
         Py_DECREF(plan);
     }
     PyBuffer_Release(&view);
@@ -266,6 +304,12 @@ static int reader_init(Reader *self, PyObject *args, PyObject *kwargs) {
                                      &event_class))
         return -1;
     Py_CLEAR(self->plans);
+    Py_CLEAR(self->key);
+    Py_CLEAR(self->read);
+    if (self->plan == NULL && (self->plan = PyMem_Calloc(1, sizeof(Plan))) == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
     if (outbox_setup(&self->outbox, event_class) < 0) return -1;
     self->plans = Py_NewRef(plans);
     return 0;
@@ -273,6 +317,9 @@ static int reader_init(Reader *self, PyObject *args, PyObject *kwargs) {
 
 static void reader_dealloc(Reader *self) {
     Py_CLEAR(self->plans);
+    Py_CLEAR(self->key);
+    Py_CLEAR(self->read);
+    PyMem_Free(self->plan);
     outbox_clear(&self->outbox);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }

@@ -1,4 +1,4 @@
-/* The compiled created_at parse, shared by the compiled extensions (docs/design.md, "The
+/* The compiled created_at parse, shared by the compiled decoders (docs/design.md, "The
  * compiled decoders", "Timestamps").
  *
  * Owns ts_epoch_ms(): the epoch milliseconds of a timestamp text in exactly the shapes
@@ -11,9 +11,10 @@
  * below 24 h with minutes and seconds 0-59), so an accepted text is one
  * ``datetime.fromisoformat`` reads to the same moment.
  *
- * Included (after Python.h) by _ctimestamp.c, which exports it to TimestampParser, and
- * by _coutbox.h, through which both compiled decoders parse created_at themselves: one
- * copy of the code, compiled into each extension (setup.py lists it in ``depends``).
+ * A header, not an extension of its own: included (after Python.h) by _coutbox.h, through
+ * which both compiled decoders parse created_at themselves - one copy of the code,
+ * compiled into each decoder (setup.py lists it in ``depends``). Its tests go through the
+ * decoders (tests/unit/test_decoding_timestamps.py, and the decoders' fuzz targets).
  *
  * Must not: touch Python objects, word an error, or accept a shape the pure path might
  * read differently. Everything else (infinity, BC, 5-digit years, a 'T', 'Z', offsets

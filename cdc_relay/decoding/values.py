@@ -3,25 +3,17 @@
 Owns: ``text_value`` (a wal2json column value as PostgreSQL's text of it) and
 ``TimestampParser`` (``created_at`` text -> epoch milliseconds), so that wal2json
 (decoding/wal2json.py) and pgoutput (decoding/pgoutput.py) yield identical events for
-the same row, and the choice of the parse's optional compiled fast path
-(``cdc_relay.decoding._ctimestamp``; docs/design.md, "The compiled decoders",
-"Timestamps"). The compiled decoders parse their rows' ``created_at`` in C themselves
-(the same code, decoding/_ctimestamp.h); a row whose text they decline takes their pure
-path, and so this parser.
+the same row. The compiled decoders parse their rows' ``created_at`` in C themselves
+(decoding/_ctimestamp.h, included by both; docs/design.md, "The compiled decoders",
+"Timestamps"); a row whose text they decline takes their pure path, and so this parser,
+the definition that C parse is tested against.
 
-Must not: do I/O, or let the fast path decide anything but the common case. It returns
-the value only for the exact shapes PostgreSQL's ISO DateStyle prints and
-``datetime.fromisoformat`` reads to the same moment; for every other text it declines
-(None) and the pure code below decides, unchanged: None for ``infinity``, a ValueError
-with its hint for the rest.
+Must not: do I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-
-from cdc_relay import accel
 
 __all__ = ["TimestampParser", "text_value"]
 
@@ -51,30 +43,21 @@ class TimestampParser:
     fractional digits, and a value without offset (a ``timestamp`` column), which is
     taken as UTC. ``infinity`` / ``-infinity`` give None (the message then gets the
     broker's time). Remembers the last text: all rows of one transaction usually share
-    ``now()``, so most calls are one string comparison. A ``clock_timestamp()`` default
-    differs per row; those texts take the compiled fast path when it is built.
+    ``now()``, so most calls are one string comparison.
     """
 
-    __slots__ = ("_fast", "_last_ms", "_last_text")
+    __slots__ = ("_last_ms", "_last_text")
 
     def __init__(self) -> None:
-        """The compiled fast path is used where the process's choice allows (accel.py)."""
-        self._fast = _compiled_epoch_ms()
         self._last_text: str | None = None
         self._last_ms: int | None = None
-
-    @property
-    def compiled(self) -> bool:
-        """Whether ``parse`` tries the compiled fast path first."""
-        return self._fast is not None
 
     def parse(self, text: str) -> int | None:
         """Return epoch ms; raise ValueError (with a hint) for anything unparseable."""
         if text == self._last_text:
             return self._last_ms
-        fast = self._fast
-        ms = None if fast is None else fast(text)
-        if ms is None and text not in _INFINITIES:  # declined (or no fast path): decide here
+        ms: int | None = None
+        if text not in _INFINITIES:
             try:
                 moment = datetime.fromisoformat(text)
             except ValueError:
@@ -89,10 +72,3 @@ class TimestampParser:
         self._last_ms = ms
         return ms
 
-
-def _compiled_epoch_ms() -> Callable[[str], int | None] | None:
-    module = accel.extension("_ctimestamp")
-    if module is None:
-        return None
-    epoch_ms: Callable[[str], int | None] = module.epoch_ms
-    return epoch_ms

@@ -8,6 +8,7 @@ They fail, not skip, when the extensions are not built: CI has a compiler.
 from __future__ import annotations
 
 import gc
+import sys
 import weakref
 from typing import Any
 
@@ -44,6 +45,24 @@ def test_the_position_reaches_both_paths_as_an_equal_lsn(module: Any, position: 
     assert slow.calls == fast.calls and payload == b"payload"
     assert type(lsn) is Lsn and lsn == position and str(lsn) == str(Lsn(position))
     assert hash(lsn) == hash(position)
+
+
+@MODULES
+def test_positions_in_a_row_each_become_their_own_lsn(module: Any) -> None:
+    """The argument tuple for int's constructor is reused between calls: every Lsn still
+    has its own position, whoever holds the earlier ones; the tuple keeps only the latest."""
+    fast = Recorder()
+    decode = module.Decode(fast, Recorder(), Lsn)
+    positions = [*POSITIONS, *reversed(POSITIONS), 7, 7, 2**40]
+    for position in positions:
+        decode(b"", position)
+    made = [lsn for _, lsn in fast.calls]
+    assert made == positions and all(type(lsn) is Lsn for lsn in made)
+    position = int("1234567890123")  # an int object of its own
+    before = sys.getrefcount(position)
+    decode(b"", position)
+    decode(b"", 5)
+    assert sys.getrefcount(position) == before  # the reused tuple let it go
 
 
 @MODULES
@@ -93,6 +112,15 @@ def test_bad_arguments_are_refused(module: Any) -> None:
         module.Decode(Recorder(), Recorder(), Wide)
     with pytest.raises(TypeError):
         module.Decode(Recorder(), Recorder(), str)
+
+    class Made(int):  # a constructor of its own: int's, which Decode calls, is not its
+        __slots__ = ()
+
+        def __new__(cls, value: int) -> Made:
+            return super().__new__(cls, value + 1)
+
+    with pytest.raises(TypeError):
+        module.Decode(Recorder(), Recorder(), Made)
     with pytest.raises(TypeError):
         module.Decode(None, Recorder(), Lsn)
 

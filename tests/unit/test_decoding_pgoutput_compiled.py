@@ -292,6 +292,31 @@ def test_the_reader_reads_the_plans_the_decoder_keeps_adding() -> None:
     assert reader.insert(VALID, AT) is None
 
 
+def test_a_replaced_plan_or_another_relation_is_read_anew() -> None:
+    """The Reader reads a plan into C once and keeps it while the decoder's dict holds the
+    same tuple: a new tuple for the relation (a new Relation message), another relation
+    in between, or a plan that failed must each be read afresh."""
+    assert _cpgoutput is not None
+    carried = ((0, 1, 2, 3, 4, -1, 5, -1, -1, -1, -1, 6), 12, 8, ((7, 3),))
+    plans: dict[int, Any] = {RELID: PLAN, RELID + 1: carried}
+    reader = _cpgoutput.Reader(plans, OutboxEvent)
+    plain, wide = VALID, insert(RELID, [*outbox_values(), b"tp"])
+    assert reader.insert(plain, AT) == c_insert(plain)
+    plans[RELID] = carried  # the same relation, a new plan: 12 columns now
+    assert reader.insert(plain, AT) is None  # 11 columns: not this plan's
+    assert reader.insert(wide, AT).tracestate == "OrderCreated"
+    other = insert(RELID + 1, [*outbox_values(), b"tp"])
+    assert reader.insert(other, AT).traceparent == "tp"
+    plans[RELID] = (PLAN[0], 11, 6, ((6, -1),))  # malformed: raises, and keeps nothing
+    with pytest.raises(ValueError):
+        reader.insert(plain, AT)
+    with pytest.raises(ValueError):
+        reader.insert(plain, AT)
+    plans[RELID] = PLAN
+    assert reader.insert(plain, AT) == c_insert(plain)
+    assert reader.insert(other, AT) == c_insert(other, plans)
+
+
 @pytest.mark.parametrize(
     ("message", "why"),
     [

@@ -1,23 +1,23 @@
-"""The compiled timestamp parse against the pure TimestampParser it must equal: as
-_ctimestamp.epoch_ms, and inside both compiled decoders (_ctimestamp.h, _coutbox.h).
+"""The compiled decoders' created_at parse (decoding/_ctimestamp.h, through _coutbox.h)
+against the pure TimestampParser it must equal (decoding/values.py).
 
-The differential properties give both parsers the same texts - PostgreSQL's ISO shapes
-across the whole year range and every offset, fields out of range, fraction lengths 0-9,
-single mutations, garbage and non-ASCII digits - and require the same epoch milliseconds
-or the same ValueError text: the fast path may only decline, never accept what the pure
-path rejects or give another value (docs/design.md, "The compiled decoders",
-"Timestamps"). The direct tests pin down what ``epoch_ms`` itself accepts and declines.
-The decoder properties feed streams of rows whose created_at texts repeat and change
-(the compiled decoders' one-entry cache) to both paths of both decoders and require the
-same OutboxEvents, created_at_ms included, or the same DecodeError text; PostgreSQL's
-shapes must never leave the compiled path. The extensions must be built: CI has a
-compiler.
+The C parse has no Python entry of its own: every test reaches it through a compiled
+decoder, whose row it either decodes on its C path or declines to the pure path (counted
+by the pure path's ``_insert`` calls). The differential properties give both paths the
+same texts - PostgreSQL's ISO shapes across the whole year range and every offset, fields
+out of range, fraction lengths 0-9, single mutations, garbage and non-ASCII digits - and
+require the same epoch milliseconds or the same error text: the C parse may only
+decline, never accept what the pure path rejects or give another value (docs/design.md,
+"The compiled decoders", "Timestamps"). The direct tests pin down what it accepts and
+declines, for both decoders. The stream properties feed rows whose created_at texts repeat
+and change (the compiled decoders' one-entry cache) to both paths of both decoders and
+require the same OutboxEvents, created_at_ms included, or the same DecodeError text;
+PostgreSQL's shapes must never leave the compiled path. The extensions must be built: CI
+has a compiler.
 """
 
 from __future__ import annotations
 
-import sys
-import types
 from datetime import UTC, datetime, timedelta
 from random import Random
 from typing import Any
@@ -31,43 +31,110 @@ from cdc_relay.decoding.pgoutput import PgOutputDecoder
 from cdc_relay.decoding.values import TimestampParser
 from cdc_relay.decoding.wal2json import Wal2JsonDecoder
 from cdc_relay.errors import DecodeError
-from cdc_relay.model import Change, Lsn, OutboxColumns, OutboxEvent
+from cdc_relay.model import Change, OutboxColumns, OutboxEvent
 from tests.unit.decoding_fixtures import AT, OUTBOX
 from tests.unit.paths import built
 from tests.unit.test_decoding_pgoutput import OUTBOX_COLUMNS, insert, outbox_values, relation
 from tests.unit.test_decoding_wal2json import insert_message, outbox_row
 from tests.unit.wal2json_documents import json_string
 
-try:
-    from cdc_relay.decoding._ctimestamp import epoch_ms
-except ImportError:  # the test below says so; the others fail on the fixture
-    epoch_ms = None  # type: ignore[assignment]
+PLUGINS = ("wal2json", "pgoutput")
+DECLINED = "declined"  # compiled_parse: the C parse left the row to the pure path
 
-MODULE = "cdc_relay.decoding._ctimestamp"
+RELID = 16384
+WARM_UP = "2026-11-30 11:11:26.123456+00"  # the first row: it sets wal2json's plans
+INFINITIES = ("infinity", "-infinity")
+_PLACEHOLDER = "created-at-goes-here"
 
-
-@pytest.fixture
-def compiled_epoch_ms() -> Any:
-    assert epoch_ms is not None, f"{MODULE} is not built"
-    return epoch_ms
-
-
-def test_the_compiled_timestamp_parse_is_built() -> None:
-    assert epoch_ms is not None, (
-        f"{MODULE} is not built: run `make bootstrap` (it reinstalls, building the extensions) "
-        "(CI builds it; a missing compiler must not silently drop the fast path's tests)"
-    )
-    assert built(True, TimestampParser).compiled
-    assert TimestampParser().compiled
+def wal2json_rows(texts: list[str], rnd: Random | None = None) -> list[bytes]:
+    """An insert per created_at text, after a first row of the same shape; ``rnd`` spells
+    each text with drawn escapes, or not (None: plain; lone surrogates always escaped)."""
+    template = insert_message(outbox_row(created_at=_PLACEHOLDER))
+    spelled = [json_string(text, rnd if rnd is None or rnd.random() < 0.5 else None)
+               for text in [WARM_UP, *texts]]
+    return [template.replace(orjson.dumps(_PLACEHOLDER), text.encode()) for text in spelled]
 
 
-def test_without_the_extension_the_parse_is_pure(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setitem(sys.modules, MODULE, None)  # import fails
-    assert not TimestampParser().compiled
-    assert not built(False, TimestampParser).compiled
-    assert TimestampParser().parse("1970-01-01 00:00:01+00") == 1000
+def pgoutput_rows(texts: list[str]) -> list[bytes]:
+    """The Relation, then an insert per created_at text (lone surrogates as their invalid
+    UTF-8 bytes) after a first row."""
+    return [relation(RELID, OUTBOX_COLUMNS)] + [
+        insert(RELID, outbox_values(created_at=text.encode("utf-8", "surrogatepass")))
+        for text in [WARM_UP, *texts]]
+
+
+class CountingWal2Json(Wal2JsonDecoder):
+    """Counts the rows the pure path decodes."""
+
+    __slots__ = ("pure_inserts",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.pure_inserts = 0
+
+    def _insert(self, *args: Any) -> OutboxEvent:
+        self.pure_inserts += 1
+        return super()._insert(*args)
+
+
+class CountingPgOutput(PgOutputDecoder):
+    """Counts the rows the pure path decodes."""
+
+    __slots__ = ("pure_inserts",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.pure_inserts = 0
+
+    def _insert(self, *args: Any) -> OutboxEvent | None:
+        self.pure_inserts += 1
+        return super()._insert(*args)
+
+
+def decoded(decoder: Wal2JsonDecoder | PgOutputDecoder, messages: list[bytes]) -> list[Any]:
+    """Each message's Change (or None), or its DecodeError's text, in order."""
+    out: list[Change | str | None] = []
+    for message in messages:
+        try:
+            out.append(decoder.decode(message, AT))
+        except DecodeError as exc:
+            out.append(f"DecodeError: {exc}")
+    return out
+
+
+def both_paths(texts: list[str], rnd: Random | None = None) -> list[list[Any]]:
+    """For each decoder, the compiled path's outcomes of the rows of ``texts``, after
+    asserting they are the pure path's (whole events: created_at_ms and every field)."""
+    results = []
+    for make, messages in ((Wal2JsonDecoder, wal2json_rows(texts, rnd)),
+                           (PgOutputDecoder, pgoutput_rows(texts))):
+        fast = built(True, make, OUTBOX, OutboxColumns())
+        pure = built(False, make, OUTBOX, OutboxColumns())
+        assert fast.compiled
+        results.append(decoded(fast, messages))
+        assert results[-1] == decoded(pure, messages), messages
+    return results
+
+
+
+def compiled_parse(plugin: str, text: str, compiled: bool = True) -> int | str | None:
+    """``text``'s epoch milliseconds as the compiled ``plugin`` decoder's C path reads a
+    row's created_at (after a first row, which sets wal2json's plans), or DECLINED when
+    that row went to the pure path (which may refuse it before its ``_insert``). With
+    ``compiled`` False: the pure decoder's value, or its DecodeError's text."""
+    if plugin == "pgoutput":
+        decoder: CountingWal2Json | CountingPgOutput = built(
+            compiled, CountingPgOutput, OUTBOX, OutboxColumns())
+        messages, planning = pgoutput_rows([text]), 0
+    else:
+        decoder = built(compiled, CountingWal2Json, OUTBOX, OutboxColumns())
+        messages, planning = wal2json_rows([text]), 1
+    last = decoded(decoder, messages)[-1]
+    if not compiled:
+        return last.created_at_ms if isinstance(last, OutboxEvent) else last
+    if decoder.pure_inserts > planning or not isinstance(last, OutboxEvent):
+        return DECLINED  # an error is always the pure path's wording
+    return last.created_at_ms
 
 
 # ---------------------------------------------------------------- the two parsers, compared
@@ -161,17 +228,17 @@ any_text = (pg_timestamps() | raw_fields() | mutated()
             | st.sampled_from(["infinity", "-infinity", "epoch", "now", ""])
             | st.text(alphabet=st.sampled_from(ODD), max_size=36) | st.text(max_size=36))
 
-
 @pytest.mark.slow  # a long property run
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=1500, deadline=None)
 @given(pg_timestamps())
 def test_every_postgresql_shaped_text_is_accepted_with_the_pure_value(text: str) -> None:
-    assert epoch_ms is not None, f"{MODULE} is not built"
-    assert epoch_ms(text) == reference_ms(text) == built(False, TimestampParser).parse(text)
+    pure = TimestampParser().parse(text)
+    assert [compiled_parse(plugin, text) for plugin in PLUGINS] == [reference_ms(text)] * 2
+    assert pure == reference_ms(text)
 
 
 @pytest.mark.slow  # a long property run
-@settings(max_examples=4000, deadline=None)
+@settings(max_examples=2000, deadline=None)
 @given(any_text)
 @example("2026-02-29 00:00:00+00")
 @example("1969-12-31 23:59:59.9995-00")
@@ -179,22 +246,21 @@ def test_every_postgresql_shaped_text_is_accepted_with_the_pure_value(text: str)
 @example("٢٠٢٦-01-01 00:00:00")
 @example("2026-01-01 00:00:00+05:60")
 def test_compiled_parse_declines_or_agrees_with_the_pure_one(text: str) -> None:
-    assert epoch_ms is not None, f"{MODULE} is not built"
-    pure = outcome(built(False, TimestampParser), text)
-    assert outcome(built(True, TimestampParser), text) == pure
-    fast = epoch_ms(text)
-    assert fast is None or fast == pure
+    pure = outcome(TimestampParser(), text)
+    for plugin in PLUGINS:
+        fast = compiled_parse(plugin, text)
+        assert fast in (DECLINED, pure), plugin
 
 
 @pytest.mark.slow  # a long property run
 @settings(max_examples=500, deadline=None)
 @given(st.lists(any_text, max_size=6))
-def test_a_sequence_parses_alike_through_the_cache_on_both_paths(texts: list[str]) -> None:
-    pure, compiled = built(False, TimestampParser), built(True, TimestampParser)
-    assert [outcome(compiled, t) for t in texts] == [outcome(pure, t) for t in texts]
+def test_the_pure_parsers_cache_answers_as_a_fresh_parse(texts: list[str]) -> None:
+    cached = TimestampParser()
+    assert [outcome(cached, t) for t in texts] == [outcome(TimestampParser(), t) for t in texts]
 
 
-# ---------------------------------------------------------------- epoch_ms itself
+# ---------------------------------------------------------------- what the C parse reads
 
 
 @pytest.mark.parametrize(
@@ -219,14 +285,17 @@ def test_a_sequence_parses_alike_through_the_cache_on_both_paths(texts: list[str
         ("2024-02-29 00:00:00+00", 1709164800000),
     ],
 )
-def test_epoch_ms_of_postgresql_texts(compiled_epoch_ms: Any, text: str, ms: int) -> None:
-    assert compiled_epoch_ms(text) == ms == reference_ms(text)
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_the_decoders_read_postgresql_texts(compiled: bool, plugin: str, text: str,
+                                            ms: int) -> None:
+    """On the compiled path, in C: the row never leaves it."""
+    assert compiled_parse(plugin, text, compiled) == ms == reference_ms(text)
 
 
 @pytest.mark.parametrize(
     "text",
     [
-        "infinity", "-infinity", "", "2026-11-30",
+        *INFINITIES, "", "2026-11-30",
         "2026-11-30 11:11:26 BC", "0044-03-15 12:00:00+00 BC",  # BC
         "10000-01-01 00:00:00+00", "0000-01-01 00:00:00+00",  # years past 9999, year 0
         "2026-11-30T11:11:26+00", "2026-11-30 11:11:26Z", "2026-11-30 11:11:26+0530",
@@ -244,91 +313,19 @@ def test_epoch_ms_of_postgresql_texts(compiled_epoch_ms: Any, text: str, ms: int
         "2026-01-01 00:00:00\ud800", "+026-01-01 00:00:00", "-026-01-01 00:00:00",
     ],
 )
-def test_epoch_ms_declines_every_other_text(compiled_epoch_ms: Any, text: str) -> None:
-    assert compiled_epoch_ms(text) is None
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_the_c_parse_declines_every_other_text(compiled: bool, plugin: str, text: str) -> None:
+    """PostgreSQL's infinities are decided in C (None, as on the pure path); every other
+    text here leaves its row to the pure path, which decides as TimestampParser does."""
+    if compiled:
+        assert compiled_parse(plugin, text) == (None if text in INFINITIES else DECLINED)
+        return
+    pure = outcome(TimestampParser(), text)
+    got = compiled_parse(plugin, text, compiled=False)
+    assert got == pure if not isinstance(pure, str) else "DecodeError" in str(got)
 
 
-def test_epoch_ms_declines_what_is_not_a_str(compiled_epoch_ms: Any) -> None:
-    for value in (b"1970-01-01 00:00:00+00", None, 0, ["1970-01-01 00:00:00+00"]):
-        assert compiled_epoch_ms(value) is None
-
-
-# ---------------------------------------------------------------- the decoders' own parse
-
-RELID = 16384
-WARM_UP = "2026-11-30 11:11:26.123456+00"  # the first row: it sets wal2json's plans
-INFINITIES = ("infinity", "-infinity")
-_PLACEHOLDER = "created-at-goes-here"
-
-
-def wal2json_rows(texts: list[str], rnd: Random | None = None) -> list[bytes]:
-    """An insert per created_at text, after a first row of the same shape; ``rnd`` spells
-    each text with drawn escapes, or not (None: plain; lone surrogates always escaped)."""
-    template = insert_message(outbox_row(created_at=_PLACEHOLDER))
-    spelled = [json_string(text, rnd if rnd is None or rnd.random() < 0.5 else None)
-               for text in [WARM_UP, *texts]]
-    return [template.replace(orjson.dumps(_PLACEHOLDER), text.encode()) for text in spelled]
-
-
-def pgoutput_rows(texts: list[str]) -> list[bytes]:
-    """The Relation, then an insert per created_at text (lone surrogates as their invalid
-    UTF-8 bytes) after a first row."""
-    return [relation(RELID, OUTBOX_COLUMNS)] + [
-        insert(RELID, outbox_values(created_at=text.encode("utf-8", "surrogatepass")))
-        for text in [WARM_UP, *texts]]
-
-
-class CountingWal2Json(Wal2JsonDecoder):
-    """Counts the rows the pure path decodes."""
-
-    __slots__ = ("pure_inserts",)
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.pure_inserts = 0
-
-    def _insert(self, *args: Any) -> OutboxEvent:
-        self.pure_inserts += 1
-        return super()._insert(*args)
-
-
-class CountingPgOutput(PgOutputDecoder):
-    """Counts the rows the pure path decodes."""
-
-    __slots__ = ("pure_inserts",)
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.pure_inserts = 0
-
-    def _insert(self, *args: Any) -> OutboxEvent | None:
-        self.pure_inserts += 1
-        return super()._insert(*args)
-
-
-def decoded(decoder: Wal2JsonDecoder | PgOutputDecoder, messages: list[bytes]) -> list[Any]:
-    """Each message's Change (or None), or its DecodeError's text, in order."""
-    out: list[Change | str | None] = []
-    for message in messages:
-        try:
-            out.append(decoder.decode(message, AT))
-        except DecodeError as exc:
-            out.append(f"DecodeError: {exc}")
-    return out
-
-
-def both_paths(texts: list[str], rnd: Random | None = None) -> list[list[Any]]:
-    """For each decoder, the compiled path's outcomes of the rows of ``texts``, after
-    asserting they are the pure path's (whole events: created_at_ms and every field)."""
-    results = []
-    for make, messages in ((Wal2JsonDecoder, wal2json_rows(texts, rnd)),
-                           (PgOutputDecoder, pgoutput_rows(texts))):
-        fast = built(True, make, OUTBOX, OutboxColumns())
-        pure = built(False, make, OUTBOX, OutboxColumns())
-        assert fast.compiled
-        results.append(decoded(fast, messages))
-        assert results[-1] == decoded(pure, messages), messages
-    return results
+# ---------------------------------------------------------------- streams on both paths
 
 
 @pytest.mark.slow  # a long property run
@@ -370,36 +367,3 @@ def test_a_stream_of_repeated_changed_infinite_and_bad_created_at_decodes_alike(
         rows = [o for o in outcomes if o is not None][1:]  # not the Relation, nor the first
         assert [o.created_at_ms if isinstance(o, OutboxEvent) else o.split(":")[0]
                 for o in rows] == expected
-
-
-# ---------------------------------------------------------------- the decoders' setting
-
-
-def test_pure_decoders_never_call_the_compiled_parse(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A stand-in extension that answers 42 for everything: only compiled parsers see it
-    (the compiled decoders' own C path parses created_at without it)."""
-    fake = types.ModuleType(MODULE)
-    fake.epoch_ms = lambda text: 42  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, MODULE, fake)
-    text = "2026-11-30 11:11:26.123456+00"
-    assert TimestampParser().parse(text) == 42  # the stand-in is what a compiled parser calls
-
-    def wal2json_ms(compiled: bool) -> list[int | None]:
-        decoder = built(compiled, Wal2JsonDecoder, OUTBOX, OutboxColumns())
-        rows = [insert_message(outbox_row(created_at=text, id=str(i))) for i in range(2)]
-        changes = [decoder.decode(row, AT) for row in rows]
-        return [c.created_at_ms for c in changes if isinstance(c, OutboxEvent)]
-
-    def pgoutput_ms(compiled: bool) -> int | None:
-        decoder = built(compiled, PgOutputDecoder, OUTBOX, OutboxColumns())
-        assert decoder.decode(relation(RELID, OUTBOX_COLUMNS), Lsn(0)) is None
-        event = decoder.decode(insert(RELID, outbox_values(created_at=text.encode())), AT)
-        assert isinstance(event, OutboxEvent)
-        return event.created_at_ms
-
-    # compiled wal2json: its first row of a shape is the pure path's (it plans), with the
-    # compiled TimestampParser; the next one is the C path's, as every compiled pgoutput row
-    assert wal2json_ms(True) == [42, 1796037086123]
-    assert pgoutput_ms(True) == 1796037086123
-    assert wal2json_ms(False) == [1796037086123, 1796037086123]
-    assert pgoutput_ms(False) == 1796037086123
