@@ -19,6 +19,8 @@ bootstrap:
 lint: bootstrap
 	$(VENV)/bin/ruff check $(LINT_DIRS)
 	$(VENV)/bin/mypy --strict cdc_relay
+	@# The layers and no import cycle, lazy imports included (pyproject's [tool.importlinter]).
+	$(VENV)/bin/lint-imports --no-cache
 	@# promtool comes with Debian's prometheus (bootstrap installs it as root; it records why not).
 	@if command -v promtool >/dev/null; then promtool check rules docker/prometheus/alerts.yml \
 	  && promtool check config docker/prometheus/prometheus.yml >/dev/null; \

@@ -1,8 +1,14 @@
-"""Frozen, validated configuration: one dataclass per component.
+"""Frozen, validated configuration: one dataclass per group of the user's options.
 
 Values are validated here, at the edge, and every problem is a ConfigError naming the
 option and the fix. Components receive their config object and never read the
 environment or files themselves (the CLI layers flags > env > TOML file into these).
+
+The naming rule (docs/design.md, configuration): ``*Config`` is such a group, as the user
+gave it (here, or beside the sink that reads it: sink/config.py, sink/sqs/config.py);
+``*Settings`` is what one command's root or one component takes, derived from Configs
+(``WalSettings``, ``PollerSettings``); ``*Timings`` a loop's intervals; ``*Parts`` the
+built objects a composition root hands over together.
 """
 
 from __future__ import annotations
@@ -364,7 +370,27 @@ _TOPIC_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 
 @dataclass(frozen=True, slots=True)
-class ExactlyOnceSettings:
+class TxnLimits:
+    """What closes a Kafka transaction (at a PostgreSQL commit boundary): wal/exactly_once/txn_policy.py."""
+
+    interval: float = 0.1
+    max_events: int = 10_000
+    max_bytes: int = 16 * 1024 * 1024
+    split_events: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.interval <= 0:
+            raise ConfigError("--txn-interval must be positive")
+        if self.max_events < 1:
+            raise ConfigError("--txn-max-events must be at least 1")
+        if self.max_bytes < 1:
+            raise ConfigError("--txn-max-bytes must be at least 1")
+        if self.split_events is not None and self.split_events < 1:
+            raise ConfigError("--txn-split-events must be at least 1")
+
+
+@dataclass(frozen=True, slots=True)
+class ExactlyOnceConfig:
     """``run --exactly-once`` (docs/design.md, exactly-once delivery); None on WalSettings = off."""
 
     checkpoint_topic: str = "cdc-relay.checkpoints"
@@ -383,6 +409,10 @@ class ExactlyOnceSettings:
         if not 1000 <= self.transaction_timeout_ms <= 900_000:
             raise ConfigError("--transaction-timeout must be between 1s and 15m (the broker's "
                               "transaction.max.timeout.ms caps it, 15 min by default)")
-        from cdc_relay.wal.exactly_once.txn_policy import TxnLimits  # validates the batching limits
+        self.limits  # noqa: B018  # validates the batching limits
 
-        TxnLimits(self.txn_interval, self.txn_max_events, self.txn_max_bytes, self.txn_split_events)
+    @property
+    def limits(self) -> TxnLimits:
+        """The --txn-* options as the limits that close a Kafka transaction."""
+        return TxnLimits(self.txn_interval, self.txn_max_events, self.txn_max_bytes,
+                         self.txn_split_events)

@@ -1,8 +1,11 @@
 """The RelayError hierarchy and the process exit codes.
 
-Every error a user can see derives from RelayError and carries a message that names the
-cause and the fix. The CLI maps each class to an exit code; nothing here prints.
-Driver exceptions are wrapped (``raise ... from exc``) at the edge that caught them.
+Every error a user can see derives from RelayError, is defined here, and carries a
+message that names the cause and the fix. The CLI maps each class to an exit code;
+nothing here prints. Driver exceptions are wrapped (``raise ... from exc``) at the edge
+that caught them. An exception that never leaves the loop that catches it (control flow:
+a producer to replace, a Kafka transaction to replay, a full queue) stays beside the code
+that raises and catches it (docs/design.md, errors).
 """
 
 from __future__ import annotations
@@ -99,6 +102,18 @@ class DeadLetterRefused(RelayError):
 
 class LocalServiceError(RelayError):
     """A throwaway local PostgreSQL or broker (tests, demo, benchmarks) could not start."""
+
+
+class CheckpointMismatch(ConfigError):
+    """Exactly-once: the checkpoint topic holds this slot's checkpoint for another PostgreSQL cluster."""
+
+
+class CheckpointCorrupt(RelayError):
+    """Exactly-once: a checkpoint record for this source cannot be read."""
+
+
+class DemoError(RelayError):
+    """The demo could not run to its end (a service or the relay failed)."""
 
 
 _PASSWORD_PATTERNS = (

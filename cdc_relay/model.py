@@ -1,4 +1,5 @@
-"""The relay's vocabulary: LSNs, decoded changes, outbox events, Kafka-bound messages.
+"""The relay's vocabulary: LSNs, decoded changes, outbox events, Kafka-bound messages,
+the dead-letter topic's records, a slot's status.
 
 Pure values only. This module imports no driver (no psycopg, no confluent_kafka) so
 that decoders, the router and the ack tracker stay testable without services, and so
@@ -177,6 +178,48 @@ NOTIFY_TRIGGER = "cdc_relay_notify"  # polling's wake-up trigger (names are per 
 TRACE_COLUMNS = ("traceparent", "tracestate")
 # The logical decoding message prefix of ``outbox.emit_message`` (tableless outbox).
 MESSAGE_PREFIX = "cdc-relay"
+
+
+# Headers Router.dead_letter appends, in the order it appends them (last first here).
+_APPENDED = ("payload_omitted_bytes", "original_topic", "error")
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDeadLetter:
+    """One record of WAL mode's dead-letter topic (read back by sink/kafka/dead_letters.py,
+    chosen and rebuilt by ops/dead_letters.py)."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+    timestamp_ms: int | None
+
+    def header(self, name: str) -> str | None:
+        """The last header of that name, as text (None if absent)."""
+        for key, value in reversed(self.headers):
+            if key == name:
+                return value.decode("utf-8", "replace")
+        return None
+
+    @property
+    def id(self) -> str:
+        return self.header("id") or ""
+
+    @property
+    def original_headers(self) -> list[tuple[str, bytes]]:
+        """The headers of the message the relay first tried to send."""
+        headers = list(self.headers)
+        for name in _APPENDED:
+            if headers and headers[-1][0] == name:
+                headers.pop()
+        return headers
+
+    @property
+    def payload_omitted(self) -> str | None:
+        """Bytes of payload the dead letter left out (too large to send at all), else None."""
+        return self.header("payload_omitted_bytes")
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,6 @@ The rule: every command's root lives here, named after the command it serves -
 (the outbox's objects and a mode's slot or trigger), ``ops`` (``status``, ``doctor``,
 ``slot drop``), ``dead_letters`` (WAL mode's ``dead-letters list --from-topic`` and
 ``dead-letters replay``), ``demo`` (``demo``). cli/ only parses options, builds the frozen
-configs, calls one function here and prints; nothing else imports app/, except the
-application-side integrations, which take the outbox's table names and ``apply_migrations``
-from ``init`` (the outbox schema half of init.py, until it has a module of its own).
+configs, calls one function here and prints; nothing but cli/ imports app/ (the
+import-linter contracts of ``make lint``; docs/design.md, layers).
 """

@@ -36,16 +36,12 @@ from confluent_kafka import Consumer
 from cdc_relay.config import OutboxConfig, TableRef
 from cdc_relay.demo.report import DemoSummary, status_line, summarize
 from cdc_relay.demo.traffic import ORDERS_DDL, TOPIC, Book, OrderWriter, consume_one, subscribe
-from cdc_relay.errors import LocalServiceError, RelayError
+from cdc_relay.errors import DemoError, LocalServiceError
 from cdc_relay.local.broker import Broker
 from cdc_relay.local.helpers import find_pg_bin_dir, tansu_binary
 from cdc_relay.local.postgres import PostgresCluster
 
 SLOT = "cdc_relay"
-
-
-class DemoError(RelayError):
-    """The demo could not run to its end (a service or the relay failed)."""
 
 
 @dataclass(frozen=True, slots=True)

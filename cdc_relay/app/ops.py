@@ -28,11 +28,11 @@ def doctor(*, dsn: str, outbox: OutboxConfig, slot: str, plugin: str | None, pub
            mode: str, kafka: KafkaConfig | None, sink: OtherSink | None, standby_dsn: str | None,
            exactly_once: bool, checkpoint_topic: str, output_format: str) -> tuple[str, bool]:
     """``doctor``: the checks as text or JSON, and whether one failed."""
-    from cdc_relay.ops.doctor.checks import DoctorOptions
+    from cdc_relay.ops.doctor.checks import DoctorSettings
     from cdc_relay.ops.doctor.gather import run_doctor
     from cdc_relay.ops.doctor.report import failed, format_checks, format_checks_json
 
-    checks = run_doctor(DoctorOptions(dsn=dsn, outbox=outbox, slot=slot,
+    checks = run_doctor(DoctorSettings(dsn=dsn, outbox=outbox, slot=slot,
                                       plugin=plugin or "pgoutput",
                                       plugin_from_slot=plugin is None,
                                       publication=publication, mode=mode,

@@ -20,14 +20,15 @@ import orjson
 
 from cdc_relay.config import KafkaConfig, MetricsConfig, OutboxConfig, PollConfig, RouterConfig
 from cdc_relay.errors import ExitCode
-from cdc_relay.message_columns import resolve_message_columns
 from cdc_relay.model import human_bytes
 from cdc_relay.ops.metrics.endpoint import serve_poll
-from cdc_relay.pg.db import dsn_database
+from cdc_relay.pg.db import connect, dsn_database
+from cdc_relay.pg.message_columns import resolve_message_columns
+from cdc_relay.pg.slots import idle_logical_slots
 from cdc_relay.polling import admin as polling_admin
 from cdc_relay.polling.admin import DeadLetter, OutboxMonitor
 from cdc_relay.polling.claims import PollingSource
-from cdc_relay.polling.settlement import BackoffPolicy, PollStats
+from cdc_relay.polling.settlement import BackoffPolicy
 from cdc_relay.polling.threads import Waker, monitor_loop, run_threads
 from cdc_relay.polling.worker import PollerSettings, PollWorker
 from cdc_relay.routing import Router
@@ -35,6 +36,7 @@ from cdc_relay.signals import install_signal_handlers
 from cdc_relay.sink.base import ignore_reports
 from cdc_relay.sink.factory import OtherSink, make_sink_factory, sink_name
 from cdc_relay.startup import until_reachable
+from cdc_relay.stats import PollStats
 from cdc_relay.text import shorten
 
 log = logging.getLogger("cdc_relay")
@@ -154,7 +156,10 @@ def warn_without_trigger(settings: PollSettings) -> None:
 
 def warn_unread_slots(dsn: str) -> None:
     """Warn about each inactive logical slot of the database: nothing in polling mode reads it."""
-    for name, plugin, retained in polling_admin.unread_slots(dsn):
+    with connect(dsn, autocommit=True, application_name="cdc-relay") as conn:
+        idle = idle_logical_slots(conn)
+    for slot in idle:
+        name, plugin, retained = slot.name, slot.plugin or "", slot.retained_bytes or 0
         log.warning("replication slot %s (%s) is inactive and retains %s of WAL, more with every "
                     "write until the disk is full: polling mode does not read it. Drop it "
                     "(cdc-relay slot drop --slot %s) unless a WAL-mode relay will use it",

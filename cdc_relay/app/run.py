@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from cdc_relay.config import (
-    ExactlyOnceSettings,
+    ExactlyOnceConfig,
     FlowConfig,
     KafkaConfig,
     MetricsConfig,
@@ -41,9 +41,10 @@ from cdc_relay.routing import Router
 from cdc_relay.signals import install_signal_handlers
 from cdc_relay.sink.base import SinkFactory, ignore_reports
 from cdc_relay.sink.factory import OtherSink, make_sink_factory, sink_name
+from cdc_relay.stats import RelayStats
 from cdc_relay.wal.stream.delivery import DeliveryMode
 from cdc_relay.wal.stream.loop import SinkWarmUp, WalRelay
-from cdc_relay.wal.stream.session import Decoder, LoopTimings, RelayStats, ReplicationSource
+from cdc_relay.wal.stream.session import Decoder, LoopTimings, ReplicationSource
 
 if TYPE_CHECKING:
     import psycopg
@@ -57,7 +58,7 @@ def make_decoder(repl: ReplicationConfig, outbox: OutboxConfig, *,
                  partitioned: bool = False) -> tuple[Decoder, list[tuple[str, str]]]:
     """The decoder and START_REPLICATION options for the configured plugin.
 
-    A partitioned outbox: pgoutput's publication publishes via the root (wal/setup.py),
+    A partitioned outbox: pgoutput's publication publishes via the root (wal/slot/setup.py),
     so nothing changes; wal2json streams every table and its decoder looks partitions
     up (pg/partitions.py).
     """
@@ -92,7 +93,7 @@ class WalSettings:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     sink: OtherSink | None = None  # --sink rabbitmq|nats|sqs; None: the Kafka sink of ``kafka``
     snapshot: str = "never"  # "initial": backfill pending rows when the relay creates the slot
-    exactly_once: ExactlyOnceSettings | None = None
+    exactly_once: ExactlyOnceConfig | None = None
 
     def __post_init__(self) -> None:
         if self.snapshot not in ("initial", "never"):
@@ -151,7 +152,7 @@ def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
 def run_wal(settings: WalSettings) -> int:
     """``cdc-relay run``: ensure the slot (or backfill first), stream until a signal, exit 0.
 
-    A slot loss (wal/continuity.py) stops with exit 7 and the recovery command, or, with
+    A slot loss (wal/slot/continuity.py) stops with exit 7 and the recovery command, or, with
     ``--on-slot-loss recover``, is recovered (wal/recovery.py) and streaming goes on.
     """
     stop = threading.Event()
@@ -177,7 +178,7 @@ _UNFINISHED = "a recovery of the slot did not finish"
 def _explained(exc: SlotLost, settings: WalSettings) -> SlotLost:
     """The loss as the stream saw it, with what the slot's record adds and the command."""
     from cdc_relay.pg.db import connect
-    from cdc_relay.wal import continuity
+    from cdc_relay.wal.slot import continuity
 
     if "Recover" in str(exc):
         return exc  # already explained at start-up
@@ -193,7 +194,7 @@ def _explained(exc: SlotLost, settings: WalSettings) -> SlotLost:
 
 def _recover(settings: WalSettings, stop: threading.Event) -> bool:
     """Run the recovery (or finish one), with the relay's router and sink; False if stopped."""
-    from cdc_relay.message_columns import resolve_message_columns
+    from cdc_relay.pg.message_columns import resolve_message_columns
     from cdc_relay.wal.backfill.loop import BackfillStats
     from cdc_relay.wal.recovery import recover
 
@@ -223,7 +224,7 @@ def _run_wal_once(settings: WalSettings, stop: threading.Event) -> int:
     try:
         # Only now the PostgreSQL side is imported (see the module docstring).
         if settings.snapshot == "initial":
-            from cdc_relay.message_columns import resolve_message_columns
+            from cdc_relay.pg.message_columns import resolve_message_columns
             from cdc_relay.wal.backfill.cutover import precheck
 
             precheck(repl, settings.outbox)  # the refusals, before anything is touched
@@ -259,8 +260,8 @@ def _run_wal_once(settings: WalSettings, stop: threading.Event) -> int:
 
 
 def _horizon(settings: WalSettings, stats: RelayStats) -> AbstractContextManager[object]:
-    """The thread that moves the slot's recorded horizon forward (wal/continuity.py)."""
-    from cdc_relay.wal.continuity import HorizonRecorder
+    """The thread that moves the slot's recorded horizon forward (wal/slot/continuity.py)."""
+    from cdc_relay.wal.slot.continuity import HorizonRecorder
 
     repl = settings.replication
     return HorizonRecorder(repl.dsn, settings.outbox.table.schema, repl.slot,
@@ -287,11 +288,11 @@ def _startup_checks(settings: WalSettings
     publication and the slot are created if missing (a lost one raises SlotLost); an
     unfinished backfill is a warning.
     """
-    from cdc_relay.message_columns import resolve_message_columns
     from cdc_relay.pg.db import connect
+    from cdc_relay.pg.message_columns import resolve_message_columns
     from cdc_relay.wal.backfill.state import warn_if_unfinished
-    from cdc_relay.wal.continuity import read_record
-    from cdc_relay.wal.setup import ensure_replication, plugin_for_slot
+    from cdc_relay.wal.slot.continuity import read_record
+    from cdc_relay.wal.slot.setup import ensure_replication, plugin_for_slot
 
     repl = settings.replication
     conn = connect(repl.dsn, autocommit=True)
@@ -331,7 +332,7 @@ def _backfill_then_stream(settings: WalSettings, stop: threading.Event) -> int:
     """``--snapshot initial``: the backfill (if due), then the start-up check, then stream."""
     from cdc_relay.wal.backfill.cutover import backfill_before_streaming
     from cdc_relay.wal.backfill.loop import BackfillStats
-    from cdc_relay.wal.setup import ensure_replication
+    from cdc_relay.wal.slot.setup import ensure_replication
 
     repl = settings.replication
     router = _router(settings)
@@ -388,36 +389,33 @@ class ExactlyOnceParts:
 
 def check_exactly_once(settings: WalSettings) -> None:
     """ConfigError for exactly-once settings that contradict the producer's (no I/O)."""
-    from cdc_relay.sink.kafka.txn import TxnSinkConfig, transactional_config
+    from cdc_relay.sink.kafka.txn import TxnSinkSettings, transactional_config
 
     eos, kafka = settings.exactly_once, settings.kafka
     assert eos is not None
     if kafka.message_timeout_ms > eos.transaction_timeout_ms:
         raise ConfigError(f"--message-timeout ({kafka.message_timeout_ms} ms) must not exceed "
                           f"--transaction-timeout ({eos.transaction_timeout_ms} ms)")
-    transactional_config(kafka, TxnSinkConfig("check", eos.checkpoint_topic))
+    transactional_config(kafka, TxnSinkSettings("check", eos.checkpoint_topic))
 
 
 def exactly_once_parts(settings: WalSettings) -> ExactlyOnceParts:
     """Identify the source (system identifier + slot) and build exactly-once's parts."""
     from cdc_relay.pg.identity import system_identifier
-    from cdc_relay.sink.kafka.txn import TxnSinkConfig, transactional_sink_factory
+    from cdc_relay.sink.kafka.txn import TxnSinkSettings, transactional_sink_factory
     from cdc_relay.wal.exactly_once.checkpoint import transactional_id
-    from cdc_relay.wal.exactly_once.mode import ExactlyOnce, ExactlyOnceConfig
-    from cdc_relay.wal.exactly_once.txn_policy import TxnLimits
+    from cdc_relay.wal.exactly_once.mode import ExactlyOnce, ExactlyOnceSettings
 
     eos, repl, kafka = settings.exactly_once, settings.replication, settings.kafka
     assert eos is not None
     check_exactly_once(settings)
     system_id = system_identifier(repl.dsn)
-    txn = TxnSinkConfig(transactional_id(system_id, repl.slot), eos.checkpoint_topic,
+    txn = TxnSinkSettings(transactional_id(system_id, repl.slot), eos.checkpoint_topic,
                         eos.transaction_timeout_ms)
     max_bytes = int(kafka.producer_config.get("message.max.bytes", "1000000"))
-    mode = ExactlyOnce(ExactlyOnceConfig(
+    mode = ExactlyOnce(ExactlyOnceSettings(
         system_id=system_id, slot=repl.slot, reset_checkpoint=eos.reset_checkpoint,
-        max_message_bytes=max_bytes,
-        limits=TxnLimits(interval=eos.txn_interval, max_events=eos.txn_max_events,
-                         max_bytes=eos.txn_max_bytes, split_events=eos.txn_split_events)))
+        max_message_bytes=max_bytes, limits=eos.limits))
     log.info("exactly-once: transactional.id %s, checkpoint topic %s", txn.transactional_id,
              txn.checkpoint_topic)
     return ExactlyOnceParts(transactional_sink_factory(kafka, txn,

@@ -1,4 +1,4 @@
-"""The options of ``run --exactly-once``, gathered into one ExactlyOnceSettings value.
+"""The options of ``run --exactly-once``, gathered into one ExactlyOnceConfig value.
 
 ``exactly_once_options`` adds the flags to a command and hands the command a single
 ``exactly_once`` argument (None unless ``--exactly-once``), so the command itself stays
@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from cdc_relay.cli.options import DURATION, F, option
-from cdc_relay.config import ExactlyOnceSettings
+from cdc_relay.config import ExactlyOnceConfig
 from cdc_relay.errors import ConfigError
 
 _NAMES = ("exactly_once", "checkpoint_topic", "txn_interval", "txn_max_events",
@@ -22,7 +22,7 @@ _NAMES = ("exactly_once", "checkpoint_topic", "txn_interval", "txn_max_events",
 
 
 def exactly_once_options(f: F) -> F:
-    """Add the exactly-once options; the command receives ``exactly_once=ExactlyOnceSettings|None``."""
+    """Add the exactly-once options; the command receives ``exactly_once=ExactlyOnceConfig|None``."""
 
     @functools.wraps(f)
     def command(*args: Any, **kwargs: Any) -> Any:
@@ -57,13 +57,13 @@ def exactly_once_options(f: F) -> F:
     return wrapped  # type: ignore[no-any-return]
 
 
-def settings_from(values: dict[str, Any]) -> ExactlyOnceSettings | None:
+def settings_from(values: dict[str, Any]) -> ExactlyOnceConfig | None:
     """The settings, or None without ``--exactly-once`` (then the other options must be unset)."""
     if not values["exactly_once"]:
         if values["reset_checkpoint"]:
             raise ConfigError("--reset-checkpoint only applies with --exactly-once")
         return None
-    return ExactlyOnceSettings(
+    return ExactlyOnceConfig(
         checkpoint_topic=values["checkpoint_topic"], txn_interval=values["txn_interval"],
         txn_max_events=values["txn_max_events"], txn_max_bytes=values["txn_max_bytes"],
         txn_split_events=values["txn_split_events"],

@@ -38,7 +38,7 @@ from cdc_relay.cli.options import (
     table_option,
 )
 from cdc_relay.config import (
-    ExactlyOnceSettings,
+    ExactlyOnceConfig,
     FlowConfig,
     KafkaConfig,
     MetricsConfig,
@@ -136,7 +136,7 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
         message_format: str, header: tuple[str, ...], partition_column: str | None,
         cloudevents_source: str, snapshot: str,
         metrics_port: int | None, metrics_host: str, log_level: str, log_format: str,
-        exactly_once: ExactlyOnceSettings | None, continuity: dict[str, Any],
+        exactly_once: ExactlyOnceConfig | None, continuity: dict[str, Any],
         standby_dsn: str | None) -> int:
     """WAL mode: stream outbox inserts from a logical replication slot to the broker."""
     tune_gc()  # done by cli/entry.py already, unless invoked in process (cdc_relay/runtime.py)

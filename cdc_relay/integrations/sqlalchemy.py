@@ -41,10 +41,10 @@ except ImportError:
     raise missing("SQLAlchemy (with its asyncio extra)", "sqlalchemy") from None
 
 from cdc_relay import outbox_core as core
-from cdc_relay.app.init import MIGRATIONS_TABLE, PROCESSED_EVENTS_TABLE
 from cdc_relay.config import TableRef, validated_columns, validated_table
 from cdc_relay.model import TRACE_COLUMNS, OutboxColumns
 from cdc_relay.pg.db import derived_name
+from cdc_relay.pg.schema import MIGRATIONS_TABLE, PROCESSED_EVENTS_TABLE
 
 __all__ = ["emit", "emit_async", "include_object", "outbox_table", "process_once",
            "process_once_async", "processed_events_table"]

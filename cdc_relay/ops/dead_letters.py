@@ -22,54 +22,13 @@ broker client.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import orjson
 
 from cdc_relay.errors import ConfigError
-from cdc_relay.model import Message, OutboxEvent
+from cdc_relay.model import Message, OutboxEvent, TopicDeadLetter
 from cdc_relay.routing import Router, RoutingError
-
-# Headers Router.dead_letter appends, in the order it appends them (last first here).
-_APPENDED = ("payload_omitted_bytes", "original_topic", "error")
-
-
-@dataclass(frozen=True, slots=True)
-class TopicDeadLetter:
-    """One record of the dead-letter topic."""
-
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes], ...]
-    timestamp_ms: int | None
-
-    def header(self, name: str) -> str | None:
-        """The last header of that name, as text (None if absent)."""
-        for key, value in reversed(self.headers):
-            if key == name:
-                return value.decode("utf-8", "replace")
-        return None
-
-    @property
-    def id(self) -> str:
-        return self.header("id") or ""
-
-    @property
-    def original_headers(self) -> list[tuple[str, bytes]]:
-        """The headers of the message the relay first tried to send."""
-        headers = list(self.headers)
-        for name in _APPENDED:
-            if headers and headers[-1][0] == name:
-                headers.pop()
-        return headers
-
-    @property
-    def payload_omitted(self) -> str | None:
-        """Bytes of payload the dead letter left out (too large to send at all), else None."""
-        return self.header("payload_omitted_bytes")
 
 
 def select(records: Iterable[TopicDeadLetter], ids: Sequence[str] | None,

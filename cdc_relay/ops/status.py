@@ -4,9 +4,9 @@ Owns the read-only queries an operator runs against a live deployment - the slot
 position and lag (``pg_replication_slots``, ``pg_current_wal_lsn()``, the walsender's
 ``flush_lag`` in ``pg_stat_replication``), its failover readiness (read by
 ``cdc_relay.ops.failover.read``) and the outbox backlog - and the report
-``status`` prints (table or JSON). The slot query itself is
-``cdc_relay.wal.setup.query_slot_status`` (one query, one ``model.SlotStatus`` for every
-command). The metrics lag probe reuses ``SlotReader``, the doctor ``read_slot_status``.
+``status`` prints (table or JSON). The slot queries themselves are the PostgreSQL
+edge's (``cdc_relay.pg.slots``: one query, one ``model.SlotStatus`` for every command).
+The metrics lag probe reuses ``SlotReader``.
 
 Must not write anything except ``drop_replication_slot``, which the user confirmed, or
 hold a connection beyond one command (``SlotReader`` is the probe's own).
@@ -27,38 +27,10 @@ from cdc_relay.model import Lsn, SlotStatus, human_bytes
 from cdc_relay.ops.failover.facts import HA_DOCS, FailoverStatus
 from cdc_relay.ops.failover.read import read_failover
 from cdc_relay.pg.db import connect, describe_dsn, translate_error, validated_table
+from cdc_relay.pg.slots import read_slot_status
 from cdc_relay.polling.admin import count_pending
 from cdc_relay.wal.backfill.state import BackfillRecord, backfill_running, read_record
-from cdc_relay.wal.setup import drop_slot, query_slot_status
-
-# Every inactive logical slot of this database (what polling mode warns about).
-_IDLE_SLOTS_SQL = """
-SELECT s.slot_name FROM pg_replication_slots AS s
-WHERE s.database = current_database() AND s.slot_type = 'logical' AND NOT s.active
-ORDER BY s.slot_name
-"""
-
-
-def read_slot_status(conn: psycopg.Connection[Any], slot: str) -> tuple[Lsn, SlotStatus | None]:
-    """(the server's WAL position, the slot's status or None when there is no such slot)."""
-    try:
-        return query_slot_status(conn, slot)
-    except psycopg.Error as exc:
-        raise translate_error(exc, f"reading replication slot {slot!r}") from exc
-
-
-def idle_logical_slots(conn: psycopg.Connection[Any]) -> list[SlotStatus]:
-    """Inactive logical slots of the current database, each with the WAL it retains.
-
-    Nothing reads such a slot, yet the server keeps every WAL segment since its restart
-    LSN: the disk fills unless someone streams from it or drops it.
-    """
-    try:
-        names = [row[0] for row in conn.execute(_IDLE_SLOTS_SQL).fetchall()]
-    except psycopg.Error as exc:
-        raise translate_error(exc, "listing replication slots") from exc
-    found = (read_slot_status(conn, name)[1] for name in names)
-    return [slot for slot in found if slot is not None and not slot.active]
+from cdc_relay.wal.slot.setup import drop_slot
 
 
 class SlotReader:

@@ -5,13 +5,15 @@ Owns three small things:
 * ``connect``: open a psycopg connection and turn a failure into
   ``ServiceUnavailable("cannot connect to PostgreSQL at host:port/db: <reason>")``,
   never showing the password; a malformed DSN is a ``ConfigError``. ``borrowed_or_new``
-  lets a check use a caller's connection or its own.
+  lets a check use a caller's connection or its own (the one borrow helper);
+  ``replication_conninfo`` / ``plain_conninfo`` the DSN of a walsender / short
+  connection with the relay's timeouts, keepalives and session settings.
 * ``translate_error``: a psycopg error -> a RelayError whose message names the cause
   and the fix (wal_level, privileges, slot limits, a busy slot, ...), secrets masked.
 * Identifier hygiene: deriving object names (indexes, views) that stay within
   PostgreSQL's 63-byte limit (the name checks are config.py's, re-exported here).
 
-It must not hold state, run DDL or know the outbox's semantics: app/init.py applies the
+It must not hold state, run DDL or know the outbox's semantics: pg/schema.py applies the
 migrations, the sources and helpers run their own statements. Every name that reaches
 SQL is validated here *and* quoted with ``psycopg.sql.Identifier`` at the use site.
 """
@@ -28,7 +30,7 @@ from typing import Any
 import psycopg
 from psycopg import errors as pgerrors
 from psycopg import pq
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import TupleRow
 
 # Re-exported: the checks live in config.py (pure), the application side's core uses them.
@@ -71,6 +73,16 @@ SERVER_TCP_KEEPALIVES = {
     "tcp_keepalives_count": TCP_KEEPALIVES["keepalives_count"],
     "tcp_user_timeout": TCP_KEEPALIVES["tcp_user_timeout"],
 }
+
+# Session settings for a walsender: plugins print values with the session's output
+# functions, so pin what the decoders parse (timestamps in UTC, ISO style).
+_SESSION_OPTIONS = "-c TimeZone=UTC -c DateStyle=ISO,YMD -c extra_float_digits=3"
+# Detect a dead server or network instead of waiting forever on a silent socket.
+_TCP_DEFAULTS = {"connect_timeout": "10", **TCP_KEEPALIVES}
+# And the walsender the same on its side (before the user's options, which win): on a
+# silent network it ends with the watchdog, instead of holding the slot "active" until
+# wal_sender_timeout, which kept the reconnected relay out for another 30 s (measured).
+_SERVER_KEEPALIVES = " ".join(f"-c {name}={value}" for name, value in SERVER_TCP_KEEPALIVES.items())
 
 # What PostgreSQL says when it refuses the role rather than being unreachable: a retry
 # cannot fix these (a connection failure carries no SQLSTATE, only the server's words).
@@ -165,17 +177,41 @@ def connect(dsn: str, **kwargs: Any) -> psycopg.Connection[TupleRow]:
 
 
 @contextmanager
-def borrowed_or_new(dsn: str, conn: psycopg.Connection[Any] | None
-                    ) -> Iterator[psycopg.Connection[Any]]:
-    """``conn`` as is (its owner closes it), or a new autocommit connection, closed on exit.
+def borrowed_or_new(conninfo: str | psycopg.Connection[Any],
+                    conn: psycopg.Connection[Any] | None = None) -> Iterator[psycopg.Connection[Any]]:
+    """A connection to use: borrowed as is (its owner closes it) or new, closed on exit.
 
-    Lets a check run on the one connection a start-up shares, or on its own.
+    The one borrow helper: ``conninfo`` is a DSN or an open connection, and ``conn`` a
+    connection the caller may share (None: none). Lets a check run on the one connection
+    a start-up shares, or on its own.
     """
+    if isinstance(conninfo, psycopg.Connection):
+        conn = conninfo
     if conn is not None:
         yield conn
         return
-    with connect(dsn, autocommit=True) as new:
+    assert isinstance(conninfo, str)
+    with connect(conninfo, autocommit=True) as new:
         yield new
+
+
+def replication_conninfo(dsn: str) -> str:
+    """The user's DSN plus replication mode, pinned session settings and TCP keepalives."""
+    params = conninfo_to_dict(dsn)
+    options = " ".join(str(p) for p in (_SERVER_KEEPALIVES, params.get("options"), _SESSION_OPTIONS)
+                       if p)
+    extra = {k: v for k, v in _TCP_DEFAULTS.items() if k not in params}
+    params.setdefault("application_name", "cdc-relay")
+    return make_conninfo("", **{**params, **extra, "options": options, "replication": "database"})
+
+
+def plain_conninfo(dsn: str) -> str:
+    """The user's DSN for a short ordinary connection (same timeouts and keepalives as the stream)."""
+    params = conninfo_to_dict(dsn)
+    for key, value in _TCP_DEFAULTS.items():
+        params.setdefault(key, value)
+    params.setdefault("application_name", "cdc-relay")
+    return make_conninfo("", **params)
 
 
 _SERVER_PREFIX = re.compile(

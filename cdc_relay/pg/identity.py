@@ -10,7 +10,7 @@ from __future__ import annotations
 import psycopg
 
 from cdc_relay.errors import DatabaseError, SourceLost, mask_secrets
-from cdc_relay.wal.stream.replication import replication_conninfo
+from cdc_relay.pg.db import replication_conninfo
 
 
 def system_identifier(dsn: str) -> str:

@@ -94,25 +94,6 @@ def retry_dead_letters(dsn: str, outbox: OutboxConfig, ids: Sequence[str] | None
     return [row[0] for row in rows]
 
 
-def unread_slots(dsn: str) -> list[tuple[str, str, int]]:
-    """(name, plugin, bytes of WAL retained) of every inactive logical slot of the database.
-
-    Polling mode reads no slot; such a slot (left by ``init`` of an older version, or a
-    WAL-mode relay no longer running) keeps WAL until the disk is full.
-    """
-    with _autocommit(dsn) as conn:
-        try:
-            rows = conn.execute(
-                "SELECT slot_name::text, coalesce(plugin::text, ''),"
-                " greatest(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint"
-                " FROM pg_replication_slots WHERE database = current_database()"
-                " AND slot_type = 'logical' AND NOT active AND NOT pg_is_in_recovery()"
-                " ORDER BY slot_name").fetchall()
-        except psycopg.Error as exc:
-            raise translate_error(exc, "listing replication slots") from exc
-    return [(row[0], row[1], int(row[2] or 0)) for row in rows]
-
-
 def cleanup(dsn: str, outbox: OutboxConfig, older_than: float, batch: int, *,
             wal_mode: bool = False) -> int:
     """Delete processed rows older than ``older_than`` seconds, ``batch`` rows per transaction.

@@ -18,17 +18,15 @@ them stand as published before the earlier event ever is. They go out again afte
 (a duplicate, but the last copies arrive in order), and the failed event stays the
 aggregate's head until it succeeds or is dead-lettered.
 
-``PollStats`` holds the plain counters the workers and the monitor update and
-ops/metrics/collectors.py reads. Must not: do I/O, sleep, or log.
+The counters the workers and the monitor update (``PollStats``) are cdc_relay/stats.py's.
+Must not: do I/O, sleep, or log.
 """
 
 from __future__ import annotations
 
-import bisect
 import enum
-import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from cdc_relay.model import OutboxEvent
 from cdc_relay.sink.base import Cause, DeliveryError, ErrorKind
@@ -148,44 +146,3 @@ _TOPIC_CAUSES = (Cause.TOPIC_MISSING, Cause.TOPIC_FORBIDDEN)
 def _topic_trouble(result: Result) -> bool:
     """A missing or forbidden topic: retried (after a wait), never an attempt or a dead letter."""
     return isinstance(result, DeliveryError) and result.cause in _TOPIC_CAUSES
-
-
-# Upper bounds (seconds) of the batch duration histogram (ops/metrics/collectors.py exports it).
-BATCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-
-
-@dataclass
-class PollStats:
-    """Plain counters shared by the workers; metrics and health read them.
-
-    Workers update them under ``lock``; readers may read attributes without it.
-    """
-
-    published: int = 0
-    failed_by_type: dict[str, int] = field(default_factory=dict)
-    dead_lettered: int = 0  # events this process gave up on
-    dead_letters: int = 0  # rows in the dead-letter state (refreshed by the monitor)
-    pending: int = 0  # rows waiting to be published (refreshed by the monitor)
-    batches: int = 0
-    last_batch_duration: float = 0.0
-    # Batches per BATCH_BUCKETS bucket (last: slower than every bound) and their total time.
-    batch_duration_counts: list[int] = field(default_factory=lambda: [0] * (len(BATCH_BUCKETS) + 1))
-    batch_duration_sum: float = 0.0
-    topic_retries: int = 0  # events released because their topic was missing or forbidden
-    last_tick: float = 0.0  # monotonic time of the last loop turn of any worker
-    connected: bool = False  # every worker has a database connection
-    broker_ok: bool = True  # False while workers wait for the broker
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def record(self, settlement: Settlement, completion: Completion, duration: float) -> None:
-        """Count one settled batch."""
-        with self.lock:
-            self.published += completion.processed
-            for event, _ in settlement.failures:
-                self.failed_by_type[event.event_type] = self.failed_by_type.get(event.event_type, 0) + 1
-            self.dead_lettered += len(completion.dead_lettered)
-            self.topic_retries += settlement.topic_trouble
-            self.batches += 1
-            self.last_batch_duration = duration
-            self.batch_duration_counts[bisect.bisect_left(BATCH_BUCKETS, duration)] += 1
-            self.batch_duration_sum += duration

@@ -22,7 +22,7 @@ from typing import Protocol
 
 from cdc_relay.backoff import Backoff
 from cdc_relay.errors import ServiceUnavailable
-from cdc_relay.polling.settlement import PollStats
+from cdc_relay.stats import PollStats
 
 log = logging.getLogger("cdc_relay.poller")
 

@@ -59,7 +59,6 @@ from cdc_relay.polling.settlement import (
     AttemptFailure,
     BackoffPolicy,
     Completion,
-    PollStats,
     Result,
     Settlement,
     Unsettled,
@@ -75,6 +74,7 @@ from cdc_relay.sink.base import (
     Sink,
     SinkFactory,
 )
+from cdc_relay.stats import PollStats
 
 log = logging.getLogger("cdc_relay.poller")
 

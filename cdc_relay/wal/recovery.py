@@ -8,7 +8,7 @@ Under the slot's backfill lock (one relay at a time; the others stand by):
    is nothing to do); an invalidated slot is dropped, since its name is wanted again;
 2. a new slot is created with an exported snapshot (a failover slot on 17+) and recorded,
    marked ``recovering``, with the old horizon kept;
-3. every retained outbox row of a transaction at or after the horizon (wal/continuity.py)
+3. every retained outbox row of a transaction at or after the horizon (wal/slot/continuity.py)
    that the snapshot sees is published - at least once: rows already relayed before the
    loss are among them, counted in the log, and consumers deduplicate them by event id -
    and marked processed, as a backfill does (wal/backfill/loop.py);
@@ -21,7 +21,7 @@ A recovery stopped half-way (a crash, a stop) is redone by the next start whatev
 unrelayed but are no longer in the table (cleanup, insert-then-delete) cannot be
 republished: the relay says so loudly, with the window it cannot vouch for.
 
-Must not: stream, or decide about a loss anywhere but here and in wal/continuity.py.
+Must not: stream, or decide about a loss anywhere but here and in wal/slot/continuity.py.
 """
 
 from __future__ import annotations
@@ -37,14 +37,15 @@ from psycopg import sql
 
 from cdc_relay.config import FlowConfig, OutboxConfig, ReplicationConfig
 from cdc_relay.pg.db import connect, translate_error, validated_table
+from cdc_relay.pg.slots import slot_info
 from cdc_relay.routing import Router
 from cdc_relay.sink.base import SinkFactory
-from cdc_relay.wal import continuity
 from cdc_relay.wal.backfill.cutover import check_backfill_table, run_backfill, wait_for_lock
 from cdc_relay.wal.backfill.loop import BackfillStats, BackfillTimings
 from cdc_relay.wal.backfill.snapshot import create_slot_exporting_snapshot
 from cdc_relay.wal.backfill.state import StateStore
-from cdc_relay.wal.setup import PLUGINS, ensure_publication, slot_info
+from cdc_relay.wal.slot import continuity
+from cdc_relay.wal.slot.setup import PLUGINS, ensure_publication
 
 log = logging.getLogger("cdc_relay.recovery")
 

@@ -16,19 +16,14 @@ from cdc_relay.app.init import init_database
 from cdc_relay.config import OutboxConfig, RouterConfig, TableRef
 from cdc_relay.errors import ConfigError, DatabaseError, ServiceUnavailable, SlotBusy
 from cdc_relay.local.postgres import PostgresCluster
-from cdc_relay.message_columns import resolve_message_columns
 from cdc_relay.model import OutboxColumns
 from cdc_relay.outbox import emit
 from cdc_relay.pg.db import connect
+from cdc_relay.pg.message_columns import resolve_message_columns
+from cdc_relay.pg.schema import ADVISORY_LOCK_KEY, Outcome
+from cdc_relay.pg.slots import slot_exists, slot_info
 from cdc_relay.wal.backfill.state import warn_if_unfinished
-from cdc_relay.wal.setup import (
-    ADVISORY_LOCK_KEY,
-    Outcome,
-    drop_slot,
-    ensure_replication,
-    slot_exists,
-    slot_info,
-)
+from cdc_relay.wal.slot.setup import drop_slot, ensure_replication
 
 
 def _slot_name() -> str:

@@ -14,14 +14,14 @@ from cdc_relay.errors import DeadLetterRefused
 from cdc_relay.model import OutboxEvent, SlotStatus
 from cdc_relay.ops.doctor.checks import (
     BackfillFacts,
-    DoctorOptions,
+    DoctorSettings,
     Facts,
     PublicationFacts,
     ServerFacts,
     TableFacts,
-    Verdict,
     backfill_check,
 )
+from cdc_relay.ops.verdicts import Verdict
 from cdc_relay.routing import Router
 from cdc_relay.sink.base import Cause, DeliveryError, ErrorKind
 from cdc_relay.testing import FakeSinkFactory, shuffled
@@ -203,10 +203,10 @@ def facts(backfill: BackfillFacts | None, slot: SlotStatus | None = SLOT) -> Fac
 ])
 def test_doctor_backfill_check(info: BackfillFacts, slot: SlotStatus | None, verdict: Verdict,
                                words: str) -> None:
-    check = backfill_check(facts(info, slot), DoctorOptions(dsn="x"))
+    check = backfill_check(facts(info, slot), DoctorSettings(dsn="x"))
     assert check is not None
     assert check.verdict is verdict and words in check.detail
 
 
 def test_doctor_has_no_backfill_check_without_the_bookkeeping_columns() -> None:
-    assert backfill_check(facts(None), DoctorOptions(dsn="x")) is None
+    assert backfill_check(facts(None), DoctorSettings(dsn="x")) is None

@@ -9,7 +9,7 @@ import pytest
 from cdc_relay.cli.exactly_once import settings_from
 from cdc_relay.cli.main import cli
 from cdc_relay.cli.options import run_cli
-from cdc_relay.config import ExactlyOnceSettings
+from cdc_relay.config import ExactlyOnceConfig
 from cdc_relay.errors import ConfigError, ExitCode
 
 CLOSED = "host=127.0.0.1 port=1 dbname=x user=u password=hunter2 connect_timeout=2"
@@ -56,7 +56,7 @@ def test_settings_from_the_options() -> None:
     values = {"exactly_once": True, "checkpoint_topic": "cp", "txn_interval": 0.02,
               "txn_max_events": 5, "txn_max_bytes": 100, "txn_split_events": None,
               "transaction_timeout": 120.0, "reset_checkpoint": False}
-    assert settings_from(values) == ExactlyOnceSettings(
+    assert settings_from(values) == ExactlyOnceConfig(
         checkpoint_topic="cp", txn_interval=0.02, txn_max_events=5, txn_max_bytes=100,
         transaction_timeout_ms=120_000)
     assert settings_from({**values, "exactly_once": False}) is None

@@ -14,8 +14,8 @@ from cdc_relay.errors import ConfigError, ExitCode, SlotLost
 from cdc_relay.model import Lsn, OutboxColumns, SlotStatus
 from cdc_relay.routing import Router
 from cdc_relay.testing import FakeSinkFactory, FakeSlot, FakeSource, Txn
-from cdc_relay.wal.continuity import SlotRecord, loss_reason, recovery_command, slot_lost
 from cdc_relay.wal.recovery import Retention, unvouched_window
+from cdc_relay.wal.slot.continuity import SlotRecord, loss_reason, recovery_command, slot_lost
 from cdc_relay.wal.stream.loop import WalRelay
 from cdc_relay.wal.stream.session import LoopTimings
 

@@ -6,8 +6,8 @@ import pytest
 
 from cdc_relay.config import RouterConfig
 from cdc_relay.errors import ConfigError
-from cdc_relay.model import OutboxEvent
-from cdc_relay.ops.dead_letters import TopicDeadLetter, records_json, replay_message, select
+from cdc_relay.model import OutboxEvent, TopicDeadLetter
+from cdc_relay.ops.dead_letters import records_json, replay_message, select
 from cdc_relay.routing import Router
 
 ROUTER = Router(RouterConfig(topic_pattern="fixed.{event_type}", dead_letter_topic="dlq"))

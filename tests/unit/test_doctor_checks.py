@@ -8,18 +8,17 @@ import orjson
 
 from cdc_relay.model import Lsn, SlotStatus
 from cdc_relay.ops.doctor.checks import (
-    Check,
-    DoctorOptions,
+    DoctorSettings,
     Facts,
     PublicationFacts,
     ServerFacts,
     TableFacts,
-    Verdict,
     server_checks,
     slot_checks,
     table_checks,
 )
 from cdc_relay.ops.doctor.report import failed, format_checks, format_checks_json
+from cdc_relay.ops.verdicts import Check, Verdict
 
 SERVER = ServerFacts(version="15.20", database="app", role="relay", superuser=False,
                      replication=True, wal_level="logical", max_slots=10, max_senders=10,
@@ -35,7 +34,7 @@ TABLE = TableFacts(True, owner=False,
                    columns=frozenset({"id", "aggregate_type", "aggregate_id", "event_type", "payload",
                                       "created_at", "attempts", "processed_at", "retry_after",
                                       "last_error", "dead_lettered_at"}))
-OPTIONS = DoctorOptions(dsn="host=db dbname=app", plugin="wal2json")
+OPTIONS = DoctorSettings(dsn="host=db dbname=app", plugin="wal2json")
 NO_PUBLICATION = PublicationFacts(False)
 
 

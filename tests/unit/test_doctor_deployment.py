@@ -5,18 +5,18 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cdc_relay.ops.doctor.checks import (
-    DoctorOptions,
+    DoctorSettings,
     PublicationFacts,
-    Verdict,
     idle_slot_checks,
     slot_checks,
     table_checks,
 )
+from cdc_relay.ops.verdicts import Verdict
 from tests.unit.test_doctor_checks import SLOT, TABLE, by_name, facts
 
-WAL = DoctorOptions(dsn="host=db dbname=app", plugin="wal2json")
-PGOUTPUT = DoctorOptions(dsn="host=db dbname=app", plugin="pgoutput")
-POLL = DoctorOptions(dsn="host=db dbname=app", mode="poll")
+WAL = DoctorSettings(dsn="host=db dbname=app", plugin="wal2json")
+PGOUTPUT = DoctorSettings(dsn="host=db dbname=app", plugin="pgoutput")
+POLL = DoctorSettings(dsn="host=db dbname=app", mode="poll")
 GIB = 2**30
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cdc_relay.model import Lsn
-from cdc_relay.ops.doctor.checks import Verdict
 from cdc_relay.ops.doctor.exactly_once import ExactlyOnceFacts, exactly_once_checks
+from cdc_relay.ops.verdicts import Verdict
 from cdc_relay.sink.transactions import CheckpointViews
 from cdc_relay.wal.exactly_once.checkpoint import Checkpoint, checkpoint_key
 

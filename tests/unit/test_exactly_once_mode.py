@@ -6,13 +6,13 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from cdc_relay.config import TxnLimits
 from cdc_relay.delivery.engine import ProducerFailed
 from cdc_relay.model import Begin, Lsn, Message, OutboxEvent
 from cdc_relay.sink.base import Cause, DeliveryError, ErrorKind
 from cdc_relay.sink.transactions import CheckpointViews, TxnError, TxnErrorKind
 from cdc_relay.wal.exactly_once.checkpoint import SKIP_ALL, Checkpoint, checkpoint_key
-from cdc_relay.wal.exactly_once.mode import ExactlyOnce, ExactlyOnceConfig, KafkaTransactionAborted
-from cdc_relay.wal.exactly_once.txn_policy import TxnLimits
+from cdc_relay.wal.exactly_once.mode import ExactlyOnce, ExactlyOnceSettings, KafkaTransactionAborted
 
 SYS, SLOT = "7301", "cdc_relay"
 
@@ -83,7 +83,7 @@ class Clock:
 
 
 def _mode(clock: Clock, **limits: object) -> ExactlyOnce:
-    config = ExactlyOnceConfig(system_id=SYS, slot=SLOT, max_message_bytes=1000,
+    config = ExactlyOnceSettings(system_id=SYS, slot=SLOT, max_message_bytes=1000,
                                limits=TxnLimits(**{"interval": 0.1, **limits}))  # type: ignore[arg-type]
     return ExactlyOnce(config, clock=clock)
 

@@ -6,21 +6,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cdc_relay.errors import ConfigError, RelayError
+from cdc_relay.config import TxnLimits
+from cdc_relay.errors import CheckpointCorrupt, CheckpointMismatch, ConfigError, RelayError
 from cdc_relay.model import Lsn
 from cdc_relay.sink.transactions import CheckpointViews
 from cdc_relay.wal.exactly_once.checkpoint import (
     SKIP_ALL,
     Checkpoint,
-    CheckpointCorrupt,
-    CheckpointMismatch,
     ReplayFilter,
     checkpoint_key,
     choose,
     committed_view_behind,
     transactional_id,
 )
-from cdc_relay.wal.exactly_once.txn_policy import CommittedTracker, TxnBatch, TxnLimits
+from cdc_relay.wal.exactly_once.txn_policy import CommittedTracker, TxnBatch
 
 SYS, SLOT = "7301234567890123456", "cdc_relay"
 

@@ -12,7 +12,6 @@ import pytest
 
 from cdc_relay.config import TableRef
 from cdc_relay.model import Lsn, SlotStatus
-from cdc_relay.ops.doctor.checks import Check, Verdict
 from cdc_relay.ops.doctor.report import failed
 from cdc_relay.ops.failover.checks import failover_checks
 from cdc_relay.ops.failover.facts import (
@@ -25,7 +24,8 @@ from cdc_relay.ops.failover.facts import (
 )
 from cdc_relay.ops.metrics.collectors import FailoverCollector, WalCollector
 from cdc_relay.ops.status import StatusReport
-from cdc_relay.wal.stream.session import RelayStats
+from cdc_relay.ops.verdicts import Check, Verdict
+from cdc_relay.stats import RelayStats
 from tests.unit.test_metrics_endpoint import probe_with, samples
 
 SLOT = "cdc_relay"

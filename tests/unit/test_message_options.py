@@ -15,9 +15,9 @@ from cdc_relay.config import OutboxConfig, RouterConfig, parse_header_option
 from cdc_relay.decoding.pgoutput import PgOutputDecoder
 from cdc_relay.decoding.wal2json import Wal2JsonDecoder
 from cdc_relay.errors import ConfigError, DecodeError
-from cdc_relay.message_columns import check_columns
 from cdc_relay.model import IgnoredMessage, OutboxColumns, OutboxEvent
 from cdc_relay.outbox import _current_span_context, _trace_context, emit
+from cdc_relay.pg.message_columns import check_columns
 from cdc_relay.routing import Router, RoutingError
 from cdc_relay.sink.kafka.client import DEFAULT_SETTINGS
 from tests.unit.test_message_formats import (

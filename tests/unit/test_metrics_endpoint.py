@@ -22,8 +22,8 @@ from cdc_relay.ops.metrics.endpoint import (
     wal_health,
     wal_ready,
 )
-from cdc_relay.polling.settlement import BATCH_BUCKETS, Completion, PollStats, Settlement
-from cdc_relay.wal.stream.session import RelayStats
+from cdc_relay.polling.settlement import Completion, Settlement
+from cdc_relay.stats import BATCH_BUCKETS, PollStats, RelayStats
 from tests.support import http_get
 
 SLOT = SlotStatus(name="cdc_relay", plugin="wal2json", slot_type="logical", database="app",

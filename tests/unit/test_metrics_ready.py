@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from cdc_relay.config import MetricsConfig
 from cdc_relay.ops.metrics.collectors import ReadyCollector, make_registry
 from cdc_relay.ops.metrics.endpoint import serve_poll
-from cdc_relay.polling.settlement import PollStats
+from cdc_relay.stats import PollStats
 
 
 def ready_value(text: str) -> float:

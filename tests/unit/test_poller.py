@@ -8,11 +8,12 @@ import threading
 from cdc_relay.config import RouterConfig
 from cdc_relay.errors import ServiceUnavailable
 from cdc_relay.model import OutboxEvent
-from cdc_relay.polling.settlement import BackoffPolicy, PollStats
+from cdc_relay.polling.settlement import BackoffPolicy
 from cdc_relay.polling.threads import Waker, monitor_loop
 from cdc_relay.polling.worker import PollerSettings, PollWorker
 from cdc_relay.routing import Router
 from cdc_relay.sink.base import Cause, DeliveryError, ErrorKind
+from cdc_relay.stats import PollStats
 from cdc_relay.testing import FakeMonitor, FakeOutbox, FakeSink, FakeSinkFactory
 
 

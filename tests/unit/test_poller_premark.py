@@ -14,11 +14,12 @@ import pytest
 from cdc_relay.config import RouterConfig
 from cdc_relay.errors import DatabaseError, ServiceUnavailable
 from cdc_relay.model import OutboxEvent
-from cdc_relay.polling.settlement import AttemptFailure, BackoffPolicy, Completion, PollStats
+from cdc_relay.polling.settlement import AttemptFailure, BackoffPolicy, Completion
 from cdc_relay.polling.threads import Waker
 from cdc_relay.polling.worker import PollerSettings, PollWorker
 from cdc_relay.routing import Router
 from cdc_relay.sink.base import ErrorKind
+from cdc_relay.stats import PollStats
 from cdc_relay.testing import FakeOutbox, FakeSink, FakeSinkFactory
 from tests.support import wait_for
 

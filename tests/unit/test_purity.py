@@ -36,6 +36,7 @@ PURE_MODULES = (
     "cdc_relay.wal.stream.loop",
     "cdc_relay.wal.stream.session",
     "cdc_relay.backoff",
+    "cdc_relay.stats",
     "cdc_relay.wal.stream.protocol",
     "cdc_relay.sink.base",
     "cdc_relay.sink.transactions",

@@ -7,14 +7,14 @@ import re
 import pytest
 from psycopg import sql
 
-from cdc_relay.app.init import InitReport, migrations, render, template_names
+from cdc_relay.app.init import InitReport
 from cdc_relay.config import OutboxConfig, TableRef
 from cdc_relay.consumer import mark_statement
 from cdc_relay.errors import ConfigError
 from cdc_relay.model import OutboxColumns
 from cdc_relay.outbox import insert_statement
 from cdc_relay.pg.db import derived_name, validated_columns
-from cdc_relay.wal.setup import Outcome
+from cdc_relay.pg.schema import Outcome, migrations, render, template_names
 
 ODD = OutboxConfig(
     TableRef("Weird$Schema", "select"),

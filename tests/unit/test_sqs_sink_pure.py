@@ -278,7 +278,7 @@ def test_an_entry_claimed_out_of_turn_leaves_the_planner_consistent() -> None:
 def test_errors_without_a_response_are_no_refusal_and_403s_are() -> None:
     import botocore.exceptions
 
-    from cdc_relay.sink.sqs.sink import error_code, refusal
+    from cdc_relay.sink.sqs.client import error_code, refusal
 
     timeout = botocore.exceptions.ReadTimeoutError(endpoint_url="http://x")
     timeout.response = None  # type: ignore[attr-defined]

@@ -11,7 +11,8 @@ from psycopg.conninfo import conninfo_to_dict
 from cdc_relay.config import ReplicationConfig
 from cdc_relay.errors import SourceLost
 from cdc_relay.model import Lsn
-from cdc_relay.wal.stream.replication import ReplicationStream, plain_conninfo, replication_conninfo
+from cdc_relay.pg.db import plain_conninfo, replication_conninfo
+from cdc_relay.wal.stream.replication import ReplicationStream
 
 
 class BrokenPgconn:

@@ -1,7 +1,7 @@
 """The outbox for Django services: an app (``INSTALLED_APPS``) and two calls (docs/application-side.md).
 
 Add ``"cdc_relay.integrations.django"`` to ``INSTALLED_APPS`` and run ``migrate``: its
-migration applies the same sql/ migrations as ``cdc-relay init`` (cdc_relay/app/init.py)
+migration applies the same sql/ migrations as ``cdc-relay init`` (cdc_relay/pg/schema.py)
 on Django's connection - the outbox table, its indexes, the dead-letter view and
 ``processed_events``, recorded so a later ``init`` (which adds what the relay mode
 needs: the slot, or the polling trigger) changes nothing else. Settings, both optional:
@@ -31,8 +31,8 @@ except ImportError:
     raise missing("Django", "django") from None
 
 from cdc_relay import outbox_core as core
-from cdc_relay.app.init import PROCESSED_EVENTS_TABLE
 from cdc_relay.config import OutboxConfig, TableRef, validated_table
+from cdc_relay.pg.schema import PROCESSED_EVENTS_TABLE
 
 __all__ = ["emit", "outbox_config", "process_once"]
 

@@ -1,23 +1,24 @@
 """Doctor's vocabulary and its checks: pure functions from gathered facts to verdicts.
 
-Owns ``Check``/``Verdict``, the options, the facts dataclasses and every check that can
+Owns the options, the facts dataclasses and every check that can
 be decided from those facts alone - wal_level, slot and sender headroom, REPLICATION,
 output_plugin_libraries, the outbox table, its privileges, trigger and publication, the
 slot and its WAL retention - each failure carrying the exact fix to run.
 
-Must not do I/O: no connection, no broker, no environment. Gathering the facts and the
+A check's line is ``Check``/``Verdict`` (cdc_relay/ops/verdicts.py, shared with the
+failover checks). Must not do I/O: no connection, no broker, no environment. Gathering the facts and the
 two checks that need I/O of their own live in ``ops/doctor/gather.py``; rendering in
 ``ops/doctor/report.py``.
 """
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from cdc_relay.config import KafkaConfig, OutboxConfig
 from cdc_relay.model import BOOKKEEPING_COLUMNS, NOTIFY_TRIGGER, SlotStatus, human_bytes
+from cdc_relay.ops.verdicts import Check, Verdict
 from cdc_relay.sink.config import NatsConfig, RabbitMqConfig, SinkProbe
 from cdc_relay.sink.sqs.config import SqsConfig
 
@@ -25,25 +26,8 @@ DEFAULT_LIBRARIES = ("pgoutput", "test_decoding")  # output_plugin_libraries' de
 RETENTION_WARN = 0.8  # of max_slot_wal_keep_size
 
 
-class Verdict(enum.Enum):
-    PASS = "pass"
-    WARN = "warn"
-    FAIL = "fail"
-    SKIP = "skip"
-
-
 @dataclass(frozen=True, slots=True)
-class Check:
-    """One line of doctor's report; ``fix`` says what to run when it is not a pass."""
-
-    name: str
-    verdict: Verdict
-    detail: str
-    fix: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class DoctorOptions:
+class DoctorSettings:
     """What to check: the relay's own options."""
 
     dsn: str
@@ -193,7 +177,7 @@ def _libraries_check(server: ServerFacts, plugin: str) -> Check:
                  libraries_fix(server, plugin))
 
 
-def table_checks(facts: Facts, options: DoctorOptions) -> list[Check]:
+def table_checks(facts: Facts, options: DoctorSettings) -> list[Check]:
     """The outbox table, its columns, privileges, trigger and (pgoutput) publication."""
     table, info, poll = options.outbox.table, facts.table, options.mode == "poll"
     if not info.exists:
@@ -219,7 +203,7 @@ def table_checks(facts: Facts, options: DoctorOptions) -> list[Check]:
     return [*checks, _messages_check(facts.server, options)]
 
 
-def _messages_check(server: ServerFacts, options: DoctorOptions) -> Check:
+def _messages_check(server: ServerFacts, options: DoctorSettings) -> Check:
     """Whether events written with outbox.emit_message (logical decoding messages) are relayed."""
     name = "tableless outbox"
     if options.mode == "poll":
@@ -235,7 +219,7 @@ def _messages_check(server: ServerFacts, options: DoctorOptions) -> Check:
                  "messages) are relayed like rows")
 
 
-def _privileges_check(facts: Facts, options: DoctorOptions) -> Check:
+def _privileges_check(facts: Facts, options: DoctorSettings) -> Check:
     privileges, poll = facts.table.privileges, options.mode == "poll"
     have = ", ".join(f"{p} {'yes' if ok else 'no'}" for p, ok in privileges.items())
     needed = ("SELECT", "UPDATE") if poll else ("SELECT",)
@@ -249,7 +233,7 @@ def _privileges_check(facts: Facts, options: DoctorOptions) -> Check:
                  f"{quote_ident(facts.server.role)};")
 
 
-def _partition_note(info: TableFacts, options: DoctorOptions) -> str:
+def _partition_note(info: TableFacts, options: DoctorSettings) -> str:
     if info.partitions is None:
         return ""
     note = f"; partitioned, {info.partitions} partition(s)"
@@ -278,7 +262,7 @@ def _trigger_check(info: TableFacts, poll: bool) -> Check:
                  "cdc-relay init --dsn DSN --mode poll (without --no-trigger)")
 
 
-def _publication_check(facts: Facts, options: DoctorOptions) -> Check:
+def _publication_check(facts: Facts, options: DoctorSettings) -> Check:
     pub, table, info = options.publication, options.outbox.table, facts.publication
     can_fix = facts.table.owner or facts.server.superuser
     if not info.exists:
@@ -303,7 +287,7 @@ def _publication_check(facts: Facts, options: DoctorOptions) -> Check:
                  + (" via its partition root" if facts.table.partitions is not None else ""))
 
 
-def slot_checks(facts: Facts, options: DoctorOptions) -> list[Check]:
+def slot_checks(facts: Facts, options: DoctorSettings) -> list[Check]:
     """The slot exists, is logical, of this database, with this plugin, not invalidated."""
     slot, name = facts.slot, options.slot
     drop = f"cdc-relay slot drop --dsn DSN --slot {name} (loses its position)"
@@ -380,7 +364,7 @@ def _retention_check(slot: SlotStatus, server: ServerFacts) -> Check:
     return Check("WAL retention", Verdict.PASS, f"retains {human_bytes(retained)} of {limit} allowed")
 
 
-def backfill_check(facts: Facts, options: DoctorOptions) -> Check | None:
+def backfill_check(facts: Facts, options: DoctorSettings) -> Check | None:
     """Rows pending while the slot exists and no backfill runs: were they ever published?
 
     WAL mode publishes what is committed after the slot's consistent point and never sets

@@ -10,16 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cdc_relay.errors import CheckpointCorrupt, CheckpointMismatch
 from cdc_relay.model import Lsn
-from cdc_relay.ops.doctor.checks import Check, Verdict
+from cdc_relay.ops.verdicts import Check, Verdict
 from cdc_relay.sink.transactions import CheckpointViews
-from cdc_relay.wal.exactly_once.checkpoint import (
-    Checkpoint,
-    CheckpointCorrupt,
-    CheckpointMismatch,
-    choose,
-    committed_view_behind,
-)
+from cdc_relay.wal.exactly_once.checkpoint import Checkpoint, choose, committed_view_behind
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,13 +34,11 @@ from cdc_relay.errors import RelayError, ServiceUnavailable
 from cdc_relay.model import NOTIFY_TRIGGER
 from cdc_relay.ops.doctor.checks import (
     BackfillFacts,
-    Check,
-    DoctorOptions,
+    DoctorSettings,
     Facts,
     PublicationFacts,
     ServerFacts,
     TableFacts,
-    Verdict,
     backfill_check,
     idle_slot_checks,
     libraries_fix,
@@ -53,8 +51,9 @@ from cdc_relay.ops.doctor.checks import (
 )
 from cdc_relay.ops.failover.checks import failover_checks
 from cdc_relay.ops.failover.read import gather_failover
-from cdc_relay.ops.status import idle_logical_slots, read_slot_status
+from cdc_relay.ops.verdicts import Check, Verdict
 from cdc_relay.pg.db import connect, describe_dsn, translate_error, validated_table
+from cdc_relay.pg.slots import idle_logical_slots, read_slot_status
 from cdc_relay.sink.kafka.client import check_brokers
 from cdc_relay.wal.backfill.state import backfill_running, read_record
 
@@ -95,7 +94,7 @@ FROM pg_publication AS p WHERE p.pubname = %s
 """
 
 
-def gather(conn: psycopg.Connection[Any], options: DoctorOptions) -> Facts:
+def gather(conn: psycopg.Connection[Any], options: DoctorSettings) -> Facts:
     """Read every fact the checks need (read-only)."""
     table = validated_table(options.outbox.table)
     try:
@@ -127,7 +126,7 @@ def gather(conn: psycopg.Connection[Any], options: DoctorOptions) -> Facts:
                  tuple(idle_logical_slots(conn)), backfill)
 
 
-def gather_backfill(conn: psycopg.Connection[Any], options: DoctorOptions) -> BackfillFacts:
+def gather_backfill(conn: psycopg.Connection[Any], options: DoctorSettings) -> BackfillFacts:
     """Pending rows, the oldest one, and the slot's backfill record (read-only)."""
     table = validated_table(options.outbox.table)
     created = sql.Identifier(options.outbox.columns.created_at)
@@ -157,7 +156,7 @@ def _with_libraries(conn: psycopg.Connection[Any], server: ServerFacts) -> Serve
     return replace(server, plugin_libraries=row[0] if row else None)
 
 
-def probe_plugin(conn: psycopg.Connection[Any], facts: Facts, options: DoctorOptions) -> Check:
+def probe_plugin(conn: psycopg.Connection[Any], facts: Facts, options: DoctorSettings) -> Check:
     """Can the plugin be loaded? Create and drop a temporary slot with it."""
     name, plugin, server = "plugin loads", options.plugin, facts.server
     if plugin == "pgoutput":
@@ -200,7 +199,7 @@ def _probe_failed(exc: psycopg.Error, plugin: str, server: ServerFacts) -> Check
     return Check("plugin loads", Verdict.FAIL, str(translate_error(exc, f"probing {plugin}")))
 
 
-def check_sink(options: DoctorOptions) -> list[Check]:
+def check_sink(options: DoctorSettings) -> list[Check]:
     """The broker checks: Kafka's metadata request, or the RabbitMQ / NATS probe."""
     if options.sink is None:
         return [check_broker(options)]
@@ -212,7 +211,7 @@ def check_sink(options: DoctorOptions) -> list[Check]:
         return [Check("broker", Verdict.FAIL, str(exc))]
 
 
-def check_broker(options: DoctorOptions) -> Check:
+def check_broker(options: DoctorSettings) -> Check:
     """A metadata request with the relay's own producer settings."""
     if options.kafka is None:
         return Check("broker", Verdict.SKIP, "not checked: pass --brokers HOST:PORT")
@@ -225,7 +224,7 @@ def check_broker(options: DoctorOptions) -> Check:
     return Check("broker", Verdict.PASS, f"{options.kafka.brokers} answered a metadata request")
 
 
-def run_doctor(options: DoctorOptions) -> list[Check]:
+def run_doctor(options: DoctorSettings) -> list[Check]:
     """Every check, in order; a connection failure skips the database checks."""
     validate_slot_name(options.slot)
     validated_table(options.outbox.table)
@@ -243,7 +242,7 @@ def run_doctor(options: DoctorOptions) -> list[Check]:
     return checks
 
 
-def _failover_checks(conn: psycopg.Connection[Any], options: DoctorOptions) -> list[Check]:
+def _failover_checks(conn: psycopg.Connection[Any], options: DoctorSettings) -> list[Check]:
     """PostgreSQL 17+ failover slots: the primary's side, and the standby's when given."""
     try:
         primary, standby, error = gather_failover(conn, options.standby_dsn, options.slot)
@@ -253,7 +252,7 @@ def _failover_checks(conn: psycopg.Connection[Any], options: DoctorOptions) -> l
                            standby_given=options.standby_dsn is not None, standby_error=error)
 
 
-def _database_checks(conn: psycopg.Connection[Any], options: DoctorOptions) -> list[Check]:
+def _database_checks(conn: psycopg.Connection[Any], options: DoctorSettings) -> list[Check]:
     try:
         facts = gather(conn, options)
     except RelayError as exc:

@@ -15,8 +15,8 @@ import psycopg
 from cdc_relay.config import KafkaConfig
 from cdc_relay.errors import RelayError
 from cdc_relay.model import Lsn
-from cdc_relay.ops.doctor.checks import Check, Verdict
 from cdc_relay.ops.doctor.exactly_once import ExactlyOnceFacts, exactly_once_checks
+from cdc_relay.ops.verdicts import Check, Verdict
 from cdc_relay.pg.identity import system_identifier
 from cdc_relay.sink.kafka.checkpoint import describe_topic, read_views, topic_problems
 from cdc_relay.sink.kafka.client import producer_settings

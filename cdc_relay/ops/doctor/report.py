@@ -11,7 +11,7 @@ from dataclasses import asdict
 
 import orjson
 
-from cdc_relay.ops.doctor.checks import Check, Verdict
+from cdc_relay.ops.verdicts import Check, Verdict
 
 
 def failed(checks: Sequence[Check]) -> bool:

@@ -14,13 +14,13 @@ Must not do I/O (ops/failover/read.py gathers) or import a driver.
 
 from __future__ import annotations
 
-from cdc_relay.ops.doctor.checks import Check, Verdict
 from cdc_relay.ops.failover.facts import (
     HA_DOCS,
     PrimaryFacts,
     StandbyFacts,
     copy_problems,
 )
+from cdc_relay.ops.verdicts import Check, Verdict
 
 RELOAD = "SELECT pg_reload_conf();"
 

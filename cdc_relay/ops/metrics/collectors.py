@@ -1,11 +1,12 @@
 """Prometheus collectors: the relay's plain counters turned into metric families at scrape time.
 
 Owns every metric name, help text and label the relay exposes: ``WalCollector`` reads
-``RelayStats`` (wal/stream/session.py) and the slot figures of the lag probe, ``PollCollector`` reads
-``PollStats`` (polling/settlement.py), ``ReadyCollector`` turns the ``/readyz`` verdict into
+``RelayStats`` and the slot figures of the lag probe, ``PollCollector`` reads
+``PollStats``, ``ReadyCollector`` turns the ``/readyz`` verdict into
 ``cdc_relay_ready`` (Prometheus cannot probe /readyz itself), ``FailoverCollector`` the
 failover readiness the probe reads given a standby, ``TxnCollector`` reads
-exactly-once's ``TxnStats`` (wal/exactly_once/txn_policy.py), ``make_registry`` adds the process, platform
+exactly-once's ``TxnStats`` (the stats types are cdc_relay/stats.py's: no mode's loop is
+imported here), ``make_registry`` adds the process, platform
 and GC collectors. The slot gauges are absent while the probe cannot read or the slot does
 not exist.
 
@@ -29,9 +30,7 @@ from prometheus_client.core import (
 
 from cdc_relay.model import SlotStatus
 from cdc_relay.ops.failover.facts import FailoverStatus
-from cdc_relay.polling.settlement import BATCH_BUCKETS, PollStats
-from cdc_relay.wal.exactly_once.txn_policy import TxnStats
-from cdc_relay.wal.stream.session import RelayStats
+from cdc_relay.stats import BATCH_BUCKETS, PollStats, RelayStats, TxnStats
 
 
 class SlotFigures(Protocol):

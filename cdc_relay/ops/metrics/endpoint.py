@@ -1,7 +1,7 @@
 """Prometheus metrics, ``/healthz`` and ``/readyz`` (docs/design.md), served from a daemon thread.
 
-The relay loops never touch a Prometheus object: they bump plain counters (``RelayStats``
-in wal/stream/session.py, ``PollStats`` in polling/settlement.py) and the collectors of
+The relay loops never touch a Prometheus object: they bump plain counters (``RelayStats``,
+``PollStats``: cdc_relay/stats.py) and the collectors of
 ops/metrics/collectors.py turn those into metric families at scrape time. This module owns
 the rest: the slot lag probe, the health verdicts and the HTTP endpoint. What the loops
 cannot know - how far the slot lags behind the server's WAL - comes from
@@ -56,9 +56,7 @@ from cdc_relay.ops.metrics.collectors import (
     make_registry,
 )
 from cdc_relay.ops.status import SlotReader
-from cdc_relay.polling.settlement import PollStats
-from cdc_relay.wal.exactly_once.txn_policy import TxnStats
-from cdc_relay.wal.stream.session import RelayStats
+from cdc_relay.stats import PollStats, RelayStats, TxnStats
 
 log = logging.getLogger("cdc_relay.metrics")
 

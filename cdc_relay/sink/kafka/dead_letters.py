@@ -27,8 +27,7 @@ from confluent_kafka import (
 
 from cdc_relay.config import KafkaConfig
 from cdc_relay.errors import BrokerError, ConfigError, mask_secrets
-from cdc_relay.model import Message
-from cdc_relay.ops.dead_letters import TopicDeadLetter
+from cdc_relay.model import Message, TopicDeadLetter
 from cdc_relay.sink.base import DeliveryError, ProduceRejected, QueueFull
 from cdc_relay.sink.kafka.client import exception_text, masking_logger, producer_settings
 from cdc_relay.sink.kafka.sink import KafkaSink

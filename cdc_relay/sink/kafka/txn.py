@@ -46,7 +46,7 @@ _FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
 
 
 @dataclass(frozen=True, slots=True)
-class TxnSinkConfig:
+class TxnSinkSettings:
     """The transactional part of the sink: who we are, where checkpoints go, how long a txn may take."""
 
     transactional_id: str
@@ -67,7 +67,7 @@ def classify_txn(error: KafkaError) -> TxnErrorKind:
     return TxnErrorKind.FATAL
 
 
-def transactional_config(config: KafkaConfig, txn: TxnSinkConfig) -> KafkaConfig:
+def transactional_config(config: KafkaConfig, txn: TxnSinkSettings) -> KafkaConfig:
     """``config`` with the transactional settings; ConfigError for settings that contradict them."""
     user = config.producer_config
     if "transactional.id" in user:
@@ -90,7 +90,7 @@ def _txn_error(exc: KafkaException, what: str) -> TxnError:
 class TransactionalKafkaSink(KafkaSink):
     """A KafkaSink whose producer is transactional; see the module docstring."""
 
-    def __init__(self, config: KafkaConfig, txn: TxnSinkConfig, on_delivery: DeliveryHandler, *,
+    def __init__(self, config: KafkaConfig, txn: TxnSinkSettings, on_delivery: DeliveryHandler, *,
                  generation: int = 1, logger: logging.Logger | None = None) -> None:
         self._txn_config = txn
         self._txn_kafka = transactional_config(config, txn)
@@ -193,7 +193,7 @@ class TransactionalSinkFactory(Protocol):
     def __call__(self, on_delivery: DeliveryHandler) -> TransactionalKafkaSink: ...
 
 
-def transactional_sink_factory(config: KafkaConfig, txn: TxnSinkConfig, *,
+def transactional_sink_factory(config: KafkaConfig, txn: TxnSinkSettings, *,
                                logger: logging.Logger | None = None) -> TransactionalSinkFactory:
     """A SinkFactory of TransactionalKafkaSinks, numbering their generations."""
     transactional_config(config, txn)  # ConfigError now, not at the first producer

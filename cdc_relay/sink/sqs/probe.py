@@ -15,9 +15,9 @@ from typing import Any
 
 from cdc_relay.errors import ConfigError, mask_secrets
 from cdc_relay.sink.config import SinkProbe
+from cdc_relay.sink.sqs.client import IAM_FIX, MISSING, error_code, make_client, refusal
 from cdc_relay.sink.sqs.config import SqsConfig
 from cdc_relay.sink.sqs.entries import is_fifo
-from cdc_relay.sink.sqs.sink import IAM_FIX, MISSING, error_code, make_client, refusal
 
 
 def _pattern_regex(pattern: str) -> re.Pattern[str]:

@@ -25,7 +25,8 @@ Outcomes (docs/sinks.md, Amazon SQS):
   after a wait; a message unconfirmed past the message timeout makes the sink FATAL.
 
 Queue URLs and MaximumMessageSize come from GetQueueUrl / GetQueueAttributes, once per
-queue and generation. Only sink/ imports boto3.
+queue and generation; the client and how its errors read are sink/sqs/client.py's.
+Only sink/ imports boto3.
 """
 
 from __future__ import annotations
@@ -37,11 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import boto3
-import botocore.config
-import botocore.exceptions
-
-from cdc_relay.errors import AccessRefused, BrokerError, ConfigError, mask_secrets
+from cdc_relay.errors import AccessRefused, BrokerError, mask_secrets
 from cdc_relay.model import Message
 from cdc_relay.sink.background import BackgroundSink
 from cdc_relay.sink.base import (
@@ -54,22 +51,15 @@ from cdc_relay.sink.base import (
 )
 from cdc_relay.sink.config import SinkProbe
 from cdc_relay.sink.sqs.batches import Pending, Planner
+from cdc_relay.sink.sqs.client import MISSING, error_code, make_client, refusal
 from cdc_relay.sink.sqs.config import DEFAULT_MAX_MESSAGE_BYTES, SqsConfig
 from cdc_relay.sink.sqs.entries import Entry, build_entry, too_large
-from cdc_relay.text import shorten
 
 _log = logging.getLogger("cdc_relay.sqs")
-MISSING = ("AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist")
-_REFUSED = ("AccessDenied", "AccessDeniedException", "InvalidClientTokenId",
-            "SignatureDoesNotMatch", "UnrecognizedClientException", "InvalidSecurity",
-            "ExpiredToken", "MissingAuthenticationToken", "InvalidAccessKeyId",
-            "KMS.AccessDeniedException", "RequestExpired")
 _INVALID = ("InvalidParameterValue", "InvalidMessageContents", "BatchRequestTooLong",
             "AWS.SimpleQueueService.BatchRequestTooLong", "InvalidAttributeName",
             "InvalidAttributeValue", "MessageTooLong", "MissingParameter", "InvalidParameterCombination")
 _TOO_LONG_HINTS = ("too long", "shorter than", "too large", "MessageTooLong", "BatchRequestTooLong")
-IAM_FIX = ("grant sqs:SendMessage, sqs:GetQueueUrl and sqs:GetQueueAttributes on the queues, and "
-            "check the credentials boto3 finds (AWS_ACCESS_KEY_ID/AWS_PROFILE/the instance role)")
 
 
 class _Refused(Exception):
@@ -85,42 +75,6 @@ class SharedState:
     """What every sink of one factory shares: an access refusal ends them all (exit 6)."""
 
     refused: AccessRefused | None = None
-
-
-def make_client(config: SqsConfig) -> Any:
-    """A boto3 SQS client for the config; credentials and region from boto3's standard chain."""
-    try:
-        session = boto3.session.Session(profile_name=config.profile, region_name=config.region)
-    except botocore.exceptions.ProfileNotFound as exc:
-        raise ConfigError(f"--sink-config profile={config.profile}: {exc}") from exc
-    if session.region_name is None:
-        raise ConfigError("no AWS region for the sqs sink: use --brokers sqs://REGION, "
-                          "--sink-config region=REGION, or AWS_REGION")
-    settings = botocore.config.Config(
-        connect_timeout=config.connect_timeout, read_timeout=config.read_timeout,
-        retries={"max_attempts": 2, "mode": "standard"},
-        max_pool_connections=config.concurrency + 2)
-    return session.client("sqs", endpoint_url=config.endpoint_url, config=settings)
-
-
-def error_code(exc: BaseException) -> str:
-    """The AWS error code of a ClientError ('' for anything else)."""
-    if isinstance(exc, botocore.exceptions.ClientError):
-        return str(exc.response.get("Error", {}).get("Code", ""))
-    return ""
-
-
-def refusal(exc: BaseException, where: str) -> AccessRefused | None:
-    """AccessRefused when ``exc`` says the credentials or permissions were refused."""
-    if isinstance(exc, botocore.exceptions.NoCredentialsError):
-        return AccessRefused(f"SQS at {where}: no AWS credentials found; {IAM_FIX}")
-    response = getattr(exc, "response", None)  # None on some botocore errors (timeouts)
-    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode") if isinstance(
-        response, dict) else None
-    if error_code(exc) in _REFUSED or status == 403:  # 403: a refusal whose body was unparsed
-        text = shorten(" ".join(mask_secrets(str(exc)).split()), 300)
-        return AccessRefused(f"SQS at {where} refused the relay: {text}; {IAM_FIX}")
-    return None
 
 
 class SqsSink(BackgroundSink):

@@ -30,14 +30,15 @@ import psycopg
 from cdc_relay.config import FlowConfig, OutboxConfig, ReplicationConfig
 from cdc_relay.errors import ConfigError
 from cdc_relay.pg.db import connect, describe_dsn, translate_error, validated_table
+from cdc_relay.pg.slots import slot_info
 from cdc_relay.routing import Router
 from cdc_relay.sink.base import SinkFactory
-from cdc_relay.wal import continuity
 from cdc_relay.wal.backfill.loop import Backfill, BackfillStats, BackfillTimings
 from cdc_relay.wal.backfill.rows import RowMarker, SnapshotReader
 from cdc_relay.wal.backfill.snapshot import SlotSnapshot, create_slot_exporting_snapshot
 from cdc_relay.wal.backfill.state import StateStore, read_record
-from cdc_relay.wal.setup import ensure_publication, slot_info
+from cdc_relay.wal.slot import continuity
+from cdc_relay.wal.slot.setup import ensure_publication
 
 log = logging.getLogger("cdc_relay.backfill")
 

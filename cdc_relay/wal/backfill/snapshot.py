@@ -7,7 +7,7 @@ streams exactly those committed after it. The snapshot can be imported by anothe
 session (``SET TRANSACTION SNAPSHOT``) only while the creating connection stays idle:
 running any other command on it, or closing it, ends the export. So ``ExportedSlot``
 holds that connection, runs nothing more on it, and closes it when the backfill is done.
-(``pg_create_logical_replication_slot()``, which wal/setup.py uses, exports nothing.)
+(``pg_create_logical_replication_slot()``, which wal/slot/setup.py uses, exports nothing.)
 
 Must not: read outbox rows, decide whether a backfill is needed (loop.py), or stream
 (wal/stream/). Errors leave as DatabaseError (fix named) or ServiceUnavailable.
@@ -24,7 +24,7 @@ from psycopg import pq
 from cdc_relay.config import ReplicationConfig, validate_slot_name
 from cdc_relay.errors import DatabaseError, ServiceUnavailable, SlotBusy, mask_secrets
 from cdc_relay.model import Lsn
-from cdc_relay.wal.stream.replication import replication_conninfo
+from cdc_relay.pg.db import replication_conninfo
 
 log = logging.getLogger("cdc_relay.replication")
 

@@ -30,20 +30,12 @@ from dataclasses import dataclass
 
 import orjson
 
-from cdc_relay.errors import ConfigError, RelayError
+from cdc_relay.errors import CheckpointCorrupt, CheckpointMismatch, RelayError
 from cdc_relay.model import Lsn
 from cdc_relay.sink.transactions import CheckpointViews, Record
 
 FORMAT_VERSION = 1
 SKIP_ALL = sys.maxsize  # ReplayFilter.skip(): the whole transaction
-
-
-class CheckpointMismatch(ConfigError):
-    """The checkpoint topic holds this slot's checkpoint for another PostgreSQL cluster."""
-
-
-class CheckpointCorrupt(RelayError):
-    """A checkpoint record for this source cannot be read."""
 
 
 def transactional_id(system_id: str, slot: str) -> str:

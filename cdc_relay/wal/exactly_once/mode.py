@@ -40,12 +40,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from cdc_relay.config import TxnLimits
 from cdc_relay.delivery.engine import ProducerFailed
 from cdc_relay.errors import BrokerError, RelayError, SourceLost
 from cdc_relay.logs import event_fields
 from cdc_relay.model import Begin, Lsn, Message, OutboxEvent
 from cdc_relay.sink.base import Cause, DeliveryError, ErrorKind, Sink
 from cdc_relay.sink.transactions import TransactionalSink, TxnError, TxnErrorKind
+from cdc_relay.stats import TxnStats
 from cdc_relay.wal.exactly_once.checkpoint import (
     SKIP_ALL,
     Checkpoint,
@@ -54,7 +56,7 @@ from cdc_relay.wal.exactly_once.checkpoint import (
     choose,
     committed_view_behind,
 )
-from cdc_relay.wal.exactly_once.txn_policy import CommittedTracker, TxnBatch, TxnLimits, TxnStats
+from cdc_relay.wal.exactly_once.txn_policy import CommittedTracker, TxnBatch
 
 log = logging.getLogger("cdc_relay.exactly_once")
 
@@ -67,7 +69,7 @@ class KafkaTransactionAborted(SourceLost):
 
 
 @dataclass(frozen=True, slots=True)
-class ExactlyOnceConfig:
+class ExactlyOnceSettings:
     """Everything the mode needs besides the sink (validated by the CLI and the app)."""
 
     system_id: str
@@ -84,7 +86,7 @@ class ExactlyOnce:
 
     admits = True  # every event joins the open Kafka transaction
 
-    def __init__(self, config: ExactlyOnceConfig, stats: TxnStats | None = None,
+    def __init__(self, config: ExactlyOnceSettings, stats: TxnStats | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._config = config
         self.stats = stats or TxnStats()

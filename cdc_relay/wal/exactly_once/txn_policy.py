@@ -20,31 +20,10 @@ Pure: no clock (callers pass ``now``), no broker, no database.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from cdc_relay.acks import AckTracker
-from cdc_relay.errors import ConfigError
+from cdc_relay.config import TxnLimits
 from cdc_relay.model import ZERO_LSN, Lsn
-
-
-@dataclass(frozen=True, slots=True)
-class TxnLimits:
-    """What closes a Kafka transaction (at a PostgreSQL commit boundary)."""
-
-    interval: float = 0.1
-    max_events: int = 10_000
-    max_bytes: int = 16 * 1024 * 1024
-    split_events: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.interval <= 0:
-            raise ConfigError("--txn-interval must be positive")
-        if self.max_events < 1:
-            raise ConfigError("--txn-max-events must be at least 1")
-        if self.max_bytes < 1:
-            raise ConfigError("--txn-max-bytes must be at least 1")
-        if self.split_events is not None and self.split_events < 1:
-            raise ConfigError("--txn-split-events must be at least 1")
 
 
 class TxnBatch:
@@ -112,16 +91,6 @@ class TxnBatch:
         """Inside a PostgreSQL transaction: must the Kafka transaction close before the next event?"""
         split = self._limits.split_events
         return split is not None and self.open and self.in_pg_txn and self.pg_events_here >= split
-
-
-@dataclass
-class TxnStats:
-    """Exactly-once counters for metrics (plain attributes, read from the metrics thread)."""
-
-    committed: int = 0
-    aborted: int = 0
-    open_since: float | None = None  # time.monotonic() when the open transaction began
-    checkpoint_lsn: int = 0
 
 
 class CommittedTracker(AckTracker):

@@ -42,11 +42,11 @@ from cdc_relay.delivery.producer import new_producer, warm_up
 from cdc_relay.errors import DeadLetterRefused, SlotBusy, SourceLost
 from cdc_relay.routing import Router
 from cdc_relay.sink.base import Sink, SinkFactory, ignore_reports
+from cdc_relay.stats import RelayStats
 from cdc_relay.wal.stream.delivery import AtLeastOnce, DeliveryMode
 from cdc_relay.wal.stream.session import (
     Decoder,
     LoopTimings,
-    RelayStats,
     ReplicationSource,
     Session,
     SessionParts,

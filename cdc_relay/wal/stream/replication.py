@@ -33,7 +33,6 @@ from typing import Any, NoReturn
 
 import psycopg
 from psycopg import pq
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from cdc_relay import accel
 from cdc_relay.config import ReplicationConfig
@@ -48,7 +47,7 @@ from cdc_relay.errors import (
     mask_secrets,
 )
 from cdc_relay.model import Lsn
-from cdc_relay.pg.db import SERVER_TCP_KEEPALIVES, TCP_KEEPALIVES, refused
+from cdc_relay.pg.db import plain_conninfo, refused, replication_conninfo
 from cdc_relay.wal.stream.protocol import (
     NO_CHANGE,
     XLOG_DATA,
@@ -63,36 +62,8 @@ from cdc_relay.wal.stream.protocol import (
 log = logging.getLogger("cdc_relay.replication")
 
 _WAL_START = struct.Struct("!Q")
-# Session settings for the walsender: plugins print values with the session's output
-# functions, so pin what the decoders parse (timestamps in UTC, ISO style).
-_SESSION_OPTIONS = "-c TimeZone=UTC -c DateStyle=ISO,YMD -c extra_float_digits=3"
-# Detect a dead server or network instead of waiting forever on a silent socket.
-_TCP_DEFAULTS = {"connect_timeout": "10", **TCP_KEEPALIVES}
-# And the walsender the same on its side (before the user's options, which win): on a
-# silent network it ends with the watchdog, instead of holding the slot "active" until
-# wal_sender_timeout, which kept the reconnected relay out for another 30 s (measured).
-_SERVER_KEEPALIVES = " ".join(f"-c {name}={value}" for name, value in SERVER_TCP_KEEPALIVES.items())
 # SQLSTATE classes a retry will not fix: bad credentials, missing database, privileges.
 _PERMANENT_SQLSTATES = ("28", "3D", "42")
-
-
-def replication_conninfo(dsn: str) -> str:
-    """The user's DSN plus replication mode, pinned session settings and TCP keepalives."""
-    params = conninfo_to_dict(dsn)
-    options = " ".join(str(p) for p in (_SERVER_KEEPALIVES, params.get("options"), _SESSION_OPTIONS)
-                       if p)
-    extra = {k: v for k, v in _TCP_DEFAULTS.items() if k not in params}
-    params.setdefault("application_name", "cdc-relay")
-    return make_conninfo("", **{**params, **extra, "options": options, "replication": "database"})
-
-
-def plain_conninfo(dsn: str) -> str:
-    """The user's DSN for a short ordinary connection (same timeouts and keepalives as the stream)."""
-    params = conninfo_to_dict(dsn)
-    for key, value in _TCP_DEFAULTS.items():
-        params.setdefault(key, value)
-    params.setdefault("application_name", "cdc-relay")
-    return make_conninfo("", **params)
 
 
 def quote_literal(value: str) -> str:

@@ -46,6 +46,7 @@ from cdc_relay.sink.base import (
     QueueFull,
     Sink,
 )
+from cdc_relay.stats import RelayStats
 from cdc_relay.wal.stream.delivery import AtLeastOnce, DeliveryMode
 from cdc_relay.wal.stream.protocol import ChangeReader
 
@@ -72,26 +73,6 @@ class Decoder(Protocol):
 
     def decode(self, payload: bytes | memoryview, wal_start: int) -> Change | None: ...
     def reset(self) -> None: ...
-
-
-@dataclass
-class RelayStats:
-    """Plain counters the loop updates; metrics and health read them from another thread.
-
-    Plain attributes, not Prometheus objects, keep the per-event path cheap.
-    """
-
-    published: int = 0
-    dead_lettered: int = 0
-    failed_by_type: dict[str, int] = field(default_factory=dict)
-    retries_by_reason: dict[str, int] = field(default_factory=dict)
-    inflight: int = 0
-    confirmed_lsn: int = 0
-    last_tick: float = 0.0  # monotonic time of the last loop turn (healthz)
-    streaming: bool = False  # replication stream open (readyz)
-    producer_ok: bool = False  # producer built and not failed (readyz)
-    restarts: int = 0
-    ignored_messages: int = 0  # non-transactional cdc-relay logical messages (never published)
 
 
 @dataclass(frozen=True, slots=True)

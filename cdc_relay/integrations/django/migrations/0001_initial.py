@@ -1,6 +1,6 @@
 """The outbox table as ``cdc-relay init`` creates it, on Django's connection.
 
-Runs cdc_relay.app.init.apply_migrations (the sql/ migrations and their bookkeeping) in the
+Runs cdc_relay.pg.schema.apply_migrations (the sql/ migrations and their bookkeeping) in the
 migration's transaction. Reversing it leaves the tables in place: they hold events the
 relay may not have published yet, and other services may share them.
 """
@@ -18,8 +18,8 @@ def apply_outbox(apps: Any, schema_editor: Any) -> None:
     import psycopg
     from django.conf import settings
 
-    from cdc_relay.app.init import apply_migrations
     from cdc_relay.integrations.django import outbox_config
+    from cdc_relay.pg.schema import apply_migrations
 
     connection = schema_editor.connection
     if connection.vendor != "postgresql":

@@ -18,7 +18,7 @@ transaction older than that xmin - has been acknowledged by the broker, so that 
 the new horizon. A recovery (wal/recovery.py) republishes exactly the retained rows of
 transactions at or after the horizon: no time margin to guess, nothing older repeated.
 
-Must not: create or drop slots (wal/setup.py, wal/backfill/snapshot.py, recovery.py do), publish, or
+Must not: create or drop slots (wal/slot/setup.py, wal/backfill/snapshot.py, recovery.py do), publish, or
 interpolate names into SQL (every name is a quoted identifier).
 """
 

@@ -3,27 +3,23 @@
 Owns creating them if missing (``ensure_replication`` at relay start-up, and
 ``ensure_publication_and_slot`` for ``cdc-relay init`` in app/init.py), checking that an
 existing slot fits (logical, this database, this plugin), and the small slot helpers
-other commands reuse (``query_slot_status`` - the one slot query, into
-``model.SlotStatus`` - ``slot_info``, ``slot_exists``, ``drop_slot``). Also the
-vocabulary both it and app/init.py report in (``Outcome``) and the advisory lock every
-``init`` and start-up check takes (``ADVISORY_LOCK_KEY``).
+other commands reuse (``drop_slot``; the slot queries are cdc_relay/pg/slots.py's). The
+advisory lock every ``init`` and start-up check takes (``ADVISORY_LOCK_KEY``) and the
+vocabulary they report in (``Outcome``) are pg/schema.py's.
 
 The publication is changed in a transaction under that lock, so concurrent starts are
 safe; the slot is created outside any transaction (PostgreSQL refuses to create a
 logical slot in a transaction that has written anything), and losing that race to a
 concurrent run just means finding the slot already there.
 
-Must not: apply migrations or touch the outbox table (app/init.py does), interpolate user
+Must not: apply migrations or touch the outbox table (pg/schema.py does), interpolate user
 text into SQL, change server settings (it only says which to change), drop a slot
 anyone streams from, or read or write outbox rows.
 """
 
 from __future__ import annotations
 
-import enum
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,41 +36,22 @@ from cdc_relay.errors import (
     SlotBusy,
     mask_secrets,
 )
-from cdc_relay.model import Lsn, SlotStatus
+from cdc_relay.model import SlotStatus
 from cdc_relay.pg.db import (
     borrowed_or_new,
-    connect,
     describe_dsn,
     translate_error,
     validated_columns,
     validated_table,
 )
-from cdc_relay.wal import continuity
+from cdc_relay.pg.schema import ADVISORY_LOCK_KEY, Outcome
+from cdc_relay.pg.slots import slot_status
+from cdc_relay.wal.slot import continuity
 
 PLUGINS = ("wal2json", "pgoutput")
 # pgoutput is built into PostgreSQL (managed services included) and allowed by a stock
 # server's output_plugin_libraries; wal2json is an option (docs/wal-mode.md).
 DEFAULT_PLUGIN = "pgoutput"
-# One lock for every init in a database ("cdc_rela" in ASCII): DDL is rare, serialising
-# it is cheaper than reasoning about concurrent CREATE ... IF NOT EXISTS races.
-ADVISORY_LOCK_KEY = 0x6364635F72656C61
-
-
-class Outcome(enum.Enum):
-    """What init (or the start-up check) did to one object."""
-
-    CREATED = "created"
-    EXISTED = "existed"
-    UPDATED = "updated"  # e.g. the outbox table added to an existing publication, or
-    # an existing publication set to publish a partitioned outbox via its root
-    DROPPED = "dropped"  # the NOTIFY trigger with notify_trigger=False
-    ABSENT = "absent"  # not wanted and not there
-    SKIPPED = "skipped"  # not needed in this configuration
-
-    @property
-    def changed(self) -> bool:
-        """True if the run changed the object (created, updated or dropped it)."""
-        return self in (Outcome.CREATED, Outcome.UPDATED, Outcome.DROPPED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +84,7 @@ def plugin_for_slot(conn: psycopg.Connection[Any], slot: str) -> tuple[str, str 
     by an earlier version, whose default was wal2json); None for the default.
     """
     try:
-        info = _slot_info(conn, slot)
+        info = slot_status(conn, slot)
     except psycopg.Error as exc:
         raise translate_error(exc, f"looking up replication slot {slot!r}") from exc
     if info is not None and info.plugin in PLUGINS and info.plugin != DEFAULT_PLUGIN:
@@ -167,7 +144,7 @@ def ensure_publication_and_slot(
     """On an autocommit connection: the publication (pgoutput only), then the slot.
 
     Names must already be validated (``validate_wal_options``, ``validated_table``).
-    A slot created here is recorded (wal/continuity.py) and, on PostgreSQL 17+, is a
+    A slot created here is recorded (wal/slot/continuity.py) and, on PostgreSQL 17+, is a
     failover slot unless ``failover`` is False. A slot the record says existed and that is
     missing or invalidated now raises SlotLost: it is never silently replaced.
     """
@@ -291,7 +268,7 @@ def _publication_includes(conn: psycopg.Connection[Any], pub_oid: int, publicati
 
 def _ensure_slot(conn: psycopg.Connection[Any], slot: str, plugin: str, table: TableRef,
                  failover: bool) -> Outcome:
-    info = _slot_info(conn, slot)
+    info = slot_status(conn, slot)
     record = continuity.read_record(conn, table.schema, slot)
     system_id = continuity.identity(conn)[0] if record is not None else None
     reason = continuity.loss_reason(info, record, system_id)
@@ -307,11 +284,11 @@ def _ensure_slot(conn: psycopg.Connection[Any], slot: str, plugin: str, table: T
                 if failover else "SELECT pg_create_logical_replication_slot(%s, %s)",
                 (slot, plugin))
         except pgerrors.DuplicateObject:
-            info = _slot_info(conn, slot)  # a concurrent init won the race
+            info = slot_status(conn, slot)  # a concurrent init won the race
         except psycopg.Error as exc:
             raise _slot_error(exc, slot, plugin) from exc
         else:
-            created = _slot_info(conn, slot)
+            created = slot_status(conn, slot)
             continuity.record_creation(
                 conn, schema=table.schema, slot=slot, plugin=plugin, table=str(table),
                 created_lsn=created.confirmed_flush_lsn if created else None, failover=failover,
@@ -348,7 +325,7 @@ def _settled_slot_info(conn: psycopg.Connection[Any], slot: str,
     deadline = time.monotonic() + timeout
     while info is not None and not info.plugin and time.monotonic() < deadline:
         time.sleep(0.05)
-        info = _slot_info(conn, slot)
+        info = slot_status(conn, slot)
     return info
 
 
@@ -410,81 +387,6 @@ def _check_slot_matches(conn: psycopg.Connection[Any], info: SlotStatus, plugin:
         )
 
 
-# One row always: the server's position, then the slot's columns (NULL without a slot).
-# flush_lag is NULL once the walsender has caught up and gone idle: that reads as 0.
-_SLOT_STATUS_SQL = """
-SELECT w.lsn::text, s.slot_name, s.plugin, s.slot_type, s.database, s.active, s.active_pid,
-       s.confirmed_flush_lsn::text, s.restart_lsn::text,
-       greatest(pg_wal_lsn_diff(w.lsn, s.confirmed_flush_lsn), 0)::bigint,
-       greatest(pg_wal_lsn_diff(w.lsn, s.restart_lsn), 0)::bigint,
-       s.wal_status, s.safe_wal_size,
-       CASE WHEN r.pid IS NULL THEN NULL
-            ELSE coalesce(extract(epoch FROM r.flush_lag), 0)::float8 END,
-       {failover}
-FROM (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
-                  ELSE pg_current_wal_lsn() END AS lsn) AS w
-LEFT JOIN pg_replication_slots AS s ON s.slot_name = %s
-LEFT JOIN pg_stat_replication AS r ON r.pid = s.active_pid
-"""
-
-
-def _lsn(text: str | None) -> Lsn | None:
-    return Lsn.parse(text) if text else None
-
-
-def query_slot_status(conn: psycopg.Connection[Any], slot: str) -> tuple[Lsn, SlotStatus | None]:
-    """(the server's WAL position, the slot's status or None when there is no such slot).
-
-    The one query of ``pg_replication_slots`` every command shares (init, start-up,
-    ``slot drop``, ``status``, ``doctor``, the metrics probe). psycopg errors pass through.
-    """
-    # failover / synced exist from PostgreSQL 17 on (failover slots).
-    columns = ("s.failover, s.synced" if conn.info.server_version >= 170000
-               else "NULL::boolean, NULL::boolean")
-    row = conn.execute(_SLOT_STATUS_SQL.replace("{failover}", columns), (slot,)).fetchone()
-    assert row is not None
-    current = Lsn.parse(row[0]) if row[0] else Lsn(0)
-    if row[1] is None:
-        return current, None
-    return current, SlotStatus(
-        name=row[1], plugin=row[2], slot_type=row[3], database=row[4], active=bool(row[5]),
-        active_pid=row[6], confirmed_flush_lsn=_lsn(row[7]), restart_lsn=_lsn(row[8]),
-        lag_bytes=row[9], lag_seconds=row[13], retained_bytes=row[10], wal_status=row[11],
-        safe_wal_size=row[12], failover=row[14], synced=row[15],
-    )
-
-
-def _slot_info(conn: psycopg.Connection[Any], slot: str) -> SlotStatus | None:
-    return query_slot_status(conn, slot)[1]
-
-
-@contextmanager
-def _borrow(conninfo: str | psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]:
-    if isinstance(conninfo, psycopg.Connection):
-        yield conninfo
-        return
-    with connect(conninfo, autocommit=True) as conn:
-        yield conn
-
-
-def slot_info(conninfo: str | psycopg.Connection[Any], slot: str) -> SlotStatus | None:
-    """The slot's status (its row of ``pg_replication_slots``), or None if there is no such slot.
-
-    ``conninfo`` is a DSN (a connection is opened and closed) or an open connection.
-    """
-    validate_slot_name(slot)
-    with _borrow(conninfo) as conn:
-        try:
-            return _slot_info(conn, slot)
-        except psycopg.Error as exc:
-            raise translate_error(exc, f"reading replication slot {slot!r}") from exc
-
-
-def slot_exists(conninfo: str | psycopg.Connection[Any], slot: str) -> bool:
-    """True if a replication slot of that name exists (in any database)."""
-    return slot_info(conninfo, slot) is not None
-
-
 def drop_slot(conninfo: str | psycopg.Connection[Any], slot: str) -> bool:
     """Drop an inactive replication slot; False if it did not exist.
 
@@ -492,9 +394,9 @@ def drop_slot(conninfo: str | psycopg.Connection[Any], slot: str) -> bool:
     process first. Dropping loses the slot's position.
     """
     validate_slot_name(slot)
-    with _borrow(conninfo) as conn:
+    with borrowed_or_new(conninfo) as conn:
         try:
-            info = _slot_info(conn, slot)
+            info = slot_status(conn, slot)
             if info is None:
                 return False
             if info.active:
