@@ -145,8 +145,9 @@ def message_check(results: Results) -> str:
         return f"Message check against Debezium: not done ({check['error']})."
     verdict = ("identical key, value, headers and partition" if check["equal"] == check["sample"]
                else f"**{check['sample'] - check['equal']} differ**: {check.get('first_difference')}")
+    note = f" ({check['note']})" if check.get("note") else ""
     return (f"Message check: {check['sample']} events relayed by both cdc-relay "
-            f"(`--plugin pgoutput`, the raw format) and Debezium: {verdict}.")
+            f"(`--plugin pgoutput`, the raw format) and Debezium: {verdict}{note}.")
 
 
 def section(results: Results) -> str:
