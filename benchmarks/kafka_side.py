@@ -24,7 +24,14 @@ from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from benchmarks.workload import AGGREGATES, payload
@@ -51,7 +58,13 @@ def create_topics(bootstrap: str, names: list[str], partitions: int = PARTITIONS
                 raise RuntimeError(f"cannot create topic {name}: {exc}") from exc
 
 
-def _consumer(bootstrap: str, topic: str) -> Consumer:
+def _consumer(bootstrap: str, topic: str) -> tuple[Consumer, list[Message]]:
+    """An assigned consumer from the beginning of ``topic``, and what its first fetch got.
+
+    The first fetch opens the connections and reads the offsets; it may also bring a
+    message already produced (``collect`` runs after the relay started), which the caller
+    must count like any other.
+    """
     consumer = Consumer({
         "bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:8]}",
         "enable.auto.commit": False, "enable.partition.eof": False,
@@ -59,8 +72,8 @@ def _consumer(bootstrap: str, topic: str) -> Consumer:
     })
     partitions = len(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-    consumer.consume(num_messages=1, timeout=0.5)  # first fetches: connections, offsets
-    return consumer
+    first = consumer.consume(num_messages=1, timeout=0.5)  # connections, offsets
+    return consumer, first
 
 
 def _event_id(headers: list[tuple[str, bytes | None]] | None) -> bytes | None:
@@ -81,14 +94,14 @@ def count_process(bootstrap: str, topic: str, expected: int, received: Synchroni
     taken from the two cores the relay, PostgreSQL and the broker share. The process
     stays until ``stop`` so the harness can read its CPU when the last event is in.
     """
-    consumer = _consumer(bootstrap, topic)
+    consumer, first = _consumer(bootstrap, topic)
     seen: set[bytes | None] = set()
     ready.set()
     try:
         while not stop.is_set():
             # A batch ends when full or after the timeout: the timeout bounds how late
             # the last receipt is stamped.
-            batch = consumer.consume(num_messages=10_000, timeout=0.01)
+            batch, first = first or consumer.consume(num_messages=10_000, timeout=0.01), []
             if not batch:
                 continue
             now = time.time()
@@ -105,7 +118,7 @@ def count_process(bootstrap: str, topic: str, expected: int, received: Synchroni
 def receipt_process(bootstrap: str, topic: str, out_path: str, received: Synchronized[int],
                     ready: Event, stop: Event) -> None:
     """Child: record ``time.time()`` of each event id's first receipt until ``stop``; pickle."""
-    consumer = _consumer(bootstrap, topic)
+    consumer, _ = _consumer(bootstrap, topic)  # nothing before ready: the relay waits for it
     receipts: dict[str, float] = {}
     duplicates = 0
     ready.set()
@@ -212,7 +225,7 @@ def collect(bootstrap: str, topic: str, expected: int, timeout: float = 120.0,
     In this process (nothing is timed). ``check`` is called between fetches (a producer's
     liveness); RuntimeError when fewer arrive within ``timeout``.
     """
-    consumer = _consumer(bootstrap, topic)
+    consumer, first = _consumer(bootstrap, topic)
     found: dict[bytes, tuple[Any, ...]] = {}
     deadline = time.monotonic() + timeout
     try:
@@ -220,7 +233,8 @@ def collect(bootstrap: str, topic: str, expected: int, timeout: float = 120.0,
             if time.monotonic() > deadline:
                 raise RuntimeError(f"only {len(found)} of {expected} events arrived on {topic}")
             check()
-            for m in consumer.consume(num_messages=1000, timeout=0.2):
+            batch, first = first or consumer.consume(num_messages=1000, timeout=0.2), []
+            for m in batch:
                 if m.error() is None:
                     found.setdefault(_event_id(m.headers()) or b"", (
                         m.key(), m.value(), list(m.headers() or ()), m.partition()))
