@@ -352,6 +352,9 @@ class FakeSource:
         self.slot.calls.append(("wait", timeout))
         self.on_idle()
 
+    def refill(self) -> None:
+        """Nothing arrives but while the loop waits (``on_idle``)."""
+
     def send_status(self, flushed: Lsn, *, reply: bool = False) -> None:
         assert flushed >= self.slot.confirmed, "confirmed LSN went backwards"
         self.check(flushed)

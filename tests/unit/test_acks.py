@@ -220,3 +220,45 @@ def test_a_batch_of_reports_confirms_exactly_the_prefix_it_completes(
         confirmed = max([Lsn(10), *(lsn for before, lsn in commits if before <= low)])
         assert (tracker.confirmed, tracker.inflight) == (confirmed, total - low)
     assert tracker.confirmed == Lsn(1000 * len(sizes)) and tracker.idle
+
+
+def _state(tracker: AckTracker) -> tuple[int, ...]:
+    return (int(tracker.confirmed), tracker.inflight, tracker.low, tracker.delivered_count,
+            tracker.pending_commits, tracker.next_token)
+
+
+@settings(max_examples=150, deadline=None)
+@given(runs=st.lists(st.integers(min_value=0, max_value=5), min_size=1, max_size=10),
+       data=st.data())
+def test_a_run_registered_at_once_is_the_same_as_one_token_at_a_time(
+    runs: list[int], data: st.DataObject
+) -> None:
+    one, many = AckTracker(Lsn(100)), AckTracker(Lsn(100))
+    produced: list[int] = []
+    for i, run in enumerate(runs):
+        one.begin()
+        many.begin()
+        first = many.next_token
+        tokens = [one.produced() for _ in range(run)]
+        assert many.produced_many(run) == first + run == one.next_token
+        assert tokens == list(range(first, first + run))
+        produced += tokens
+        if data.draw(st.booleans()):
+            one.commit(Lsn(1000 * (i + 1)))
+            many.commit(Lsn(1000 * (i + 1)))
+        reports = data.draw(st.lists(st.sampled_from(produced), unique=True)) if produced else []
+        # A report for a token not handed out yet is an unknown one: ignored by both.
+        for token in [*reports, many.next_token]:
+            one.delivered(token)
+            many.delivered(token)
+        assert _state(many) == _state(one)
+        for token in produced:
+            assert many.acknowledged(token) == one.acknowledged(token)
+
+
+def test_a_negative_run_is_refused() -> None:
+    tracker = AckTracker()
+    tracker.produced_many(2)
+    with pytest.raises(ValueError, match="negative"):
+        tracker.produced_many(-1)
+    assert tracker.next_token == 2

@@ -187,6 +187,9 @@ class FlakySource:
     def wait(self, timeout: float) -> None:
         self.now[0] += timeout
 
+    def refill(self) -> None:
+        pass
+
     def send_status(self, flushed: Lsn, *, reply: bool = False) -> None:
         if reply:  # a live server answers a requested reply with a keepalive
             self.answer = (KEEPALIVE, int(flushed), False)

@@ -49,12 +49,14 @@ class Harness:
     def __init__(self, txns: list[Txn], factory: FakeSinkFactory, *,
                  flow: FlowConfig | None = None, router: RouterConfig | None = None,
                  timings: LoopTimings = FAST,
-                 first_sink: SinkWarmUp | None = None) -> None:
+                 first_sink: SinkWarmUp | None = None,
+                 source: type[FakeSource] = FakeSource) -> None:
         self.slot = FakeSlot(txns, row=_row)
         self.factory = factory
         self.stop = threading.Event()
         self.idle_hook: Callable[[], None] = self._stop_when_done
         self.sources: list[FakeSource] = []
+        self._source_type = source
         self.relay = WalRelay(
             source_factory=self._source, decoder=Wal2JsonDecoder(TABLE, OutboxColumns()),
             router=Router(router or RouterConfig(topic_pattern="t.{aggregate_type}"), TABLE),
@@ -62,7 +64,7 @@ class Harness:
             first_sink=first_sink)
 
     def _source(self) -> FakeSource:
-        source = FakeSource(self.slot, lambda: self.idle_hook(), self._check_invariant)
+        source = self._source_type(self.slot, lambda: self.idle_hook(), self._check_invariant)
         self.sources.append(source)
         return source
 

@@ -256,6 +256,19 @@ class ReplicationStream:
         except (OSError, psycopg.Error) as exc:
             raise SourceLost(f"replication connection lost: {mask_secrets(str(exc))}") from exc
 
+    def refill(self) -> None:
+        """Take in what the socket already holds (a non-blocking read), without waiting:
+        ``read`` finds no complete message, yet the server may have sent more since.
+
+        As ``wait``: not called while backpressured.
+        """
+        pgconn = self._pgconn
+        assert pgconn is not None, "refill() before open()"
+        try:
+            pgconn.consume_input()
+        except psycopg.Error as exc:
+            self._read_failed(exc)
+
     def send_status(self, flushed: Lsn, *, reply: bool = False) -> None:
         """Report ``flushed`` as written/flushed/applied; also resets the walsender's timeout."""
         pgconn = self._pgconn

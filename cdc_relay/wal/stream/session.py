@@ -63,6 +63,8 @@ class ReplicationSource(Protocol):
         """The reader the loop pulls from (after ``open``): protocol.read_changes over the
         source's own read, or a compiled one that does the same."""
     def wait(self, timeout: float) -> None: ...
+    def refill(self) -> None:
+        """Take in what the connection already received, without waiting."""
     def send_status(self, flushed: Lsn, *, reply: bool = False) -> None: ...
     def close(self) -> None: ...
 
@@ -208,50 +210,76 @@ class Session:
     def _read_batch(self) -> int:
         next_change, tracker, engine = self._next_change, self.tracker, self.engine
         inflight, route, produce, admit = self.inflight, self._route, self._sink_produce, self._admit
+        refill, max_bytes = self.source.refill, self._max_bytes
         # The span grows by at most one per message read (one token per event) and only
         # shrinks otherwise: capping the batch at the room left keeps it within the flow
         # limit without asking the tracker after every event.
         batch = min(_READ_BATCH, self._max_events - tracker.inflight)
         count = 0
-        while count < batch:
-            change = next_change()
-            if change is None:
-                break
-            count += 1
-            if type(change) is OutboxEvent:
-                if self.skip:  # delivery mode: already delivered
-                    self.skip -= 1
+        # Tokens are numbered here, from the tracker's next one, and registered with it in
+        # runs (produced_many): a Python call per event costs ~700 instructions
+        # (docs/design.md, WAL mode's hot path). A run is registered before anything can
+        # report on it or ask the tracker (reports come only from the sink's poll or
+        # flush): before every other message is handled, before the delivery mode's
+        # admit (exactly-once may commit a Kafka transaction), before engine.produce
+        # (it polls while the producer's queue is full), and when the batch ends.
+        seq = registered = tracker.next_token
+        try:
+            while count < batch:
+                change = next_change()
+                if change is None:
+                    # libpq's buffer holds no complete message: take in what the socket
+                    # already has (never waits) and read on, rather than end the loop
+                    # turn per socket read (~20 events) - but not past the bytes in
+                    # flight: libpq buffers nothing more once they reach the flow limit.
+                    if engine.inflight_bytes >= max_bytes:
+                        break
+                    refill()
+                    change = next_change()
+                    if change is None:
+                        break
+                count += 1
+                if type(change) is OutboxEvent:
+                    if self.skip:  # delivery mode: already delivered
+                        self.skip -= 1
+                        continue
+                    # Engine.send, inlined - here, not in a method of its own (as above).
+                    token = seq
+                    seq += 1
+                    inflight[token] = change
+                    engine.inflight_bytes += len(change.payload)
+                    try:
+                        out = route(change)
+                    except RoutingError as exc:
+                        out = engine.dead_letter(token, DeliveryError(ErrorKind.PERMANENT, str(exc)))
+                    if admit is not None:  # delivery mode
+                        registered = tracker.produced_many(seq - registered)
+                        refusal = admit(token, change, out)
+                        if refusal is not None:
+                            out = engine.dead_letter(token, refusal)
+                    try:
+                        produce(out, token)  # the common case, without the retry loop
+                    except (QueueFull, ProduceRejected):
+                        registered = tracker.produced_many(seq - registered)
+                        engine.produce(token, out)
                     continue
-                # Engine.send, inlined - here, not in a method of its own: a Python call
-                # per event costs ~700 instructions (docs/design.md, WAL mode's hot path).
-                token = tracker.produced()
-                inflight[token] = change
-                engine.inflight_bytes += len(change.payload)
-                try:
-                    out = route(change)
-                except RoutingError as exc:
-                    out = engine.dead_letter(token, DeliveryError(ErrorKind.PERMANENT, str(exc)))
-                if admit is not None:  # delivery mode
-                    refusal = admit(token, change, out)
-                    if refusal is not None:
-                        out = engine.dead_letter(token, refusal)
-                try:
-                    produce(out, token)  # the common case, without the retry loop
-                except (QueueFull, ProduceRejected):
-                    engine.produce(token, out)
-            elif type(change) is Commit:
-                self.skip = 0
-                tracker.commit(change.end_lsn)
-                self.mode.commit(change.end_lsn)  # delivery mode
-            elif type(change) is Begin:
-                tracker.begin()
-                self.skip = self.mode.begin(change)  # delivery mode
-            elif type(change) is IgnoredMessage:
-                self._ignored(change)
-            elif type(change) is tuple:  # a keepalive: (KEEPALIVE, wal_end, reply requested)
-                tracker.idle_position(Lsn(change[1]))
-                if change[2]:
-                    self._maybe_send_status(self._clock(), force=True)
+                if seq != registered:
+                    registered = tracker.produced_many(seq - registered)
+                if type(change) is Commit:
+                    self.skip = 0
+                    tracker.commit(change.end_lsn)
+                    self.mode.commit(change.end_lsn)  # delivery mode
+                elif type(change) is Begin:
+                    tracker.begin()
+                    self.skip = self.mode.begin(change)  # delivery mode
+                elif type(change) is IgnoredMessage:
+                    self._ignored(change)
+                elif type(change) is tuple:  # a keepalive: (KEEPALIVE, wal_end, reply requested)
+                    tracker.idle_position(Lsn(change[1]))
+                    if change[2]:
+                        self._maybe_send_status(self._clock(), force=True)
+        finally:
+            tracker.produced_many(seq - registered)
         return count
 
     def _ignored(self, message: IgnoredMessage) -> None:
