@@ -21,7 +21,7 @@ import socket
 import struct
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from cdc_relay.errors import LocalServiceError
@@ -67,6 +67,26 @@ def listens_on(pid: int, port: int) -> bool:
                 if os.readlink(fd) in inodes:
                     return True
     return False
+
+
+def wait_serving(proc: subprocess.Popen[bytes], port: int, answers: Callable[[], bool],
+                 timeout: float) -> bool:
+    """Wait until ``proc`` serves on ``port``: ``answers()``, and the listening socket is
+    its own. False when another process holds the port (``proc`` exited while something
+    else answers there); TimeoutError when ``proc`` exited or did not serve in ``timeout`` s.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        if listens_on(proc.pid, port):
+            if answers():
+                return True
+        elif proc.poll() is not None:
+            if answers():
+                return False  # someone else's server on our port
+            raise TimeoutError("exited")
+        if time.monotonic() > deadline:
+            raise TimeoutError("timed out")
+        time.sleep(0.02)
 
 
 def parse_pg_version(text: str) -> int:

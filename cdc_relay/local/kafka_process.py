@@ -17,13 +17,12 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
 from cdc_relay.errors import LocalServiceError
-from cdc_relay.local.helpers import HOST, free_port, kafka_api_versions_ok, listens_on, tail
+from cdc_relay.local.helpers import HOST, free_port, kafka_api_versions_ok, tail, wait_serving
 from cdc_relay.local.registry import track, untrack
 
 
@@ -107,18 +106,15 @@ class KafkaProcess:
                                     stderr=subprocess.STDOUT, cwd=tmp,
                                     start_new_session=True, env=env)
         self._proc = proc
-        deadline = time.monotonic() + timeout
-        while True:
-            if kafka_api_versions_ok(self.host, port) and listens_on(proc.pid, port):
+        try:
+            if wait_serving(proc, port, lambda: kafka_api_versions_ok(self.host, port), timeout):
                 return True
-            taken = not listens_on(proc.pid, port) and kafka_api_versions_ok(self.host, port)
-            if proc.poll() is not None or time.monotonic() > deadline:
-                self.kill()
-                if taken:
-                    return False
-                raise LocalServiceError(f"{self.name} did not start on {self.bootstrap}; "
-                                        f"{self.log_path}:\n{tail(self.log_path)}")
-            time.sleep(0.02)
+        except TimeoutError:
+            self.kill()
+            raise LocalServiceError(f"{self.name} did not start on {self.bootstrap}; "
+                                    f"{self.log_path}:\n{tail(self.log_path)}") from None
+        self.kill()
+        return False
 
     def _stop_with(self, sig: signal.Signals, timeout: float) -> None:
         """Send ``sig`` (after resuming a paused broker), wait ``timeout`` s, then SIGKILL."""

@@ -16,14 +16,13 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
 from cdc_relay.errors import LocalServiceError
-from cdc_relay.local.helpers import HOST, free_port, tail
+from cdc_relay.local.helpers import HOST, free_port, tail, wait_serving
 from cdc_relay.local.registry import track, untrack
 
 # What boto3 needs to talk to moto (any key is accepted; the region names the backend).
@@ -57,24 +56,29 @@ class MotoServer:
         return f"http://{HOST}:{self.port}"
 
     def start(self, timeout: float = 30.0) -> Self:
-        """Start the server and wait until it answers HTTP."""
+        """Start the server and wait until it answers HTTP on a port of its own (another
+        process may take a picked port before the bind: then a new port is picked)."""
         self._tmp = Path(tempfile.mkdtemp(prefix="cdc-relay-moto-"))
-        self.port = free_port()
-        log = self._tmp / "moto.log"
-        with open(log, "wb") as out:
-            self._proc = subprocess.Popen([moto_binary(), "-H", HOST, "-p", str(self.port)],
-                                          stdout=out, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, start_new_session=True,
-                                          env={**os.environ, **self._env})
         track(self)
-        deadline = time.monotonic() + timeout
-        while not self._answers():
-            if self._proc.poll() is not None or time.monotonic() > deadline:
+        log = self._tmp / "moto.log"
+        for _ in range(5):
+            self.port = free_port()
+            with open(log, "ab") as out:
+                self._proc = subprocess.Popen([moto_binary(), "-H", HOST, "-p", str(self.port)],
+                                              stdout=out, stderr=subprocess.STDOUT,
+                                              stdin=subprocess.DEVNULL, start_new_session=True,
+                                              env={**os.environ, **self._env})
+            try:
+                if wait_serving(self._proc, self.port, self._answers, timeout):
+                    return self
+            except TimeoutError:
                 self.stop()
                 raise LocalServiceError(f"moto_server did not start on port {self.port}: "
-                                        f"{tail(log)}")
-            time.sleep(0.05)
-        return self
+                                        f"{tail(log)}") from None
+            self._proc.kill()
+            self._proc.wait(5)
+        self.stop()
+        raise LocalServiceError(f"moto_server could not get a port of its own: {tail(log)}")
 
     def _answers(self) -> bool:
         try:

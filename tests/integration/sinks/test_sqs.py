@@ -16,6 +16,8 @@ import orjson
 import psycopg
 import pytest
 
+from cdc_relay.local import moto_sqs
+from cdc_relay.local.helpers import free_port, listens_on
 from cdc_relay.local.moto_sqs import MotoServer
 from cdc_relay.outbox import emit
 from tests.integration.sinks.sqs_support import SqsReader, ids_of, sqs_args
@@ -200,3 +202,17 @@ def test_refused_credentials_stop_either_mode_with_exit_6_and_the_fix(
                          timeout=90)
     assert result.returncode == 6, result.stderr
     assert "sqs:SendMessage" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_moto_server_never_passes_off_another_servers_port_as_its_own(
+        moto: MotoServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Parallel workers pick free ports too: the first port offered here is the session's
+    # server's, so the new one must notice it answers there with another's voice.
+    offered = iter([moto.port])
+    monkeypatch.setattr(moto_sqs, "free_port", lambda: next(offered, None) or free_port())
+    second = MotoServer().start()
+    try:
+        assert second.port != moto.port
+        assert second._proc is not None and listens_on(second._proc.pid, second.port)
+    finally:
+        second.stop()
