@@ -227,7 +227,7 @@ class Engine:
                 "nothing is dead-lettered; create the topic or grant the producer access",
                 error.cause)
         self._log.warning("delivery failed (%s): %s", error.kind.value, error.reason,
-                    extra=event_fields(event))
+                          extra=event_fields(event))
         return ProducerFailed(f"delivery of event {event.id} failed: {error.reason}")
 
     def fail(self, failure: RelayError) -> None:
