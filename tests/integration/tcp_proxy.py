@@ -1,7 +1,8 @@
 """A TCP proxy the integration tests put between the relay and a server to fail the network.
 
-``cut()`` stands in for a network failure towards a broker the test may not restart (the
-machine's shared RabbitMQ and NATS); ``pause()`` for a stalled server.
+``cut()`` stands in for a network failure towards a broker the test shares with others (the
+session's RabbitMQ and NATS); ``pause()`` for a stalled server.
+
 ``pause_requests()`` stalls one direction only: what the clients send is held while the
 server's bytes still arrive, e.g. the relay's standby status updates stop reaching the
 walsender while the WAL stream goes on. Bytes held by a pause are dropped by ``cut()``;

@@ -1,49 +1,67 @@
 """Fixtures of the RabbitMQ, NATS and SQS sink tests: the services, names of the test's own.
 
-The machine's RabbitMQ and NATS are shared by everyone on the machine: they are started if
-down (never stopped), and every test uses names from its ``topic_prefix`` and deletes them.
-One xdist worker at a time starts them (a file lock). One that cannot be started skips its
-tests on a developer's machine, and fails them in CI (``CI=true``), where it must exist.
-SQS is moto's server, started for the session (of each xdist worker) and stopped after it
-(skipped, failed in CI, the same way when it cannot start).
+RabbitMQ and NATS are throwaway servers of the session's own (of each xdist worker), on free
+ports, stopped after it (cdc_relay.local.message_brokers); every test still uses names from
+its ``topic_prefix`` and deletes them. SQS is moto's server, started and stopped the same
+way. One that cannot be started skips its tests on a developer's machine, and fails them in
+CI (``CI=true``), where it must exist.
 """
 
 from __future__ import annotations
 
-import fcntl
-import tempfile
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
 
 from cdc_relay.errors import LocalServiceError
-from cdc_relay.local.machine_services import ensure_nats, ensure_rabbitmq
+from cdc_relay.local.message_brokers import NatsServer, RabbitMqServer
 from cdc_relay.local.moto_sqs import MOTO_ENV, MotoServer
 from tests.integration.sinks.sqs_support import SqsReader
 from tests.integration.sinks.support import RabbitReader, delete_stream
 from tests.support import skip_or_fail_in_ci
 
 
-def _machine_service(name: str, ensure: Callable[[], str]) -> str:
-    """``ensure()``'s URL, started by one worker at a time; skip (fail in CI) if it cannot be."""
-    lock = Path(tempfile.gettempdir()) / "cdc-relay-machine-services.lock"
+def _serving(server: RabbitMqServer | NatsServer) -> Iterator[RabbitMqServer | NatsServer]:
+    """``server`` started for the session and stopped after it; skipped (failed in CI) if it
+    cannot start."""
     try:
-        with open(lock, "a") as held:
-            fcntl.flock(held, fcntl.LOCK_EX)
-            return ensure()
+        server.start()
     except LocalServiceError as exc:
-        skip_or_fail_in_ci(f"{name} could not be started: {exc}")
+        skip_or_fail_in_ci(f"{server.name} could not be started: {exc}")
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")
-def rabbitmq_url() -> str:
-    return _machine_service("RabbitMQ", ensure_rabbitmq)
+def rabbitmq_server() -> Iterator[RabbitMqServer | NatsServer]:
+    yield from _serving(RabbitMqServer())
 
 
 @pytest.fixture(scope="session")
-def nats_url() -> str:
-    return _machine_service("NATS", ensure_nats)
+def nats_server() -> Iterator[RabbitMqServer | NatsServer]:
+    yield from _serving(NatsServer())
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_url(rabbitmq_server: RabbitMqServer) -> str:
+    return rabbitmq_server.url
+
+
+@pytest.fixture(scope="session")
+def nats_url(nats_server: NatsServer) -> str:
+    return nats_server.url
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_port(rabbitmq_server: RabbitMqServer) -> int:
+    return rabbitmq_server.port
+
+
+@pytest.fixture(scope="session")
+def nats_port(nats_server: NatsServer) -> int:
+    return nats_server.port
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
+from urllib.parse import urlsplit
 
 import nats
 import pika
@@ -31,6 +32,7 @@ class RabbitReader:
 
     def __init__(self, url: str, exchange: str) -> None:
         self.exchange = exchange
+        self.port = int(urlsplit(url).port or 5672)
         self._conn = pika.BlockingConnection(pika.URLParameters(url))
         self._channel = self._conn.channel()
         self._channel.exchange_declare(exchange, "topic", durable=True)

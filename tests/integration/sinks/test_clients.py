@@ -8,7 +8,6 @@ from collections.abc import Callable
 import pytest
 
 from cdc_relay.errors import BrokerError
-from cdc_relay.local.machine_services import NATS_PORT, RABBITMQ_PORT
 from cdc_relay.model import Message
 from cdc_relay.sink.background import BackgroundSink
 from cdc_relay.sink.base import Cause, Delivery, ErrorKind, ProduceRejected, collect
@@ -47,9 +46,10 @@ def nats_sink(port: int, stream: str, prefix: str, got: list[Delivery], *extra: 
 
 
 def proxied_sink(kind: str, proxy_factory: Callable[[int], TcpProxy], rabbit: RabbitReader,
-                 nats_stream: str, prefix: str, got: list[Delivery]) -> tuple[TcpProxy, BackgroundSink]:
+                 nats_stream: str, nats_port: int, prefix: str,
+                 got: list[Delivery]) -> tuple[TcpProxy, BackgroundSink]:
     """A ``kind`` sink that reaches its broker through a proxy; a RabbitMQ queue reads it."""
-    proxy = proxy_factory(RABBITMQ_PORT if kind == "rabbitmq" else NATS_PORT)
+    proxy = proxy_factory(rabbit.port if kind == "rabbitmq" else nats_port)
     sink: BackgroundSink = (rabbit_sink(proxy.port, prefix, got) if kind == "rabbitmq"
                             else nats_sink(proxy.port, nats_stream, prefix, got))
     rabbit.bind(f"{prefix}.q", f"{prefix}.#")
@@ -58,10 +58,11 @@ def proxied_sink(kind: str, proxy_factory: Callable[[int], TcpProxy], rabbit: Ra
 
 @pytest.mark.parametrize("kind", ["rabbitmq", "nats"])
 def test_warm_up_fails_while_the_broker_is_unreachable_and_succeeds_on_the_same_sink_after(
-        kind: str, rabbit: RabbitReader, nats_stream: str, topic_prefix: str,
+        kind: str, rabbit: RabbitReader, nats_stream: str, nats_port: int, topic_prefix: str,
         proxy_factory: Callable[[int], TcpProxy]) -> None:
     got: list[Delivery] = []
-    proxy, sink = proxied_sink(kind, proxy_factory, rabbit, nats_stream, topic_prefix, got)
+    proxy, sink = proxied_sink(kind, proxy_factory, rabbit, nats_stream, nats_port, topic_prefix,
+                               got)
     proxy.cut()
     try:
         with pytest.raises(BrokerError):
@@ -77,10 +78,11 @@ def test_warm_up_fails_while_the_broker_is_unreachable_and_succeeds_on_the_same_
 
 @pytest.mark.parametrize("kind", ["rabbitmq", "nats"])
 def test_a_stalled_broker_makes_the_sink_fatal_after_the_message_timeout(
-        kind: str, rabbit: RabbitReader, nats_stream: str, topic_prefix: str,
+        kind: str, rabbit: RabbitReader, nats_stream: str, nats_port: int, topic_prefix: str,
         proxy_factory: Callable[[int], TcpProxy]) -> None:
     got: list[Delivery] = []
-    proxy, sink = proxied_sink(kind, proxy_factory, rabbit, nats_stream, topic_prefix, got)
+    proxy, sink = proxied_sink(kind, proxy_factory, rabbit, nats_stream, nats_port, topic_prefix,
+                               got)
     try:
         sink.warm_up(5.0)
         proxy.pause()
@@ -97,8 +99,8 @@ def test_a_stalled_broker_makes_the_sink_fatal_after_the_message_timeout(
 
 
 def test_rabbitmq_without_declaring_needs_the_exchange_and_says_so(topic_prefix: str,
-                                                                  rabbitmq_url: str) -> None:
-    sink = rabbit_sink(RABBITMQ_PORT, f"{topic_prefix}-missing", [], "declare_exchange=false")
+                                                                  rabbitmq_port: int) -> None:
+    sink = rabbit_sink(rabbitmq_port, f"{topic_prefix}-missing", [], "declare_exchange=false")
     try:
         with pytest.raises(BrokerError, match="declare_exchange=false"):
             sink.warm_up(5.0)
@@ -107,8 +109,8 @@ def test_rabbitmq_without_declaring_needs_the_exchange_and_says_so(topic_prefix:
 
 
 def test_nats_without_creating_needs_the_stream_and_says_so(nats_stream: str, topic_prefix: str,
-                                                            nats_url: str) -> None:
-    sink = nats_sink(NATS_PORT, nats_stream, topic_prefix, [], "create_stream=false")
+                                                            nats_port: int) -> None:
+    sink = nats_sink(nats_port, nats_stream, topic_prefix, [], "create_stream=false")
     try:
         with pytest.raises(BrokerError, match="does not exist and create_stream=false"):
             sink.warm_up(5.0)
@@ -117,8 +119,8 @@ def test_nats_without_creating_needs_the_stream_and_says_so(nats_stream: str, to
 
 
 def test_nats_refuses_a_payload_over_the_server_limit_as_permanent(
-        nats_stream: str, topic_prefix: str, nats_url: str) -> None:
-    sink = nats_sink(NATS_PORT, nats_stream, topic_prefix, [])
+        nats_stream: str, topic_prefix: str, nats_port: int) -> None:
+    sink = nats_sink(nats_port, nats_stream, topic_prefix, [])
     try:
         sink.warm_up(5.0)
         big = Message(f"{topic_prefix}.order", b"k", b"x" * (sink._max_payload + 1), [("id", b"e")])

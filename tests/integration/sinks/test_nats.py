@@ -8,7 +8,6 @@ from collections.abc import Callable
 
 import orjson
 
-from cdc_relay.local.machine_services import NATS_PORT
 from tests.integration.sinks.support import (
     crash_with_replays,
     poll_rows,
@@ -73,10 +72,10 @@ def test_wal_mode_publishes_the_contract_in_order_and_dead_letters_subjects_with
 
 
 def test_poll_mode_publishes_in_order_through_a_cut_connection_without_burning_attempts(
-        db: str, nats_url: str, nats_stream: str, topic_prefix: str,
+        db: str, nats_url: str, nats_port: int, nats_stream: str, topic_prefix: str,
         proxy_factory: Callable[[int], TcpProxy]) -> None:
     init_db(db)
-    proxy = proxy_factory(NATS_PORT)
+    proxy = proxy_factory(nats_port)
     before = write_workload(db, transactions=15, seed=3, max_events=12)
     with start_poller(db, f"nats://127.0.0.1:{proxy.port}", topic_prefix,
                       *nats_args(nats_stream), "--max-attempts", "2") as poller:

@@ -8,7 +8,6 @@ from collections.abc import Callable
 import orjson
 import psycopg
 
-from cdc_relay.local.machine_services import RABBITMQ_PORT
 from tests.integration.sinks.support import (
     RabbitReader,
     crash_with_replays,
@@ -123,7 +122,7 @@ def test_a_cut_connection_is_waited_out_and_nothing_is_lost(
     init_db(db)
     queue = f"{topic_prefix}.q"
     rabbit.bind(queue, f"{topic_prefix}.#")
-    proxy = proxy_factory(RABBITMQ_PORT)
+    proxy = proxy_factory(rabbit.port)
     url = f"amqp://guest:guest@127.0.0.1:{proxy.port}/%2F"
     with start_relay(db, url, topic_prefix, extra=rabbit_args(topic_prefix)) as relay:
         before = write_workload(db, transactions=5, seed=1, rollback_every=0)
