@@ -13,7 +13,8 @@
 #     (the tests start throwaway instances). Not being root is no failure here:
 #     $VENV/.prometheus-unavailable records why promtool is missing, and only the tests
 #     that need a missing one skip;
-#   * a Java runtime and Maven if missing (Apache Kafka's jars come from Maven Central);
+#   * a Java runtime and Maven if missing, and Apache Kafka's jars from Maven Central
+#     (cdc_relay.local.apache_kafka: ~/.cache/cdc-relay/kafka, or $CDC_RELAY_KAFKA_CACHE);
 #   * valgrind (`python -m benchmarks instructions`), from Debian's package, as root.
 # Idempotent and non-interactive: `make test`, `make demo`, `make bench` and CI run it.
 # What is in place is checked in a second or two; the Python install, PostgreSQL 18's and
@@ -224,3 +225,7 @@ for job in ${JOBS[@]+"${JOBS[@]}"}; do
   wait "${job%%:*}" || { say "failed: ${job#*:}"; failed=1; }
 done
 [ -z "$failed" ] || exit 1
+
+# --- Apache Kafka's jars (4.1 and 3.9) from Maven Central into the cache, and a formatted
+# KRaft storage template per version (cdc_relay.local.apache_kafka): a second when cached.
+"$VENV/bin/python" -m cdc_relay.local.apache_kafka fetch

@@ -166,8 +166,12 @@ def _fetch(mvn: str, version: str, parent: Path) -> Path:
     built = Path(tempfile.mkdtemp(prefix=".lib-", dir=parent))
     built.chmod(0o755)  # mkdtemp's 0700 would hide a shared cache from other users
     try:
-        run = subprocess.run(maven_command(mvn, version, built), cwd=built, capture_output=True,
-                             text=True, check=False, timeout=MAVEN_TIMEOUT, env=clean_env())
+        try:
+            run = subprocess.run(maven_command(mvn, version, built), cwd=built, capture_output=True,
+                                 text=True, check=False, timeout=MAVEN_TIMEOUT, env=clean_env())
+        except subprocess.TimeoutExpired:
+            raise LocalServiceError(f"Maven did not fetch Apache Kafka {version}'s jars "
+                                    f"in {MAVEN_TIMEOUT:.0f} s") from None
         if run.returncode != 0 or not has_jars(built, version):
             raise LocalServiceError(maven_failure(version, run.returncode, run.stdout + run.stderr))
     except BaseException:
