@@ -4,8 +4,12 @@ The services start only when a test asks for them (so ``pytest tests/unit`` star
 nothing) and are torn down even when tests fail. Tests share them safely by using their
 own database (``db``) and their own topic prefix (``topic_prefix``). A test that kills,
 pauses or restarts a service takes a private one (``private_pg_cluster``,
-``private_broker``, ``private_noida``) so the others never see it. The exactly-once
-tests use ``noida`` (noida-db: real transaction semantics) instead of ``broker``.
+``private_broker``) so the others never see it.
+
+``broker`` is Apache Kafka 4.1 (cdc_relay.local.apache_kafka), the broker of record for
+everything about Kafka's semantics; ``kafka_3_9`` is the 3.9 line for the compatibility
+subset. ``tansu`` (memory-only, no JVM) is for tests of the relay's own side that want
+its quirks on purpose, such as a restart that forgets every producer id.
 
 Everything under tests/integration/ is marked ``integration`` here, and the long tests
 are put first. Shared helpers (KafkaCollector, run_cli, CliProcess, wait_for) are in
@@ -24,8 +28,8 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from cdc_relay import accel
+from cdc_relay.local.apache_kafka import KAFKA_3_9, ApacheKafka
 from cdc_relay.local.broker import Broker
-from cdc_relay.local.noida import NoidaBroker
 from cdc_relay.local.postgres import PostgresCluster
 from tests.databases import Databases
 
@@ -45,7 +49,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                                  item.get_closest_marker("integration") is not None))
 
 
-S = TypeVar("S", PostgresCluster, Broker, NoidaBroker)
+S = TypeVar("S", PostgresCluster, Broker, ApacheKafka)
 
 
 def _running(service: S) -> Iterator[S]:
@@ -86,8 +90,20 @@ def pg_cluster() -> Iterator[PostgresCluster]:
 
 
 @pytest.fixture(scope="session")
-def broker() -> Iterator[Broker]:
-    """A memory-only Kafka-protocol broker for the whole session."""
+def broker() -> Iterator[ApacheKafka]:
+    """Apache Kafka 4.1 (single-node KRaft) for the whole session."""
+    yield from _running(ApacheKafka())
+
+
+@pytest.fixture(scope="session")
+def kafka_3_9() -> Iterator[ApacheKafka]:
+    """Apache Kafka 3.9 for the whole session: the compatibility subset."""
+    yield from _running(ApacheKafka(KAFKA_3_9))
+
+
+@pytest.fixture(scope="session")
+def tansu() -> Iterator[Broker]:
+    """A memory-only Tansu broker for the whole session."""
     yield from _running(Broker())
 
 
@@ -125,18 +141,23 @@ def private_pg_cluster() -> Iterator[PostgresCluster]:
 
 
 @pytest.fixture
-def private_broker() -> Iterator[Broker]:
-    """A broker of this test's own, for fault injection (kill, pause, restart)."""
+def private_broker() -> Iterator[ApacheKafka]:
+    """An Apache Kafka broker of this test's own, for fault injection (kill, pause, restart)."""
+    yield from _running(ApacheKafka())
+
+
+@pytest.fixture
+def private_tansu() -> Iterator[Broker]:
+    """A Tansu broker of this test's own: its restart forgets every topic and producer id."""
     yield from _running(Broker())
 
 
 @pytest.fixture(scope="session")
-def noida() -> Iterator[NoidaBroker]:
-    """A noida-db Kafka broker for the session: hides aborted transactions, fences zombies."""
-    yield from _running(NoidaBroker())
+def noida(broker: ApacheKafka) -> ApacheKafka:
+    """The session's Apache Kafka, for the tests written on noida-db."""
+    return broker
 
 
 @pytest.fixture
-def private_noida() -> Iterator[NoidaBroker]:
-    """A noida-db broker of this test's own, for restarts and pauses."""
-    yield from _running(NoidaBroker())
+def private_noida(private_broker: ApacheKafka) -> ApacheKafka:
+    return private_broker

@@ -5,7 +5,7 @@ starting it and waiting until it answers a raw Kafka ApiVersions request, and th
 knobs every test uses (kill, pause/resume, cleanup), tracked in cdc_relay.local.registry
 so it never outlives the interpreter. Subclasses say which binary runs with which
 arguments, and how the broker stops and restarts (local/broker.py: Tansu, memory-only;
-local/noida.py: noida-db, with real transaction semantics).
+local/apache_kafka.py: Apache Kafka itself, the broker of record for Kafka's semantics).
 
 Must not: touch a process it did not start, or import the relay's drivers.
 """

@@ -7,7 +7,7 @@ import pytest
 from confluent_kafka import Producer
 
 from cdc_relay.errors import BrokerError
-from cdc_relay.local.noida import NoidaBroker
+from cdc_relay.local.apache_kafka import ApacheKafka
 from cdc_relay.model import Lsn
 from cdc_relay.pg.identity import system_identifier
 from cdc_relay.sink.kafka.checkpoint import ensure_topic, read_views
@@ -25,11 +25,11 @@ from tests.support import KafkaCollector, run_cli, wait_for
 
 @pytest.mark.parametrize("plugin", ["wal2json", "pgoutput"])
 def test_committed_events_arrive_once_with_a_checkpoint_and_the_slot_follows(
-        db: str, noida: NoidaBroker, topic_prefix: str, plugin: str) -> None:
+        db: str, broker: ApacheKafka, topic_prefix: str, plugin: str) -> None:
     init_db(db, plugin=plugin)
-    with start_eos_relay(db, noida.bootstrap, topic_prefix, plugin=plugin) as relay:
+    with start_eos_relay(db, broker.bootstrap, topic_prefix, plugin=plugin) as relay:
         expected = write_workload(db, transactions=30, seed=1)
-        with KafkaCollector(noida.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
+        with KafkaCollector(broker.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
             messages = collect_exactly(collector, expected)
         assert_exactly_once(messages, expected)
         last_commit = max(expected.commit_lsn.values())
@@ -41,13 +41,13 @@ def test_committed_events_arrive_once_with_a_checkpoint_and_the_slot_follows(
 
 
 def test_doctor_exactly_once_reports_the_checkpoint_topic_and_checkpoint(
-        db: str, noida: NoidaBroker, topic_prefix: str) -> None:
+        db: str, broker: ApacheKafka, topic_prefix: str) -> None:
     init_db(db)
-    args = ("doctor", "--dsn", db, "--brokers", noida.bootstrap, "--exactly-once",
+    args = ("doctor", "--dsn", db, "--brokers", broker.bootstrap, "--exactly-once",
             "--checkpoint-topic", f"{topic_prefix}.checkpoints", "--format", "json")
     before = {c["name"]: c for c in orjson.loads(run_cli(*args).stdout)}
     assert before["checkpoint topic"]["verdict"] == "warn"  # not created yet
-    with start_eos_relay(db, noida.bootstrap, topic_prefix) as relay:
+    with start_eos_relay(db, broker.bootstrap, topic_prefix) as relay:
         expected = write_workload(db, transactions=3, seed=2, rollback_every=0)
         wait_for(lambda: confirmed_flush(db) >= max(expected.commit_lsn.values()), timeout=20)
         assert relay.stop() == 0
@@ -59,37 +59,37 @@ def test_doctor_exactly_once_reports_the_checkpoint_topic_and_checkpoint(
 
 
 def test_another_clusters_checkpoint_is_refused_unless_reset(
-        db: str, noida: NoidaBroker, topic_prefix: str) -> None:
+        db: str, broker: ApacheKafka, topic_prefix: str) -> None:
     init_db(db)
     topic = f"{topic_prefix}.checkpoints"
-    ensure_topic({"bootstrap.servers": noida.bootstrap}, topic)
-    producer = Producer({"bootstrap.servers": noida.bootstrap})
+    ensure_topic({"bootstrap.servers": broker.bootstrap}, topic)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
     foreign = Checkpoint("1234567890", "cdc_relay", Lsn.parse("FF/0"))
     producer.produce(topic, foreign.encode(), checkpoint_key(foreign.system_id, foreign.slot))
     assert producer.flush(10) == 0
-    refused = start_eos_relay(db, noida.bootstrap, topic_prefix, wait=False)
+    refused = start_eos_relay(db, broker.bootstrap, topic_prefix, wait=False)
     assert refused.proc.wait(60) == 2
     assert "another PostgreSQL cluster" in refused.stderr and "--reset-checkpoint" in refused.stderr
     assert "Traceback" not in refused.stderr
-    with start_eos_relay(db, noida.bootstrap, topic_prefix, extra=("--reset-checkpoint",)) as relay:
+    with start_eos_relay(db, broker.bootstrap, topic_prefix, extra=("--reset-checkpoint",)) as relay:
         expected = write_workload(db, transactions=3, seed=5, rollback_every=0)
-        with KafkaCollector(noida.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
+        with KafkaCollector(broker.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
             assert_exactly_once(collect_exactly(collector, expected), expected)
         assert relay.stop() == 0
 
 
 def test_a_slot_confirmed_past_a_checkpoint_read_committed_readers_miss_is_reported(
-        db: str, noida: NoidaBroker, topic_prefix: str) -> None:
+        db: str, broker: ApacheKafka, topic_prefix: str) -> None:
     """What issue 32 looked like from the broker (events confirmed, invisible to read_committed):
     doctor --exactly-once fails its "committed view" check and the relay's start-up logs it."""
     init_db(db)
     topic = f"{topic_prefix}.checkpoints"
-    args = ("doctor", "--dsn", db, "--brokers", noida.bootstrap, "--exactly-once",
+    args = ("doctor", "--dsn", db, "--brokers", broker.bootstrap, "--exactly-once",
             "--checkpoint-topic", topic, "--format", "json")
-    ensure_topic({"bootstrap.servers": noida.bootstrap}, topic)
+    ensure_topic({"bootstrap.servers": broker.bootstrap}, topic)
     source = system_identifier(db), "cdc_relay"
     # A checkpoint the slot is already at, written in a transaction that did not commit.
-    producer = Producer({"bootstrap.servers": noida.bootstrap, "transactional.id": topic_prefix})
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": topic_prefix})
     producer.init_transactions(10)
     producer.begin_transaction()
     producer.produce(topic, Checkpoint(*source, Lsn(confirmed_flush(db))).encode(),
@@ -100,18 +100,18 @@ def test_a_slot_confirmed_past_a_checkpoint_read_committed_readers_miss_is_repor
     view = {c["name"]: c for c in orjson.loads(result.stdout)}["committed view"]
     assert result.returncode != 0 and view["verdict"] == "fail", result.stdout
     assert "past checkpoint" in view["detail"] and "see no checkpoint of this source" in view["detail"]
-    with start_eos_relay(db, noida.bootstrap, topic_prefix) as relay:
+    with start_eos_relay(db, broker.bootstrap, topic_prefix) as relay:
         [line] = [line for line in relay.stderr.splitlines() if "committed view" in line]
         assert "ERROR" in line and "the slot is confirmed at" in line
         assert relay.stop() == 0, relay.stderr
 
 
 def test_the_checkpoint_read_waits_for_another_sources_open_transaction(
-        noida: NoidaBroker, topic_prefix: str) -> None:
+        broker: ApacheKafka, topic_prefix: str) -> None:
     """A committed checkpoint behind another source's open transaction is not missed: the
     read waits until the last stable offset reaches the end of the log (or says so)."""
     topic = f"{topic_prefix}.checkpoints"
-    settings = {"bootstrap.servers": noida.bootstrap}
+    settings = {"bootstrap.servers": broker.bootstrap}
     ensure_topic(settings, topic)
     other = Producer({**settings, "transactional.id": f"{topic_prefix}-other"})
     other.init_transactions(10)

@@ -1,6 +1,7 @@
-"""``run --exactly-once`` under faults, on noida-db: kill -9, fencing, broker restart, big and
-poisoned transactions. A read_committed consumer must end with every committed event exactly
-once and no rolled-back one."""
+"""``run --exactly-once`` under faults, on Apache Kafka: kill -9, fencing, broker restart, big
+and poisoned transactions. A read_committed consumer must end with every committed event
+exactly once and no rolled-back one: one that reads when the run is over, and (in the kill
+test) one that stays caught up from the start to the end."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ import psycopg
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from cdc_relay.local.apache_kafka import ApacheKafka
 from cdc_relay.local.helpers import free_port
-from cdc_relay.local.noida import NoidaBroker
 from cdc_relay.local.postgres import PostgresCluster
 from cdc_relay.model import Lsn
 from cdc_relay.outbox import emit
@@ -67,19 +68,33 @@ def steady_writes(dsn: str, expected: Expected) -> Iterator[threading.Event]:
         thread.join()
 
 
+@contextmanager
+def caught_up_reader(bootstrap: str, prefix: str) -> Iterator[KafkaCollector]:
+    """A read_committed consumer that reads ``prefix``'s topics in a thread of its own from
+    now until the block ends: it sees each commit as it happens, aborts included."""
+    stop = threading.Event()
+    reader = KafkaCollector(bootstrap, prefix, config=READ_COMMITTED)
+
+    def read() -> None:
+        while not stop.is_set():
+            reader.collect(timeout=0.2)
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    try:
+        yield reader
+    finally:
+        stop.set()
+        thread.join()
+        reader.close()
+
+
 def _metric(port: int, name: str) -> float:
     return scrape(port).get(name, -1.0)
 
 
 def read_when_settled(dsn: str, end: int) -> None:
-    """Wait until the slot passed ``end`` (only a Kafka commit moves it past events).
-
-    Read only then, with a new consumer, from the beginning: noida-db lists an aborted
-    transaction in every Fetch answer from past its end, and librdkafka then drops each
-    later batch of the same producer id - every later commit of the relay's
-    transactional.id (docs/exactly-once.md, "Testing on noida-db"). A consumer that reads a
-    partition in one go, after the last abort, sees everything.
-    """
+    """Wait until the slot passed ``end`` (only a Kafka commit moves it past events)."""
     wait_for(lambda: confirmed_flush(dsn) >= end, timeout=60, message="the slot past the end")
 
 
@@ -115,31 +130,21 @@ def _wait_kill_point(kind: str, port: int, rng: random.Random, dsn: str, proxy: 
 BEHIND = "committed view of the checkpoint topic is behind"
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("plugin", ["wal2json", "pgoutput"])
-def test_kill_9_at_random_points_leaves_every_committed_event_exactly_once(
-        db: str, noida: NoidaBroker, topic_prefix: str, pg_cluster: PostgresCluster,
-        plugin: str) -> None:
-    """Issue 32's scenario: 10 kill -9s under load, then more events through the last relay."""
-    init_db(db, plugin=plugin)
-    expected = Expected()
-    rng = random.Random(14)
-    kinds = ["mid-transaction", "after-commit", "random"] * 3 + ["mid-transaction"]
-    ahead_of_slot: list[str] = []  # kills that left the checkpoint ahead of the slot (replay must skip)
-    logs: list[str] = []
-    proxy = TcpProxy(pg_cluster.port)  # the killed relays reach PostgreSQL through it
+def _kill_relays(db: str, broker: ApacheKafka, topic_prefix: str, plugin: str, proxy: TcpProxy,
+                 kinds: list[str], expected: Expected, ahead_of_slot: list[str], logs: list[str],
+                 rng: random.Random, pg_port: int) -> None:
+    """A relay per kind of kill point, each killed there (-9) while transactions are written."""
     try:
         with steady_writes(db, expected):
             for kind in kinds:
                 port = free_port()
                 relay = start_eos_relay(
-                    db.replace(f"port={pg_cluster.port}", f"port={proxy.port}"), noida.bootstrap,
+                    db.replace(f"port={pg_port}", f"port={proxy.port}"), broker.bootstrap,
                     topic_prefix, plugin=plugin, extra=(
                         "--metrics-port", str(port), "--status-interval", "1s",
                         "--txn-interval", "150ms"))
-                # A reader per relay, opened once it has fenced the one before (noida-db's
-                # gap: read_when_settled).
-                with KafkaCollector(noida.bootstrap, f"{topic_prefix}.checkpoints",
+                # A checkpoint reader per relay, opened once it has fenced the one before.
+                with KafkaCollector(broker.bootstrap, f"{topic_prefix}.checkpoints",
                                     config=READ_COMMITTED) as cp_reader:
                     try:
                         _wait_kill_point(kind, port, rng, db, proxy, relay, cp_reader)
@@ -153,14 +158,36 @@ def test_kill_9_at_random_points_leaves_every_committed_event_exactly_once(
                         ahead_of_slot.append(kind)
     finally:
         proxy.close()
-    with start_eos_relay(db, noida.bootstrap, topic_prefix, plugin=plugin) as last:
-        write_workload(db, transactions=30, seed=999, expected=expected, max_events=20,
-                       rollback_every=10)  # more events, through the last relay only
-        read_when_settled(db, current_wal(db))
-        assert last.stop() == 0, last.stderr
-        logs.append(last.stderr)
-    with KafkaCollector(noida.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("plugin", ["wal2json", "pgoutput"])
+def test_kill_9_at_random_points_leaves_every_committed_event_exactly_once(
+        db: str, broker: ApacheKafka, topic_prefix: str, pg_cluster: PostgresCluster,
+        plugin: str) -> None:
+    """Issue 32's scenario: 10 kill -9s under load, then more events through the last relay."""
+    init_db(db, plugin=plugin)
+    expected = Expected()
+    rng = random.Random(14)
+    kinds = ["mid-transaction", "after-commit", "random"] * 3 + ["mid-transaction"]
+    ahead_of_slot: list[str] = []  # kills that left the checkpoint ahead of the slot (replay must skip)
+    logs: list[str] = []
+    proxy = TcpProxy(pg_cluster.port)  # the killed relays reach PostgreSQL through it
+    with caught_up_reader(broker.bootstrap, topic_prefix) as live:
+        _kill_relays(db, broker, topic_prefix, plugin, proxy, kinds, expected, ahead_of_slot, logs, rng,
+                     pg_cluster.port)
+        with start_eos_relay(db, broker.bootstrap, topic_prefix, plugin=plugin) as last:
+            write_workload(db, transactions=30, seed=999, expected=expected, max_events=20,
+                           rollback_every=10)  # more events, through the last relay only
+            read_when_settled(db, current_wal(db))
+            assert last.stop() == 0, last.stderr
+            logs.append(last.stderr)
+        wait_for(lambda: expected.ids <= set(event_ids(list(live.messages))), timeout=60,
+                 message="every committed event at the caught-up reader")
+        seen_live = list(live.messages)
+    with KafkaCollector(broker.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
         messages = collect_exactly(collector, expected, timeout=60)
+    assert_exactly_once(seen_live, expected)
     assert len(expected.events) > 300 and expected.rolled_back
     assert_exactly_once(messages, expected)
     print(f"{plugin}: {len(kinds)} kills, {len(ahead_of_slot)} with the checkpoint ahead of the slot"
@@ -180,10 +207,10 @@ def _slot_pid(dsn: str) -> int | None:
 
 
 def test_a_second_relay_fences_the_first_whose_late_writes_never_appear(
-        db: str, noida: NoidaBroker, topic_prefix: str) -> None:
+        db: str, broker: ApacheKafka, topic_prefix: str) -> None:
     init_db(db)
     port = free_port()
-    first = start_eos_relay(db, noida.bootstrap, topic_prefix,
+    first = start_eos_relay(db, broker.bootstrap, topic_prefix,
                             extra=("--metrics-port", str(port), "--txn-interval", "2s"))
     try:
         expected = write_workload(db, transactions=5, seed=3, rollback_every=0)
@@ -198,7 +225,7 @@ def test_a_second_relay_fences_the_first_whose_late_writes_never_appear(
             conn.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots"
                          " WHERE slot_name = 'cdc_relay'")
         wait_for(lambda: _slot_pid(db) is None, timeout=20, message="the slot released")
-        with start_eos_relay(db, noida.bootstrap, topic_prefix) as second:
+        with start_eos_relay(db, broker.bootstrap, topic_prefix) as second:
             read_when_settled(db, current_wal(db))  # the second relay replayed the first's events
             # Resumed after its --txn-interval, the zombie's first act is to commit (the loop
             # ticks before it reads the stream): that commit must be fenced.
@@ -207,7 +234,7 @@ def test_a_second_relay_fences_the_first_whose_late_writes_never_appear(
             wait_for(lambda: "fenced" in first.stderr, timeout=30, message="the first relay fenced")
             write_workload(db, transactions=5, seed=4, expected=expected, rollback_every=3)
             read_when_settled(db, current_wal(db))
-            with KafkaCollector(noida.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
+            with KafkaCollector(broker.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
                 messages = collect_exactly(collector, expected)
             assert first.running(), "the fenced relay should stand by, not exit"
             assert second.stop() == 0, second.stderr
@@ -218,19 +245,18 @@ def test_a_second_relay_fences_the_first_whose_late_writes_never_appear(
 
 
 def test_a_broker_restart_under_load_is_survived_exactly_once(
-        db: str, private_noida: NoidaBroker, topic_prefix: str) -> None:
-    """The broker restarts while a Kafka transaction is open (not while it commits: noida-db
-    can lose a transaction whose commit spans its restart, which no relay can undo)."""
+        db: str, private_broker: ApacheKafka, topic_prefix: str) -> None:
+    """The broker restarts while a Kafka transaction is open."""
     init_db(db)
     expected = Expected()
     port = free_port()
-    with start_eos_relay(db, private_noida.bootstrap, topic_prefix, extra=(
+    with start_eos_relay(db, private_broker.bootstrap, topic_prefix, extra=(
             "--metrics-port", str(port), "--txn-interval", "3s")) as relay:
         with steady_writes(db, expected):
             wait_for(lambda: _metric(port, "cdc_relay_transactions_committed_total") >= 1
                      and 0.2 < _metric(port, "cdc_relay_transaction_open_age_seconds") < 2.0,
                      timeout=30, interval=0.01, message="a Kafka transaction open, far from its commit")
-            private_noida.restart()
+            private_broker.restart()
             wait_for(lambda: len(expected.events) > 400, timeout=60, message="more writes")
         try:
             read_when_settled(db, current_wal(db))
@@ -238,12 +264,12 @@ def test_a_broker_restart_under_load_is_survived_exactly_once(
             print(relay.stderr)
             raise
         aborted = _metric(port, "cdc_relay_transactions_aborted_total")
-        with KafkaCollector(private_noida.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
+        with KafkaCollector(private_broker.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
             try:
                 messages = collect_exactly(collector, expected, timeout=30)
             except TimeoutError:
                 print(relay.stderr[-5000:])
-                print(explain_missing(private_noida.bootstrap, topic_prefix, expected))
+                print(explain_missing(private_broker.bootstrap, topic_prefix, expected))
                 raise
         assert relay.running(), relay.stderr
         assert relay.stop() == 0, relay.stderr
@@ -256,7 +282,7 @@ BIG_TXN_EVENTS = 100_000
 
 @pytest.mark.slow  # a 100,000-event transaction
 def test_one_postgres_transaction_of_100k_events_is_one_atomic_kafka_transaction(
-        db: str, noida: NoidaBroker, topic_prefix: str) -> None:
+        db: str, broker: ApacheKafka, topic_prefix: str) -> None:
     init_db(db)
     with psycopg.connect(db) as conn:
         conn.execute(
@@ -266,9 +292,9 @@ def test_one_postgres_transaction_of_100k_events_is_one_atomic_kafka_transaction
         conn.commit()
     port = free_port()
     started = time.monotonic()
-    with start_eos_relay(db, noida.bootstrap, topic_prefix, extra=(
+    with start_eos_relay(db, broker.bootstrap, topic_prefix, extra=(
             "--metrics-port", str(port), "--transaction-timeout", "120s")) as relay, \
-            KafkaCollector(noida.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
+            KafkaCollector(broker.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
         messages = collector.collect(until=lambda ms: len(ms) >= BIG_TXN_EVENTS + 1, timeout=180)
         elapsed = time.monotonic() - started
         committed = _metric(port, "cdc_relay_transactions_committed_total")
@@ -276,13 +302,13 @@ def test_one_postgres_transaction_of_100k_events_is_one_atomic_kafka_transaction
     counts = event_ids(messages)
     assert len(counts) == BIG_TXN_EVENTS and max(counts.values()) == 1
     assert committed == 1, "the PostgreSQL transaction was split across Kafka transactions"
-    print(f"one {BIG_TXN_EVENTS}-event transaction through noida-db: {elapsed:.1f} s")
+    print(f"one {BIG_TXN_EVENTS}-event transaction through Apache Kafka: {elapsed:.1f} s")
 
 
 def test_poison_events_inside_a_transaction_are_dead_lettered_and_the_rest_arrive_once(
-        db: str, noida: NoidaBroker, topic_prefix: str) -> None:
+        db: str, broker: ApacheKafka, topic_prefix: str) -> None:
     init_db(db)
-    admin = AdminClient({"bootstrap.servers": noida.bootstrap})
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     # The broker refuses records over 2 kB on this topic; librdkafka's own limit is 1 MB.
     admin.create_topics([NewTopic(f"{topic_prefix}.order", 1, 1,
                                   config={"max.message.bytes": "2000"})])[f"{topic_prefix}.order"].result()
@@ -297,9 +323,9 @@ def test_poison_events_inside_a_transaction_are_dead_lettered_and_the_rest_arriv
         good.append(str(emit(conn, "order", "o-after", "OrderPlaced", {"after": True})))
         conn.commit()
     end = current_wal(db)
-    with start_eos_relay(db, noida.bootstrap, topic_prefix) as relay:
+    with start_eos_relay(db, broker.bootstrap, topic_prefix) as relay:
         read_when_settled(db, end)  # the aborted attempts are over
-        with KafkaCollector(noida.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
+        with KafkaCollector(broker.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
             messages = collector.collect(until=lambda ms: len(ms) >= len(good) + 3, timeout=30)
             messages = collector.collect(timeout=1.0)
         assert relay.stop() == 0, relay.stderr
@@ -314,7 +340,7 @@ def test_poison_events_inside_a_transaction_are_dead_lettered_and_the_rest_arriv
 
 
 def test_a_split_transaction_killed_mid_way_resumes_after_the_events_in_kafka(
-        db: str, noida: NoidaBroker, topic_prefix: str) -> None:
+        db: str, broker: ApacheKafka, topic_prefix: str) -> None:
     init_db(db)
     total, split = 20_000, 2_000
     with psycopg.connect(db) as conn:
@@ -326,22 +352,22 @@ def test_a_split_transaction_killed_mid_way_resumes_after_the_events_in_kafka(
     end = current_wal(db)
     port = free_port()
     extra = ("--txn-split-events", str(split))
-    relay = start_eos_relay(db, noida.bootstrap, topic_prefix,
+    relay = start_eos_relay(db, broker.bootstrap, topic_prefix,
                             extra=(*extra, "--metrics-port", str(port)))
     try:
         wait_for(lambda: _metric(port, "cdc_relay_transactions_committed_total") >= 2, timeout=60,
                  interval=0.005, message="two split commits")
     finally:
         relay.kill()
-    with KafkaCollector(noida.bootstrap, f"{topic_prefix}.checkpoints",
+    with KafkaCollector(broker.bootstrap, f"{topic_prefix}.checkpoints",
                         config=READ_COMMITTED) as cp_reader:
         last = checkpoints(cp_reader.collect(until=lambda ms: len(ms) >= 2, timeout=20))[-1]
     assert last.partial_commit_lsn is not None and 0 < last.partial_events < total
-    with start_eos_relay(db, noida.bootstrap, topic_prefix, extra=extra) as second:
+    with start_eos_relay(db, broker.bootstrap, topic_prefix, extra=extra) as second:
         read_when_settled(db, end)
         assert f"skipping the first {last.partial_events} events" in second.stderr
         assert second.stop() == 0
-    with KafkaCollector(noida.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
+    with KafkaCollector(broker.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
         counts = event_ids(collector.collect(until=lambda ms: len(event_ids(ms)) >= total,
                                              timeout=60))
     assert len(counts) == total and max(counts.values()) == 1

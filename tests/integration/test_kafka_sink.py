@@ -216,9 +216,9 @@ def test_a_missing_topic_is_retriable_broker_trouble_not_the_events_fault(
         sink.close(0)
 
 
-def test_broker_restart_fails_fatally_and_a_fresh_sink_works(private_broker: Broker,
+def test_broker_restart_fails_fatally_and_a_fresh_sink_works(private_tansu: Broker,
                                                              topic_prefix: str) -> None:
-    config = KafkaConfig(private_broker.bootstrap, message_timeout_ms=5000)
+    config = KafkaConfig(private_tansu.bootstrap, message_timeout_ms=5000)
     factory = kafka_sink_factory(config)
     got: list[Delivery] = []
     first = factory(collect(got))
@@ -228,7 +228,7 @@ def test_broker_restart_fails_fatally_and_a_fresh_sink_works(private_broker: Bro
         serve_until(first, lambda: got)
         assert got == [Delivery(1)]
 
-        private_broker.restart()  # memory lost: topics and producer ids are gone
+        private_tansu.restart()  # memory lost: topics and producer ids are gone
         for token in range(2, 6):
             first.produce(Message(topic, b"k", b"after"), token)
         serve_until(first, lambda: len(got) == 5 or first.fatal_error is not None)

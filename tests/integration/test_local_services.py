@@ -125,19 +125,19 @@ def test_collector_ignores_topics_of_other_prefixes(broker: Broker, topic_prefix
     assert [m.value for m in messages] == [b"mine"]
 
 
-def test_broker_restart_keeps_the_port_and_loses_every_topic(private_broker: Broker,
+def test_broker_restart_keeps_the_port_and_loses_every_topic(private_tansu: Broker,
                                                              topic_prefix: str) -> None:
     topic = f"{topic_prefix}.gone"
-    producer = Producer({"bootstrap.servers": private_broker.bootstrap})
+    producer = Producer({"bootstrap.servers": private_tansu.bootstrap})
     producer.produce(topic, value=b"x")
     assert producer.flush(30) == 0
-    admin = AdminClient({"bootstrap.servers": private_broker.bootstrap})
+    admin = AdminClient({"bootstrap.servers": private_tansu.bootstrap})
     assert topic in admin.list_topics(timeout=10).topics
-    bootstrap = private_broker.bootstrap
+    bootstrap = private_tansu.bootstrap
 
-    private_broker.restart()
+    private_tansu.restart()
 
-    assert private_broker.bootstrap == bootstrap
+    assert private_tansu.bootstrap == bootstrap
     assert topic not in AdminClient({"bootstrap.servers": bootstrap}).list_topics(
         timeout=10).topics
 

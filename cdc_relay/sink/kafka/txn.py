@@ -16,10 +16,10 @@ never looks like a failed delivery. Aborting before the first AddPartitionsToTxn
 completed can go fatal (librdkafka#4849): that, too, is FATAL - a new producer.
 
 A broker connection lost while a transaction is open makes that transaction doubtful
-(``doubt``): a broker that restarts may come back without its state (noida-db, the test
-broker, does: a later commit "succeeds" and the records are gone), so the relay aborts
-it and replays rather than commit it. Against a real Kafka cluster this costs one replay
-of one transaction per connection loss.
+(``doubt``): a broker that restarts may come back without its state (a memory-only
+Kafka-protocol broker does: a later commit "succeeds" and the records are gone), so the
+relay aborts it and replays rather than commit it. Against Apache Kafka this costs one
+replay of one transaction per connection loss.
 """
 
 from __future__ import annotations

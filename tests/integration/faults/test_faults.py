@@ -15,6 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from cdc_relay.local.apache_kafka import ApacheKafka
 from cdc_relay.local.broker import Broker
 from cdc_relay.local.helpers import free_port
 from cdc_relay.local.postgres import PostgresCluster
@@ -73,21 +74,47 @@ def test_broker_stall_longer_than_wal_sender_timeout_keeps_the_stream_alive(
 
 
 def test_broker_restart_losing_producer_state_is_survived_without_a_manual_restart(
-    db: str, private_broker: Broker, topic_prefix: str
+    db: str, private_tansu: Broker, topic_prefix: str
 ) -> None:
+    """Tansu is memory-only: its restart forgets every topic and producer id, so the relay's
+    idempotent producer fails fatally and is replaced, replaying from the slot."""
     init_db(db)
-    with start_relay(db, private_broker.bootstrap, topic_prefix,
+    with start_relay(db, private_tansu.bootstrap, topic_prefix,
                      extra=("--message-timeout", "5s")) as relay:
         before = write_workload(db, transactions=10, seed=21)
-        with KafkaCollector(private_broker.bootstrap, topic_prefix) as collector:
+        with KafkaCollector(private_tansu.bootstrap, topic_prefix) as collector:
             collect_ids(collector, topic_prefix, before.ids)
-        private_broker.restart()  # memory-only: topics and producer ids are gone
+        private_tansu.restart()  # memory-only: topics and producer ids are gone
         after = write_workload(db, transactions=20, seed=22)
-        with KafkaCollector(private_broker.bootstrap, topic_prefix) as collector:
+        with KafkaCollector(private_tansu.bootstrap, topic_prefix) as collector:
             messages = collect_ids(collector, topic_prefix, after.ids, timeout=120)
         assert relay.running(), relay.stderr
         assert relay.stop() == 0
     assert_contract(messages, after, topic_prefix)
+
+
+def test_apache_kafka_killed_and_started_again_is_waited_out_and_nothing_is_lost(
+    db: str, private_broker: ApacheKafka, topic_prefix: str
+) -> None:
+    """A crashed broker (SIGKILL) that comes back with its log: events written while it was
+    down time out in the producer (a new one replays them from the slot) or wait, and every
+    one arrives after it is back, in order per aggregate."""
+    init_db(db)
+    expected = Expected()
+    with start_relay(db, private_broker.bootstrap, topic_prefix,
+                     extra=("--message-timeout", "5s")) as relay:
+        write_workload(db, transactions=10, seed=21, expected=expected)
+        with KafkaCollector(private_broker.bootstrap, topic_prefix) as collector:
+            collect_ids(collector, topic_prefix, expected.ids)
+        private_broker.kill()
+        write_workload(db, transactions=20, seed=22, expected=expected)  # while it is down
+        private_broker.start()
+        write_workload(db, transactions=10, seed=23, expected=expected)
+        with KafkaCollector(private_broker.bootstrap, topic_prefix) as collector:
+            messages = collect_ids(collector, topic_prefix, expected.ids, timeout=120)
+        assert relay.running(), relay.stderr
+        assert relay.stop() == 0
+    assert_contract(messages, expected, topic_prefix)
 
 
 @pytest.mark.parametrize("how", ["restart", "kill"])
