@@ -314,12 +314,13 @@ class KafkaSink:
         raise ProduceRejected(DeliveryError(
             ErrorKind.FATAL, f"Kafka producer generation {self.generation} is closed"))
 
-    def _on_failure(self, token: int, error: KafkaError, _message: object) -> None:
+    def _on_failure(self, token: int, error: KafkaError, message: object) -> None:
         """A report with an error (a success never comes here: see ``Reports``)."""
         if not self._open:
             self._suppressed += 1
             return
-        failure = classify(error)
+        topic = getattr(message, "topic", None)
+        failure = classify(error, topic() if callable(topic) else None)
         if kills_producer(error):
             self._set_fatal(failure)
         reports = self._reports
