@@ -16,6 +16,7 @@ from confluent_kafka.admin import (
     AclOperation,
     AclPermissionType,
     AdminClient,
+    NewTopic,
     ResourcePatternType,
     ResourceType,
     ScramCredentialInfo,
@@ -74,10 +75,9 @@ class Admin:
         for future in self._client.delete_acls([any_acl], request_timeout=TIMEOUT).values():
             future.result(TIMEOUT)
 
-    def create_topics(self, *names: str) -> None:
-        from confluent_kafka.admin import NewTopic
-        futures = self._client.create_topics([NewTopic(name, 1, 1) for name in names],
-                                             request_timeout=TIMEOUT)
+    def create_topics(self, *names: str, config: dict[str, str] | None = None) -> None:
+        futures = self._client.create_topics([NewTopic(name, 1, 1, config=config or {})
+                                              for name in names], request_timeout=TIMEOUT)
         for future in futures.values():
             future.result(TIMEOUT)
 

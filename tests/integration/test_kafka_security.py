@@ -21,6 +21,12 @@ import pytest
 from cdc_relay.local.apache_kafka import cache_root, has_jars, jar_dir
 from cdc_relay.local.kafka_security import SecuredKafka
 from cdc_relay.outbox import emit
+from tests.integration.eos_support import (
+    READ_COMMITTED,
+    assert_exactly_once,
+    collect_exactly,
+    start_eos_relay,
+)
 from tests.integration.security_support import Acl, Admin, producer_config_options
 from tests.integration.wal_support import (
     Expected,
@@ -152,3 +158,91 @@ def test_a_wrong_password_exits_6_with_one_line_and_no_password(
     line = _one_error_line(relay.stderr)
     assert "refused the relay" in line and "SASL" in line.upper(), line
     assert wrong not in relay.stderr + relay.stdout and password not in relay.stderr + relay.stdout
+
+
+# -- exactly-once ----------------------------------------------------------------------------
+def transactional_id(dsn: str, slot: str = "cdc_relay") -> str:
+    """The relay's transactional.id: ``cdc-relay.<system identifier>.<slot>`` (docs/exactly-once.md)."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT system_identifier::text FROM pg_control_system()").fetchone()
+    assert row is not None
+    return f"cdc-relay.{row[0]}.{slot}"
+
+
+def eos_acls(prefix: str, dsn: str) -> list[Acl]:
+    """``run --exactly-once``'s ACL set: run's, the transactional id, the checkpoint topic."""
+    checkpoints = f"cp-{prefix}"
+    return [*wal_acls(prefix), Acl("WRITE", "TRANSACTIONAL_ID", transactional_id(dsn, f"s_{prefix}")),
+            Acl("READ", "TOPIC", checkpoints), Acl("WRITE", "TOPIC", checkpoints),
+            Acl("DESCRIBE_CONFIGS", "TOPIC", checkpoints),
+            Acl("DESCRIBE", "GROUP", "cdc-relay-checkpoint-reader")]
+
+
+def eos_relay_as(kafka: SecuredKafka, dsn: str, prefix: str, user: str, password: str,
+                 wait: bool = True) -> CliProcess:
+    return start_eos_relay(dsn, kafka.sasl_bootstrap, prefix, wait=wait, extra=(
+        *producer_config_options(kafka, user, password), "--dead-letter-topic", f"{prefix}-dlq",
+        "--checkpoint-topic", f"cp-{prefix}", "--slot", f"s_{prefix}"))
+
+
+def prepare_eos(admin: Admin, dsn: str, prefix: str) -> None:
+    """A slot of the test's own: the transactional id is per system and slot, and the
+    module's other tests share the PostgreSQL cluster."""
+    init_db(dsn, slot=f"s_{prefix}")
+    admin.create_topics(*event_topics(prefix))
+    admin.create_topics(f"cp-{prefix}", config={"cleanup.policy": "compact"})
+
+
+def test_run_exactly_once_delivers_each_event_once_with_exactly_its_acl_set(
+        kafka: SecuredKafka, admin: Admin, db: str, topic_prefix: str) -> None:
+    prepare_eos(admin, db, topic_prefix)
+    user, password = admin.new_user()
+    admin.grant(user, eos_acls(topic_prefix, db))
+    with eos_relay_as(kafka, db, topic_prefix, user, password) as relay, \
+            KafkaCollector(kafka.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
+        expected = write_workload(db, transactions=6, seed=5)
+        messages = collect_exactly(collector, expected)
+        assert relay.stop() == 0, relay.stderr
+    assert_exactly_once(messages, expected)
+
+
+@pytest.mark.parametrize("missing", [2, 3, 4, 5, 6], ids=[
+    "transactional-id-write", "checkpoint-read", "checkpoint-write", "checkpoint-describe-configs",
+    "checkpoint-reader-group-describe"])
+def test_run_exactly_once_without_one_acl_names_it_and_confirms_nothing_past_it(
+        kafka: SecuredKafka, admin: Admin, db: str, topic_prefix: str, missing: int) -> None:
+    prepare_eos(admin, db, topic_prefix)
+    user, password = admin.new_user()
+    acls = eos_acls(topic_prefix, db)
+    absent = acls.pop(missing)
+    expected = Expected()
+    if absent.operation == "READ" or absent.resource == "GROUP":
+        # The checkpoint topic is read only once it holds a checkpoint: one run makes it.
+        admin.grant(user, [*acls, absent])
+        with eos_relay_as(kafka, db, topic_prefix, user, password) as first, \
+                KafkaCollector(kafka.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
+            write_workload(db, transactions=2, seed=8, rollback_every=0, expected=expected)
+            collect_exactly(collector, expected)
+            assert first.stop() == 0, first.stderr
+        admin.revoke_all(user)
+        expected.commit_lsn.clear()
+    admin.grant(user, acls)
+    fix = f"grant {absent.operation} on {absent.resource} {absent.name}"
+    relay = eos_relay_as(kafka, db, topic_prefix, user, password, wait=False)
+    with relay, KafkaCollector(kafka.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
+        write_workload(db, transactions=3, seed=9, rollback_every=0, expected=expected)
+        wait_for(lambda: fix in relay.stderr or not relay.running(), timeout=60,
+                 message=f"a line saying {fix!r}")
+        assert "Traceback" not in relay.stderr
+        assert confirmed_flush(db, f"s_{topic_prefix}") < min(expected.commit_lsn.values())
+        if absent.resource == "TRANSACTIONAL_ID":  # a refusal a retry cannot fix: exit 6
+            assert relay.proc.wait(30) == 6, relay.stderr
+            assert fix in _one_error_line(relay.stderr)
+            admin.grant(user, [absent])
+            relay = eos_relay_as(kafka, db, topic_prefix, user, password)
+        else:  # a topic ACL: retried, delivered once granted
+            assert relay.running(), relay.stderr
+            admin.grant(user, [absent])
+        with relay:
+            assert_exactly_once(collect_exactly(collector, expected), expected)
+            assert relay.stop() == 0, relay.stderr

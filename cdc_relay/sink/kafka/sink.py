@@ -31,6 +31,7 @@ and every librdkafka line and error text passes through ``mask_secrets``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -289,11 +290,16 @@ class KafkaSink:
             return
         try:
             remaining = producer.flush(timeout)
+        except KafkaException:
+            # A transactional producer in a fatal state (e.g. its transactional id refused)
+            # raises instead: closing must not hide the error that ended the run.
+            remaining = len(producer)
         finally:
             self._reports.hand_over()
         self._open = False
         if remaining:
-            producer.purge(in_queue=True, in_flight=True, blocking=True)
+            with contextlib.suppress(KafkaException):
+                producer.purge(in_queue=True, in_flight=True, blocking=True)
             try:
                 producer.poll(0)  # acks already received still count; purge reports are dropped
             finally:
