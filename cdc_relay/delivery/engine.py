@@ -222,10 +222,10 @@ class Engine:
     def failure_for(self, event: OutboxEvent, error: DeliveryError) -> ProducerFailed:
         """What a failed delivery that is not the event's fault ends the run with."""
         if error.cause in _TOPIC_CAUSES:
+            # The sink names the topic and the fix (a grant, a topic to create).
             return TopicUnavailable(
-                f"topic not available for event {event.id} ({error.reason}): retrying, "
-                "nothing is dead-lettered; create the topic or grant the producer access",
-                error.cause)
+                f"topic not available for event {event.id}: {error.reason}; retrying, "
+                "nothing is dead-lettered", error.cause)
         self._log.warning("delivery failed (%s): %s", error.kind.value, error.reason,
                           extra=event_fields(event))
         return ProducerFailed(f"delivery of event {event.id} failed: {error.reason}")

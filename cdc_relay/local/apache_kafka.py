@@ -182,14 +182,17 @@ def _fetch(mvn: str, version: str, parent: Path) -> Path:
 
 # -- server.properties -----------------------------------------------------------------------
 def server_properties(port: int, controller_port: int, log_dir: Path,
-                      extra: Mapping[str, str] | None = None) -> dict[str, str]:
+                      extra: Mapping[str, str] | None = None,
+                      listeners: Mapping[str, int] | None = None) -> dict[str, str]:
     """The broker's properties: Kafka's defaults, ours (BASE_PROPERTIES), the listeners, then
-    ``extra`` (which may override any of them: more listeners, SASL, TLS, ACLs)."""
+    ``extra`` (which may override any of them: SASL, TLS, ACLs). ``listeners`` adds client
+    listeners beside PLAINTEXT, by name (e.g. ``{"SASL_SSL": 9094}``: cdc_relay.local.kafka_security)."""
+    more = "".join(f",{name}://{HOST}:{number}" for name, number in (listeners or {}).items())
     return {
         **BASE_PROPERTIES,
         "controller.quorum.voters": f"{NODE_ID}@{HOST}:{controller_port}",
-        "listeners": f"PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://{HOST}:{port}",
+        "listeners": f"PLAINTEXT://{HOST}:{port}{more},CONTROLLER://{HOST}:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{HOST}:{port}{more}",
         "log.dirs": str(log_dir),
         **(extra or {}),
     }
@@ -310,9 +313,10 @@ def listening(host: str, port: int) -> bool:
 class ApacheKafka(KafkaProcess):
     """A single-node KRaft Apache Kafka on 127.0.0.1, its data in a temp dir of its own.
 
-    ``extra`` server properties are added to (or override) ours; ``fast_start=False`` runs
-    the JVM's full JIT (benchmarks). ``cache`` is the jar cache root (default
-    ``cache_root()``).
+    ``extra`` server properties are added to (or override) ours; ``listeners`` adds client
+    listeners by name and port (the PLAINTEXT one on ``port`` stays: readiness, inter-broker);
+    ``fast_start=False`` runs the JVM's full JIT (benchmarks). ``cache`` is the jar cache
+    root (default ``cache_root()``).
     """
 
     log_name = "kafka.log"
@@ -320,13 +324,15 @@ class ApacheKafka(KafkaProcess):
 
     def __init__(self, version: str = DEFAULT_VERSION, *, port: int | None = None,
                  controller_port: int | None = None, extra: Mapping[str, str] | None = None,
-                 fast_start: bool = True, cache: Path | None = None) -> None:
+                 listeners: Mapping[str, int] | None = None, fast_start: bool = True,
+                 cache: Path | None = None) -> None:
         super().__init__(port=port)
         self.version = version
         self.name = f"Apache Kafka {version}"
         self._controller_port = controller_port
         self._controller_picked = controller_port is None
         self._extra = dict(extra or {})
+        self.listeners = dict(listeners or {})
         self._fast_start = fast_start
         self._cache = cache
         self._lib: Path | None = None
@@ -352,7 +358,8 @@ class ApacheKafka(KafkaProcess):
         if self._lib is None:
             raise LocalServiceError(f"{self.name} has no jars yet")
         config = tmp / "server.properties"
-        properties = server_properties(port, self.controller_port, tmp / "data", self._extra)
+        properties = server_properties(port, self.controller_port, tmp / "data", self._extra,
+                                       self.listeners)
         config.write_text(render_properties(properties), encoding="latin-1")
         argv = jvm_command(java_binary(), self._lib, "kafka.Kafka", str(config), fast_start=self._fast_start)
         return argv, clean_env()

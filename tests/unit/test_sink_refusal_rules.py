@@ -13,7 +13,8 @@ from cdc_relay.config import KafkaConfig
 from cdc_relay.errors import AccessRefused, BrokerError
 from cdc_relay.sink import nats, rabbitmq
 from cdc_relay.sink.background import BackgroundSink
-from cdc_relay.sink.base import ignore_reports
+from cdc_relay.sink.base import Cause, ErrorKind, ignore_reports
+from cdc_relay.sink.kafka.client import classify
 from cdc_relay.sink.kafka.sink import KafkaSink
 
 
@@ -73,3 +74,16 @@ def test_a_refused_kafka_login_is_access_refused_at_warm_up() -> None:
             sink.warm_up(1.0)
     finally:
         sink.close(0)
+
+
+def test_a_forbidden_or_missing_kafka_topic_is_named_with_its_fix() -> None:
+    forbidden = classify(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED), "orders")
+    assert (forbidden.kind, forbidden.cause) == (ErrorKind.RETRIABLE, Cause.TOPIC_FORBIDDEN)
+    assert forbidden.reason.startswith(
+        "not authorized to write to topic orders: grant WRITE on TOPIC orders to the relay's user "
+        "(docs/operations.md, Kafka ACLs)")
+    missing = classify(KafkaError(KafkaError._UNKNOWN_TOPIC), "orders")
+    assert missing.reason.startswith("topic orders does not exist: create it")
+    # A refusal at produce() time comes without the message: the error as librdkafka says it.
+    assert classify(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)).reason.startswith(
+        "TOPIC_AUTHORIZATION_FAILED")

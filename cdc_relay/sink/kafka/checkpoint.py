@@ -21,12 +21,15 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 from confluent_kafka.cimpl import NewTopic
 
 from cdc_relay.errors import BrokerError, ConfigError, mask_secrets
-from cdc_relay.sink.kafka.client import _MaskingLogger, exception_text
+from cdc_relay.sink.kafka.client import ACL_DOC, _MaskingLogger, exception_text
 from cdc_relay.sink.transactions import CheckpointViews, Record
 
 _log = logging.getLogger("cdc_relay.sink.checkpoint")
 
 REQUIRED_CONFIG = {"cleanup.policy": "compact"}
+# The readers assign the partition and commit nothing, but librdkafka looks the group's
+# coordinator up all the same: with ACLs that needs DESCRIBE on this group.
+CHECKPOINT_GROUP = "cdc-relay-checkpoint-reader"
 # librdkafka settings that are about producing only: a consumer or admin client refuses them.
 _PRODUCER_ONLY = ("acks", "enable.idempotence", "linger.ms", "queue.buffering.", "compression.",
                   "message.timeout.ms", "transactional.id", "transaction.timeout.ms", "partitioner",
@@ -67,8 +70,23 @@ def describe_topic(settings: dict[str, str], topic: str,
         configs = admin.describe_configs([resource], request_timeout=timeout)[resource].result(timeout)
         return len(found.partitions), {name: str(entry.value) for name, entry in configs.items()}
     except KafkaException as exc:
+        if _forbidden(exc):
+            raise BrokerError(f"not authorized to describe the configs of the checkpoint topic "
+                              f"{topic}: grant DESCRIBE_CONFIGS on TOPIC {topic} to the relay's "
+                              f"user ({ACL_DOC}) [{exception_text(exc)}]") from exc
         raise BrokerError(f"cannot describe the checkpoint topic {topic!r}: {exception_text(exc)} "
                           "(check --brokers and that the relay may describe topics)") from exc
+
+
+def _forbidden(exc: KafkaException) -> bool:
+    """Whether the broker refused a topic ACL (not a cluster or login refusal)."""
+    error = exc.args[0] if exc.args else None
+    return isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def _read_refused(topic: str, reason: str) -> BrokerError:
+    return BrokerError(f"not authorized to read the checkpoint topic {topic}: grant READ on TOPIC "
+                       f"{topic} to the relay's user ({ACL_DOC}) [{reason}]")
 
 
 def ensure_topic(settings: dict[str, str], topic: str, timeout: float = 15.0) -> None:
@@ -123,7 +141,7 @@ def _read(settings: dict[str, str], topic: str, deadline: float, isolation: str,
     """The records of the topic's partition up to where a consumer of ``isolation`` stops
     (``read_committed``: the last stable offset, awaited until it reaches ``at_least``),
     with that offset."""
-    consumer = Consumer({**client_settings(settings), "group.id": "cdc-relay-checkpoint-reader",
+    consumer = Consumer({**client_settings(settings), "group.id": CHECKPOINT_GROUP,
                          "isolation.level": isolation, "enable.partition.eof": True,
                          "enable.auto.commit": False, "fetch.wait.max.ms": 50})
     try:
@@ -145,11 +163,20 @@ def _read(settings: dict[str, str], topic: str, deadline: float, isolation: str,
             elif error.code() == KafkaError._PARTITION_EOF:
                 if consumer.position([partition])[0].offset >= high:
                     break
+            elif error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                raise _read_refused(topic, mask_secrets(error.str()))
+            elif error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+                raise BrokerError(f"not authorized to use the consumer group {CHECKPOINT_GROUP} "
+                                  f"that reads the checkpoint topic {topic}: grant DESCRIBE on "
+                                  f"GROUP {CHECKPOINT_GROUP} to the relay's user ({ACL_DOC}) "
+                                  f"[{mask_secrets(error.str())}]")
             else:
                 raise BrokerError(f"cannot read the checkpoint topic {topic!r}: "
                                   f"{mask_secrets(error.str())}")
         return records, high
     except KafkaException as exc:
+        if _forbidden(exc):
+            raise _read_refused(topic, exception_text(exc)) from exc
         raise BrokerError(f"cannot read the checkpoint topic {topic!r}: {exception_text(exc)}") from exc
     finally:
         consumer.close()

@@ -124,8 +124,12 @@ _SECRET_KEY_PARTS = ("password", "secret", "sasl.oauthbearer.config", "ssl.key.p
                      "ssl.keystore")
 
 
-def classify(error: KafkaError) -> DeliveryError:
-    """Map a librdkafka error to the ErrorKind the loops act on (module docstring table)."""
+ACL_DOC = "docs/operations.md, Kafka ACLs"
+
+
+def classify(error: KafkaError, topic: str | None = None) -> DeliveryError:
+    """Map a librdkafka error to the ErrorKind the loops act on (module docstring table);
+    a missing or forbidden ``topic`` is named in the reason, with its fix."""
     code = error.code()
     reason = describe_error(error)
     if error.fatal():
@@ -135,10 +139,21 @@ def classify(error: KafkaError) -> DeliveryError:
         return DeliveryError(ErrorKind.PERMANENT, reason, cause)
     topic_cause = _TOPIC_CAUSES.get(code)
     if topic_cause is not None:
-        return DeliveryError(ErrorKind.RETRIABLE, reason, topic_cause)
+        return DeliveryError(ErrorKind.RETRIABLE, topic_problem(topic_cause, topic, reason), topic_cause)
     if code in _FATAL_CODES or not error.retriable():
         return DeliveryError(ErrorKind.FATAL, reason)
     return DeliveryError(ErrorKind.RETRIABLE, reason)
+
+
+def topic_problem(cause: Cause, topic: str | None, reason: str) -> str:
+    """A missing or forbidden topic in words, with the fix (the ACL by Kafka's names)."""
+    if topic is None:
+        return reason
+    if cause is Cause.TOPIC_FORBIDDEN:
+        return (f"not authorized to write to topic {topic}: grant WRITE on TOPIC {topic} to the "
+                f"relay's user ({ACL_DOC}) [{reason}]")
+    return (f"topic {topic} does not exist: create it, or let the broker create it "
+            f"(auto.create.topics.enable and CREATE on TOPIC {topic}: {ACL_DOC}) [{reason}]")
 
 
 def kills_producer(error: KafkaError) -> bool:

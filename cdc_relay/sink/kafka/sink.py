@@ -31,6 +31,7 @@ and every librdkafka line and error text passes through ``mask_secrets``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -289,11 +290,16 @@ class KafkaSink:
             return
         try:
             remaining = producer.flush(timeout)
+        except KafkaException:
+            # A transactional producer in a fatal state (e.g. its transactional id refused)
+            # raises instead: closing must not hide the error that ended the run.
+            remaining = len(producer)
         finally:
             self._reports.hand_over()
         self._open = False
         if remaining:
-            producer.purge(in_queue=True, in_flight=True, blocking=True)
+            with contextlib.suppress(KafkaException):
+                producer.purge(in_queue=True, in_flight=True, blocking=True)
             try:
                 producer.poll(0)  # acks already received still count; purge reports are dropped
             finally:
@@ -314,12 +320,13 @@ class KafkaSink:
         raise ProduceRejected(DeliveryError(
             ErrorKind.FATAL, f"Kafka producer generation {self.generation} is closed"))
 
-    def _on_failure(self, token: int, error: KafkaError, _message: object) -> None:
+    def _on_failure(self, token: int, error: KafkaError, message: object) -> None:
         """A report with an error (a success never comes here: see ``Reports``)."""
         if not self._open:
             self._suppressed += 1
             return
-        failure = classify(error)
+        topic = getattr(message, "topic", None)
+        failure = classify(error, topic() if callable(topic) else None)
         if kills_producer(error):
             self._set_fatal(failure)
         reports = self._reports

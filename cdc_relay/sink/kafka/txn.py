@@ -32,15 +32,18 @@ from typing import Protocol
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from cdc_relay.config import KafkaConfig
-from cdc_relay.errors import ConfigError
+from cdc_relay.errors import AccessRefused, ConfigError
 from cdc_relay.sink.base import DeliveryHandler
 from cdc_relay.sink.kafka.checkpoint import ensure_topic, read_views
-from cdc_relay.sink.kafka.client import describe_error, producer_settings
+from cdc_relay.sink.kafka.client import ACL_DOC, describe_error, producer_settings
 from cdc_relay.sink.kafka.sink import KafkaSink
 from cdc_relay.sink.transactions import CheckpointViews, TransactionalSink, TxnError, TxnErrorKind
 
 _log = logging.getLogger("cdc_relay.sink.kafka")
 _CONNECTION_LOST = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN})
+# The broker refused the transactional id or the cluster ACL: retrying cannot fix it.
+_REFUSED_CODES = frozenset({KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                            KafkaError.CLUSTER_AUTHORIZATION_FAILED})
 _FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
                            KafkaError.INVALID_PRODUCER_EPOCH})
 
@@ -119,10 +122,18 @@ class TransactionalKafkaSink(KafkaSink):
         super()._on_error(error)
 
     def init_transactions(self, timeout: float) -> None:
-        """Fence older producers of this transactional.id; abort what they left open."""
+        """Fence older producers of this transactional.id; abort what they left open. The
+        broker refusing the transactional id (or the cluster ACL) is AccessRefused (exit 6)."""
         try:
             self._live().init_transactions(timeout)
         except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if isinstance(error, KafkaError) and error.code() in _REFUSED_CODES:
+                tid = self._txn_config.transactional_id
+                raise AccessRefused(
+                    f"Kafka refused the relay's transactional id {tid}: grant WRITE on "
+                    f"TRANSACTIONAL_ID {tid} to the relay's user ({ACL_DOC}) "
+                    f"[{describe_error(error)}]") from exc
             raise _txn_error(exc, "init_transactions failed") from exc
         self._initialized = True
 
@@ -159,7 +170,15 @@ class TransactionalKafkaSink(KafkaSink):
             producer.commit_transaction(max(0.1, deadline - time.monotonic()))
         except KafkaException as exc:
             # Still open: retry the commit (retriable) or abort it (abortable).
-            raise _txn_error(exc, "commit_transaction failed") from exc
+            error = exc.args[0] if exc.args else None
+            what = "commit_transaction failed"
+            if isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                # An event topic refused is named by its delivery report first; at the
+                # commit it is the checkpoint topic (AddPartitionsToTxn names no topic).
+                topic = self._txn_config.checkpoint_topic
+                what = (f"not authorized to write to a topic of the transaction: grant WRITE on "
+                        f"TOPIC {topic} (the checkpoint topic) to the relay's user ({ACL_DOC})")
+            raise _txn_error(exc, what) from exc
         finally:
             self._reports.hand_over()  # the commit's flush served reports, as a poll
         self._in_txn = False
