@@ -97,6 +97,7 @@ class Settlement:
     broker_down: bool
     discard_sink: bool
     topic_trouble: int = 0  # events released because their topic is missing or forbidden
+    topic_reasons: tuple[str, ...] = ()  # why, once per distinct reason (each names the fix)
 
 
 def settle(events: Sequence[OutboxEvent], results: Sequence[Result], *, strict: bool) -> Settlement:
@@ -107,6 +108,9 @@ def settle(events: Sequence[OutboxEvent], results: Sequence[Result], *, strict: 
     """
     acked = any(result is None for result in results)
     topic_trouble = sum(1 for result in results if _topic_trouble(result))
+    topic_reasons = tuple(dict.fromkeys(
+        result.reason for result in results
+        if isinstance(result, DeliveryError) and _topic_trouble(result)))
     broker_down = not acked and any(
         result is Unsettled.UNREPORTED
         or (isinstance(result, DeliveryError) and result.kind is not ErrorKind.PERMANENT)
@@ -137,7 +141,8 @@ def settle(events: Sequence[OutboxEvent], results: Sequence[Result], *, strict: 
             failures.append((event, result.reason))
         else:
             released.append(event)
-    return Settlement(processed, failures, released, broker_down, discard, topic_trouble)
+    return Settlement(processed, failures, released, broker_down, discard, topic_trouble,
+                      topic_reasons)
 
 
 _TOPIC_CAUSES = (Cause.TOPIC_MISSING, Cause.TOPIC_FORBIDDEN)

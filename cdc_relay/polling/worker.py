@@ -22,10 +22,10 @@ path after the last ack is one COMMIT. docs/design.md, polling mode, says why ev
 guarantee holds; the measurements are docs/decisions/2026-12-01-polling-premark.md.
 
 After broker-wide trouble (see settlement.py) the worker stops claiming and waits, with
-backoff, until a broker answers again (docs/design.md, failure rules); a fatal producer error discards
-the sink. With ``--strict-order`` the source claims whole aggregate prefixes under
-advisory locks, and once an event of an aggregate fails its later events in the batch
-are not produced.
+backoff, until a broker answers again (docs/design.md, failure rules); a fatal producer
+error, and a missing or forbidden topic, discard the sink. With ``--strict-order`` the
+source claims whole aggregate prefixes under advisory locks, and once an event of an
+aggregate fails its later events in the batch are not produced.
 
 An event given up on is also copied to the dead-letter topic (best effort: the row's
 ``dead_lettered_at`` is the dead letter; the topic tells consumers, as in WAL mode).
@@ -213,17 +213,22 @@ class PollWorker:
             raise
         self.stats.record(settlement, completion, self._clock() - started)
         self._report(settlement, failures, completion)
-        if settlement.discard_sink:
+        if settlement.discard_sink or settlement.topic_trouble:
+            # A missing or forbidden topic too, as in WAL mode: the producer would refuse its
+            # next produce() from cached metadata, without the topic's name, until a refresh
+            # minutes later; a new one asks again, and its reports name the topic and the fix.
             self._discard_sink()
         if settlement.broker_down:
             self._broker_suspect = True
             self.stats.broker_ok = False
         self._topic_wait = settlement.topic_trouble > 0
         if self._topic_wait:
+            reasons = settlement.topic_reasons
+            more = f" (and {len(reasons) - 1} other topic problem(s))" if len(reasons) > 1 else ""
             self._broker_problem = (
-                f"topic not available for {settlement.topic_trouble} event(s) (missing, or the "
-                "producer may not write to it): nothing is dead-lettered and no attempt counted; "
-                "create the topic or grant the producer access")
+                f"topic not available for {settlement.topic_trouble} event(s): "
+                f"{reasons[0] if reasons else 'missing, or the producer may not write to it'}"
+                f"{more}; nothing is dead-lettered and no attempt counted")
         elif settlement.processed:
             self._broker_backoff.reset()
         return len(events)

@@ -213,10 +213,11 @@ def test_a_missing_topic_counts_no_attempt_and_never_dead_letters() -> None:
                             Cause.TOPIC_MISSING)
     factory = FakeSinkFactory(configure=lambda sink: sink.fail_topics.update({"t.invoice": missing}))
     worker = make_worker(outbox, factory)
-    prime(worker)
-    for _ in range(5):  # more rounds than --max-attempts (3)
+    for _ in range(5):  # more rounds than --max-attempts (3), each with a new producer
+        prime(worker)
         worker.poll_once()
     invoice = outbox.rows["e1"]
     assert (invoice.attempts, invoice.processed, invoice.dead) == (0, False, False)
     assert outbox.rows["e0"].processed
     assert worker.stats.topic_retries == 5 and worker.stats.dead_lettered == 0
+    assert len(factory.sinks) == 5  # the producer is replaced after each topic failure

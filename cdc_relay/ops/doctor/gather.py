@@ -30,7 +30,7 @@ from psycopg import errors as pgerrors
 from psycopg import sql
 
 from cdc_relay.config import validate_slot_name
-from cdc_relay.errors import RelayError, ServiceUnavailable
+from cdc_relay.errors import AccessRefused, RelayError, ServiceUnavailable
 from cdc_relay.model import NOTIFY_TRIGGER
 from cdc_relay.ops.doctor.checks import (
     BackfillFacts,
@@ -217,6 +217,10 @@ def check_broker(options: DoctorSettings) -> Check:
         return Check("broker", Verdict.SKIP, "not checked: pass --brokers HOST:PORT")
     try:
         check_brokers(options.kafka, options.broker_timeout)
+    except AccessRefused as exc:  # the line says what to fix
+        return Check("broker", Verdict.FAIL, str(exc),
+                     "pass the relay's user and password (sasl.username / sasl.password) "
+                     "with --producer-config")
     except RelayError as exc:
         return Check("broker", Verdict.FAIL, str(exc),
                      "start the broker or correct --brokers; for SASL/SSL pass the same "

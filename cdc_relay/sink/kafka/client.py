@@ -77,7 +77,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from cdc_relay.config import KafkaConfig
-from cdc_relay.errors import BrokerError, ConfigError, mask_secrets
+from cdc_relay.errors import AccessRefused, BrokerError, ConfigError, mask_secrets
 from cdc_relay.sink.base import Cause, DeliveryError, ErrorKind
 
 _log = logging.getLogger("cdc_relay.sink.kafka")
@@ -154,6 +154,32 @@ def topic_problem(cause: Cause, topic: str | None, reason: str) -> str:
                 f"relay's user ({ACL_DOC}) [{reason}]")
     return (f"topic {topic} does not exist: create it, or let the broker create it "
             f"(auto.create.topics.enable and CREATE on TOPIC {topic}: {ACL_DOC}) [{reason}]")
+
+
+def refusal_text(brokers: str, code: int | None, problem: str) -> str:
+    """One line for a refused login or cluster ACL (``REFUSAL_CODES``), with its fix.
+
+    A cluster ACL refused to a producer is, from Kafka 3.0 on, its idempotent producer id:
+    allowed to any principal with WRITE on some topic, so the fix is that grant.
+    """
+    where = f"Kafka at {mask_secrets(brokers)}"
+    if code == _E.CLUSTER_AUTHORIZATION_FAILED:
+        return (f"{where} refused the relay's idempotent producer: {problem}: grant WRITE on "
+                "TOPIC ... for the topics it writes to (Kafka 3.0+ then allows idempotence; "
+                f"older brokers: IDEMPOTENT_WRITE on CLUSTER) to the relay's user ({ACL_DOC})")
+    return (f"{where} refused the relay: {problem} (check sasl.username / sasl.password or the "
+            "certificates in --producer-config, and the ACLs)")
+
+
+def raised_error(exc: BaseException) -> KafkaError | None:
+    """The KafkaError a poll/flush raised: confluent-kafka raises a fatal error from them,
+    and when a delivery report is served in the same call it surfaces as a SystemError
+    caused by that KafkaException."""
+    for candidate in (exc, exc.__cause__):
+        if isinstance(candidate, KafkaException) and candidate.args and isinstance(
+                candidate.args[0], KafkaError):
+            return candidate.args[0]
+    return None
 
 
 def kills_producer(error: KafkaError) -> bool:
@@ -251,15 +277,32 @@ def exception_text(exc: KafkaException) -> str:
 def check_brokers(config: KafkaConfig, timeout: float) -> None:
     """Raise BrokerError (one line, cause and fix) unless a broker answers a metadata request.
 
-    Uses the relay's own producer settings, so SASL/SSL problems show up here too.
+    Uses the relay's own producer settings, so SASL/SSL problems show up here too: a
+    refused login is AccessRefused (``refusal_text``), told as soon as librdkafka reports it.
+    A metadata request for every topic needs no ACL (the answer lists those the user may
+    describe), so a least-privilege user passes.
     """
-    producer = new_producer(producer_settings(config), _log, demote=True)
+    refusals: list[tuple[int, str]] = []
+
+    def on_error(error: KafkaError) -> None:
+        if error.code() in REFUSAL_CODES:
+            refusals.append((error.code(), describe_error(error)))
+
+    producer = new_producer(producer_settings(config), _log, demote=True, error_cb=on_error)
+    deadline = time.monotonic() + timeout
     try:
-        producer.list_topics(timeout=timeout)
-    except KafkaException as exc:
-        raise BrokerError(
-            f"cannot reach Kafka at {mask_secrets(config.brokers)}: {exception_text(exc)} "
-            "(check --brokers, that the broker is running, and the security settings)"
-        ) from exc
+        while True:
+            try:
+                producer.list_topics(timeout=max(0.001, min(1.0, deadline - time.monotonic())))
+                return
+            except KafkaException as exc:
+                producer.poll(0)  # serves error_cb
+                if refusals:
+                    raise AccessRefused(refusal_text(config.brokers, *refusals[0])) from exc
+                if time.monotonic() >= deadline:
+                    raise BrokerError(
+                        f"cannot reach Kafka at {mask_secrets(config.brokers)}: "
+                        f"{exception_text(exc)} (check --brokers, that the broker is running, "
+                        "and the security settings)") from exc
     finally:
         producer.close()

@@ -70,6 +70,8 @@ from cdc_relay.sink.kafka.client import (
     kills_producer,
     new_producer,
     producer_settings,
+    raised_error,
+    refusal_text,
 )
 
 _log = logging.getLogger("cdc_relay.sink.kafka")
@@ -155,7 +157,7 @@ class KafkaSink:
         self._open = True
         self._suppressed = 0
         self._fatal: DeliveryError | None = None
-        self._refusal: str | None = None  # a SASL/SSL login or cluster ACL refused us
+        self._refusal: tuple[int, str] | None = None  # (code, text): a login or cluster ACL refused
         self._brokers = config.brokers
         settings = producer_settings(config)
         self._log.debug("Kafka producer generation %d: %s", generation,
@@ -170,6 +172,11 @@ class KafkaSink:
             self._rejected)
         if self._sender is not None:
             self.produce = self._sender.send  # type: ignore[method-assign]
+
+    @property
+    def refusal_code(self) -> int | None:
+        """The librdkafka code of a refused login or cluster ACL, once one was seen."""
+        return None if self._refusal is None else self._refusal[0]
 
     @property
     def fatal_error(self) -> DeliveryError | None:
@@ -221,6 +228,8 @@ class KafkaSink:
         before = reports.delivered
         try:
             self._producer.poll(timeout)
+        except (KafkaException, SystemError) as exc:
+            self._raised(exc)
         finally:
             reports.hand_over()
         return reports.delivered - before
@@ -231,8 +240,25 @@ class KafkaSink:
             return 0
         try:
             return self._producer.flush(timeout)
+        except (KafkaException, SystemError) as exc:
+            self._raised(exc)
+            return len(self._producer)
         finally:
             self._reports.hand_over()
+
+    def _raised(self, exc: KafkaException | SystemError) -> None:
+        """confluent-kafka raises a fatal error from poll/flush (error_cb is not called for
+        it): the producer is dead. A refused cluster ACL (the idempotent producer id) or
+        login is AccessRefused; any other fatal error is ``fatal_error`` for the loop."""
+        error = raised_error(exc)
+        if error is None:
+            raise exc
+        if error.code() in REFUSAL_CODES:
+            self._refusal = (error.code(), describe_error(error))
+            # not _set_fatal: its log line would repeat the one line the exit prints
+            self._fatal = self._fatal or DeliveryError(ErrorKind.FATAL, describe_error(error))
+            raise AccessRefused(refusal_text(self._brokers, *self._refusal)) from exc
+        self._set_fatal(classify(error))
 
     def pending(self) -> int:
         """Messages queued or in flight (including reports not yet served)."""
@@ -262,16 +288,14 @@ class KafkaSink:
         problem = "no broker answered"
         while (remaining := deadline - time.monotonic()) > 0:
             if self._refusal is not None:  # from error_cb: SASL/SSL login refused
-                raise AccessRefused(f"Kafka at {mask_secrets(self._brokers)} refused the relay: "
-                                    f"{self._refusal} (check sasl.username / sasl.password or "
-                                    "the certificates in --producer-config, and the ACLs)")
+                raise AccessRefused(refusal_text(self._brokers, *self._refusal))
             try:
                 metadata = producer.list_topics(timeout=remaining)
             except KafkaException as exc:
                 problem = exception_text(exc)
                 if exc.args and isinstance(exc.args[0], KafkaError) and (
                         exc.args[0].code() in REFUSAL_CODES):
-                    self._refusal = problem
+                    self._refusal = (exc.args[0].code(), problem)
                     continue
                 producer.poll(min(0.1, max(0.0, deadline - time.monotonic())))
                 continue
@@ -335,7 +359,7 @@ class KafkaSink:
 
     def _on_error(self, error: KafkaError) -> None:
         if error.code() in REFUSAL_CODES:
-            self._refusal = describe_error(error)
+            self._refusal = (error.code(), describe_error(error))
         if error.fatal():
             self._set_fatal(DeliveryError(ErrorKind.FATAL, describe_error(error)))
         elif self._open:
