@@ -222,10 +222,9 @@ class Engine:
     def failure_for(self, event: OutboxEvent, error: DeliveryError) -> ProducerFailed:
         """What a failed delivery that is not the event's fault ends the run with."""
         if error.cause in _TOPIC_CAUSES:
-            return TopicUnavailable(
-                f"topic not available for event {event.id} ({error.reason}): retrying, "
-                "nothing is dead-lettered; create the topic or grant the producer access",
-                error.cause)
+            return TopicUnavailable(  # the sink's reason names its fix in its own words
+                f"destination not available for event {event.id} ({error.reason}): retrying, "
+                "nothing is dead-lettered", error.cause)
         self._log.warning("delivery failed (%s): %s", error.kind.value, error.reason,
                           extra=event_fields(event))
         return ProducerFailed(f"delivery of event {event.id} failed: {error.reason}")

@@ -97,6 +97,7 @@ class Settlement:
     broker_down: bool
     discard_sink: bool
     topic_trouble: int = 0  # events released because their topic is missing or forbidden
+    topic_reason: str = ""  # the first such event's reason, in the sink's words (its fix)
 
 
 def settle(events: Sequence[OutboxEvent], results: Sequence[Result], *, strict: bool) -> Settlement:
@@ -106,7 +107,9 @@ def settle(events: Sequence[OutboxEvent], results: Sequence[Result], *, strict: 
     first failure of each aggregate counts; its later events are released.
     """
     acked = any(result is None for result in results)
-    topic_trouble = sum(1 for result in results if _topic_trouble(result))
+    troubled = [result for result in results if _topic_trouble(result)]
+    topic_trouble = len(troubled)
+    topic_reason = troubled[0].reason if troubled and isinstance(troubled[0], DeliveryError) else ""
     broker_down = not acked and any(
         result is Unsettled.UNREPORTED
         or (isinstance(result, DeliveryError) and result.kind is not ErrorKind.PERMANENT)
@@ -137,7 +140,8 @@ def settle(events: Sequence[OutboxEvent], results: Sequence[Result], *, strict: 
             failures.append((event, result.reason))
         else:
             released.append(event)
-    return Settlement(processed, failures, released, broker_down, discard, topic_trouble)
+    return Settlement(processed, failures, released, broker_down, discard, topic_trouble,
+                      topic_reason)
 
 
 _TOPIC_CAUSES = (Cause.TOPIC_MISSING, Cause.TOPIC_FORBIDDEN)

@@ -220,10 +220,9 @@ class PollWorker:
             self.stats.broker_ok = False
         self._topic_wait = settlement.topic_trouble > 0
         if self._topic_wait:
-            self._broker_problem = (
-                f"topic not available for {settlement.topic_trouble} event(s) (missing, or the "
-                "producer may not write to it): nothing is dead-lettered and no attempt counted; "
-                "create the topic or grant the producer access")
+            self._broker_problem = (  # the sink's reason names its fix in its own words
+                f"destination not available for {settlement.topic_trouble} event(s) "
+                f"({settlement.topic_reason}): nothing is dead-lettered and no attempt counted")
         elif settlement.processed:
             self._broker_backoff.reset()
         return len(events)

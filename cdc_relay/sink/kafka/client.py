@@ -120,6 +120,7 @@ REFUSAL_CODES = frozenset({_E.SASL_AUTHENTICATION_FAILED, _E._AUTHENTICATION,
                            _E.CLUSTER_AUTHORIZATION_FAILED})
 # Producer-wide: the producer can never deliver again, whatever the message.
 _PRODUCER_DEAD_CODES = frozenset({_E._FATAL, _E._FENCED})
+TOPIC_FIX = "create the topic or grant the producer access"
 _SECRET_KEY_PARTS = ("password", "secret", "sasl.oauthbearer.config", "ssl.key.pem",
                      "ssl.keystore")
 
@@ -134,8 +135,8 @@ def classify(error: KafkaError) -> DeliveryError:
         cause = Cause.TOO_LARGE if code in _TOO_LARGE_CODES else Cause.UNSPECIFIED
         return DeliveryError(ErrorKind.PERMANENT, reason, cause)
     topic_cause = _TOPIC_CAUSES.get(code)
-    if topic_cause is not None:
-        return DeliveryError(ErrorKind.RETRIABLE, reason, topic_cause)
+    if topic_cause is not None:  # the fix in the sink's words: the loops name no broker's
+        return DeliveryError(ErrorKind.RETRIABLE, f"{reason}: {TOPIC_FIX}", topic_cause)
     if code in _FATAL_CODES or not error.retriable():
         return DeliveryError(ErrorKind.FATAL, reason)
     return DeliveryError(ErrorKind.RETRIABLE, reason)
