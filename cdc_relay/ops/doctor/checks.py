@@ -411,4 +411,4 @@ def sink_checks(found: list[SinkProbe]) -> list[Check]:
     """The report lines of a RabbitMQ or NATS probe (ok None = a warning)."""
     verdicts = {True: Verdict.PASS, False: Verdict.FAIL, None: Verdict.WARN}
     return [Check(f"broker: {probe.name}", verdicts[probe.ok], probe.detail,
-                  None if probe.ok else probe.fix) for probe in found]
+                  None if probe.ok else probe.fix, probe.exit_code) for probe in found]

@@ -15,7 +15,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from cdc_relay.errors import ConfigError, mask_secrets
+from cdc_relay.errors import ConfigError, ExitCode, mask_secrets
 from cdc_relay.sink.config import SinkProbe
 from cdc_relay.sink.sqs.client import (
     IAM_FIX,
@@ -62,11 +62,12 @@ def probe_sqs(config: SqsConfig, timeout: float, *, client: Any = None) -> list[
     except Exception as exc:
         refused = refusal(exc, where)
         if refused is not None:
-            return [SinkProbe("sqs", False, str(refused), IAM_FIX)]
+            return [SinkProbe("sqs", False, str(refused), IAM_FIX, ExitCode.REFUSED)]
         if error_code(exc) not in MISSING:
             return [SinkProbe("sqs", False, f"cannot reach SQS at {where}: "
                               f"{mask_secrets(str(exc) or type(exc).__name__)}",
-                              "check --brokers and that the endpoint answers")]
+                              "check --brokers and that the endpoint answers",
+                              ExitCode.UNAVAILABLE)]
         name = config.dead_letter_queue
         dead = SinkProbe("dead-letter queue", False, f"queue {name!r} does not exist",
                          f"create it: {create_queue_command(name)}")
