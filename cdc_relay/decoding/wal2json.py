@@ -68,7 +68,7 @@ from cdc_relay import accel
 from cdc_relay.config import TableRef
 from cdc_relay.decoding.carried import MISSING as _MISSING
 from cdc_relay.decoding.carried import CarriedPlan
-from cdc_relay.decoding.compiled import CompiledDecode, DecodeFunction
+from cdc_relay.decoding.compiled import CompiledDecode, DecodeFunction, position_lsn
 from cdc_relay.decoding.envelope import decode_envelope
 from cdc_relay.decoding.values import TimestampParser, text_value
 from cdc_relay.errors import DecodeError
@@ -258,7 +258,7 @@ class Wal2JsonDecoder:
     def _decode(self, payload: bytes | memoryview, wal_start: int) -> Change | None:
         """The pure decoder: every message, or those the compiled fast path declined."""
         if type(wal_start) is not Lsn:
-            wal_start = Lsn(wal_start)
+            wal_start = position_lsn(wal_start)
         try:
             msg = orjson.loads(payload)
         except orjson.JSONDecodeError as exc:
