@@ -2,7 +2,8 @@
 
 Owns: ``DecodeFunction`` (a decoder's decode), the shape of the ``Decode`` class both
 compiled decoder modules export, and ``position_lsn``: the pure decoders' check of the
-position, worded as ``Decode``'s, so both paths refuse a non-int one alike. Which path runs is cdc_relay/accel.py's choice.
+position, worded as ``Decode``'s, so both paths refuse a non-int one alike. Which path
+runs is cdc_relay/accel.py's choice.
 
 Must not: import an extension (accel.py does), or hold any state.
 """
