@@ -56,12 +56,15 @@ class CarriedPlan:
         return bool(self.plan)
 
     def appeared(self, columns: Any) -> bool:
-        """Whether a carried column the plan lacks is in ``columns`` (a rename, same count)."""
+        """Whether a carried column the plan lacks is in ``columns`` (a rename, same count).
+        Columns that are no object with a text "name" are left alone, as before: the
+        decoder reads only the planned ones (and the compiled Reader skips the others)."""
         absent = self._absent
         try:
-            return any(column["name"] in absent for column in columns)
-        except (KeyError, TypeError):
-            return True  # malformed: ``fill`` words it
+            return any(type(column) is dict and type(name := column.get("name")) is str
+                       and name in absent for column in columns)
+        except TypeError:
+            return False  # no list: the decoder words it
 
     def fill(self, event: OutboxEvent, columns: Any) -> tuple[str | None, object] | None:
         """Set ``event.extra`` and its trace context.
