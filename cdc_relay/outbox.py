@@ -38,6 +38,7 @@ from cdc_relay.config import TableRef
 from cdc_relay.model import MESSAGE_PREFIX, OutboxColumns
 from cdc_relay.outbox_core import (
     DEFAULT_TABLE,
+    EventIdError,
     Query,
     current_span_context,
     emit_steps,
@@ -49,7 +50,7 @@ from cdc_relay.outbox_core import (
     trace_context,
 )
 
-__all__ = ["DEFAULT_TABLE", "emit", "emit_async", "emit_message", "emit_message_async",
+__all__ = ["DEFAULT_TABLE", "EventIdError", "emit", "emit_async", "emit_message", "emit_message_async",
            "insert_statement", "serialize_payload"]
 
 # The envelope of decoding/envelope.py, built by PostgreSQL: the payload as the text of
@@ -91,7 +92,7 @@ def emit(
     *,
     table: str | TableRef = DEFAULT_TABLE,
     columns: OutboxColumns | None = None,
-    event_id: uuid.UUID | None = None,
+    event_id: uuid.UUID | str | None = None,
     traceparent: str | None = None,
     tracestate: str | None = None,
 ) -> uuid.UUID:
@@ -100,8 +101,9 @@ def emit(
     Nothing is committed here: the event becomes visible to the relay when the
     caller's transaction commits, and disappears if it rolls back. (On an autocommit
     connection outside ``conn.transaction()`` the event commits on its own.)
-    ``payload``: see :func:`serialize_payload`. ``event_id`` defaults to a random
-    UUID; it is the Kafka ``id`` header consumers deduplicate on. Invalid table or
+    ``payload``: see :func:`serialize_payload`. ``event_id`` (a ``uuid.UUID`` or its
+    text; text that is no UUID raises EventIdError) defaults to a random UUID; it is the
+    Kafka ``id`` header consumers deduplicate on. Invalid table or
     column names raise ConfigError before anything is sent to the database.
     ``traceparent`` / ``tracestate``: see the module docstring (default: the current
     OpenTelemetry span, if any).
@@ -126,7 +128,7 @@ async def emit_async(
     *,
     table: str | TableRef = DEFAULT_TABLE,
     columns: OutboxColumns | None = None,
-    event_id: uuid.UUID | None = None,
+    event_id: uuid.UUID | str | None = None,
     traceparent: str | None = None,
     tracestate: str | None = None,
 ) -> uuid.UUID:
@@ -149,7 +151,7 @@ def emit_message(
     event_type: str,
     payload: Any,
     *,
-    event_id: uuid.UUID | None = None,
+    event_id: uuid.UUID | str | None = None,
     traceparent: str | None = None,
     tracestate: str | None = None,
 ) -> uuid.UUID:
@@ -174,7 +176,7 @@ async def emit_message_async(
     event_type: str,
     payload: Any,
     *,
-    event_id: uuid.UUID | None = None,
+    event_id: uuid.UUID | str | None = None,
     traceparent: str | None = None,
     tracestate: str | None = None,
 ) -> uuid.UUID:
@@ -186,7 +188,7 @@ async def emit_message_async(
 
 
 def _message_arguments(aggregate_type: str, aggregate_id: str, event_type: str, payload: Any,
-                       event_id: uuid.UUID | None, traceparent: str | None,
+                       event_id: uuid.UUID | str | None, traceparent: str | None,
                        tracestate: str | None) -> tuple[Any, ...]:
     event = event_row(aggregate_type, aggregate_id, event_type, payload, event_id)
     return (MESSAGE_PREFIX, *event, *trace_context(traceparent, tracestate))

@@ -64,14 +64,15 @@ class TransactionRequired(RuntimeError):
 class EmitOptions(TypedDict, total=False):
     """The keyword options every ``emit`` takes (docs/application-side.md).
 
-    ``id`` (or its long name ``event_id``): the event's UUID, random by default - the
-    ``id`` header consumers deduplicate on. ``table`` / ``columns``: the outbox and its
+    ``id`` (or its long name ``event_id``): the event's UUID (a ``uuid.UUID`` or its
+    text, e.g. ``"1b4e28ba-2fa1-11d2-883f-0016d3cca427"``), random by default - the ``id``
+    header consumers deduplicate on. ``table`` / ``columns``: the outbox and its
     column names (default ``public.outbox_events``, init's names). ``traceparent`` /
     ``tracestate``: the W3C trace context (default: the current OpenTelemetry span's).
     """
 
-    id: uuid.UUID | None
-    event_id: uuid.UUID | None
+    id: uuid.UUID | str | None
+    event_id: uuid.UUID | str | None
     table: str | TableRef
     columns: OutboxColumns | None
     traceparent: str | None
@@ -177,20 +178,24 @@ def serialize_payload(payload: Any) -> str:
 
 
 def event_row(aggregate_type: str, aggregate_id: str, event_type: str, payload: Any,
-              event_id: uuid.UUID | None) -> tuple[uuid.UUID, str, str, str, str]:
-    """(id, aggregate_type, aggregate_id, event_type, payload JSON text), all checked."""
+              event_id: uuid.UUID | str | None) -> tuple[uuid.UUID, str, str, str, str]:
+    """(id, aggregate_type, aggregate_id, event_type, payload JSON text), all checked; a
+    text ``event_id`` is parsed (EventIdError when it is no UUID)."""
     for what, value in (("aggregate_type", aggregate_type), ("aggregate_id", aggregate_id),
                         ("event_type", event_type)):
         if not isinstance(value, str):
             raise TypeError(f"{what} must be a str, got {type(value).__name__}")
     if event_id is None:
         event_id = uuid.uuid4()
+    elif isinstance(event_id, str):
+        event_id = event_uuid(event_id)
     elif not isinstance(event_id, uuid.UUID):
-        raise TypeError(f"event_id must be a uuid.UUID, got {type(event_id).__name__}")
+        raise TypeError(f"event_id must be a uuid.UUID or its text, got {type(event_id).__name__}")
     return (event_id, aggregate_type, aggregate_id, event_type, serialize_payload(payload))
 
 
-def one_event_id(event_id: uuid.UUID | None, id: uuid.UUID | None) -> uuid.UUID | None:
+def one_event_id(event_id: uuid.UUID | str | None,
+                 id: uuid.UUID | str | None) -> uuid.UUID | str | None:
     """The event id given as ``event_id=`` or as its alias ``id=`` (not both)."""
     if id is None:
         return event_id

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cdc_relay.config import KafkaConfig, OutboxConfig
+from cdc_relay.errors import ExitCode
 
 if TYPE_CHECKING:
     from cdc_relay.sink.factory import OtherSink
@@ -26,11 +27,11 @@ def status(dsn: str, slot: str, outbox: OutboxConfig, standby_dsn: str | None,
 
 def doctor(*, dsn: str, outbox: OutboxConfig, slot: str, plugin: str | None, publication: str,
            mode: str, kafka: KafkaConfig | None, sink: OtherSink | None, standby_dsn: str | None,
-           exactly_once: bool, checkpoint_topic: str, output_format: str) -> tuple[str, bool]:
-    """``doctor``: the checks as text or JSON, and whether one failed."""
+           exactly_once: bool, checkpoint_topic: str, output_format: str) -> tuple[str, ExitCode]:
+    """``doctor``: the checks as text or JSON, and the exit code they give (0, 1, 3 or 6)."""
     from cdc_relay.ops.doctor.checks import DoctorSettings
     from cdc_relay.ops.doctor.gather import run_doctor
-    from cdc_relay.ops.doctor.report import failed, format_checks, format_checks_json
+    from cdc_relay.ops.doctor.report import exit_code, format_checks, format_checks_json
 
     checks = run_doctor(DoctorSettings(dsn=dsn, outbox=outbox, slot=slot,
                                       plugin=plugin or "pgoutput",
@@ -42,7 +43,7 @@ def doctor(*, dsn: str, outbox: OutboxConfig, slot: str, plugin: str | None, pub
 
         checks += run_exactly_once_checks(dsn, slot, kafka, checkpoint_topic)
     text = format_checks_json(checks) if output_format == "json" else format_checks(checks)
-    return text, failed(checks)
+    return text, exit_code(checks)
 
 
 def drop_slot_question(dsn: str, slot: str) -> str:

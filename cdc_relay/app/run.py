@@ -157,9 +157,10 @@ def run_wal(settings: WalSettings) -> int:
     """
     stop = threading.Event()
     install_signal_handlers(stop)  # first: a SIGTERM during start-up is a clean stop too
+    recovered = Republished("by the slot's recovery")  # counted into the stop line
     while True:
         try:
-            return _run_wal_once(settings, stop)
+            return _run_wal_once(settings, stop, recovered)
         except SlotLost as exc:
             if str(exc) == _UNFINISHED:
                 log.warning("%s: finishing it before streaming", exc)
@@ -167,8 +168,10 @@ def run_wal(settings: WalSettings) -> int:
                 raise _explained(exc, settings) from None
             else:
                 log.warning("%s; recovering (--on-slot-loss recover)", exc)
-        if not _recover(settings, stop):
-            log.info("stopped during the recovery: nothing streamed")
+        if not _recover(settings, stop, recovered):
+            log.info("stopped during the recovery: nothing streamed; %d rows republished, "
+                     "%d dead-lettered", recovered.published, recovered.dead_lettered,
+                     extra={"republished": recovered.published})
             return ExitCode.OK
 
 
@@ -192,8 +195,9 @@ def _explained(exc: SlotLost, settings: WalSettings) -> SlotLost:
     return continuity.slot_lost(str(exc), record)
 
 
-def _recover(settings: WalSettings, stop: threading.Event) -> bool:
-    """Run the recovery (or finish one), with the relay's router and sink; False if stopped."""
+def _recover(settings: WalSettings, stop: threading.Event, recovered: Republished) -> bool:
+    """Run the recovery (or finish one), with the relay's router and sink; False if stopped.
+    What it published is added to ``recovered``."""
     from cdc_relay.pg.message_columns import resolve_message_columns
     from cdc_relay.wal.backfill.loop import BackfillStats
     from cdc_relay.wal.recovery import recover
@@ -201,12 +205,16 @@ def _recover(settings: WalSettings, stop: threading.Event) -> bool:
     repl = settings.replication
     outbox = resolve_message_columns(repl.dsn, settings.outbox, settings.router)
     settings = replace(settings, outbox=outbox)
-    return recover(repl=repl, outbox=outbox, router=_router(settings),
-                   sink_factory=make_sink_factory(settings.kafka, settings.sink),
-                   flow=settings.flow, stats=BackfillStats(), stop=stop)
+    stats = BackfillStats()
+    try:
+        return recover(repl=repl, outbox=outbox, router=_router(settings),
+                       sink_factory=make_sink_factory(settings.kafka, settings.sink),
+                       flow=settings.flow, stats=stats, stop=stop)
+    finally:
+        recovered.add(stats.published, stats.dead_lettered)
 
 
-def _run_wal_once(settings: WalSettings, stop: threading.Event) -> int:
+def _run_wal_once(settings: WalSettings, stop: threading.Event, recovered: Republished) -> int:
     """Start-up (retrying an unreachable PostgreSQL), then stream; SlotLost leaves as is."""
     repl = settings.replication
     # A missing client library or bad sink settings: one line now, before touching the slot.
@@ -256,7 +264,7 @@ def _run_wal_once(settings: WalSettings, stop: threading.Event) -> int:
             sink=sink_name(settings.sink), txn=eos.mode.stats if eos else None), \
             _horizon(settings, relay.stats):
         relay.run(stop)
-    return _stopped(relay.stats, repl.slot, sink_name(settings.sink))
+    return _stopped(relay.stats, repl.slot, sink_name(settings.sink), recovered)
 
 
 def _horizon(settings: WalSettings, stats: RelayStats) -> AbstractContextManager[object]:
@@ -351,7 +359,8 @@ def _backfill_then_stream(settings: WalSettings, stop: threading.Event) -> int:
         relay = build_wal_relay(settings, partitioned=setup.partitioned, router=router,
                                 sink_factory=sink_factory, stats=stats)
         relay.run(stop)
-    return _stopped(stats, repl.slot, sink_name(settings.sink))
+    return _stopped(stats, repl.slot, sink_name(settings.sink),
+                    Republished("by the backfill", backfill.published, backfill.dead_lettered))
 
 
 def _log_start(settings: WalSettings) -> None:
@@ -370,12 +379,29 @@ def _router(settings: WalSettings) -> Router:
                   database=dsn_database(settings.replication.dsn))
 
 
-def _stopped(stats: RelayStats, slot: str, sink: str) -> int:
-    log.info("stopped: %d events published, %d dead-lettered", stats.published,
-             stats.dead_lettered, extra={
-                 "slot": slot, "confirmed_lsn": str(Lsn(stats.confirmed_lsn)),
-                 "published": stats.published, "dead_lettered": stats.dead_lettered,
-                 "restarts": stats.restarts, "sink": sink})
+@dataclass(slots=True)
+class Republished:
+    """What a backfill or a slot's recovery published before streaming, for the stop line."""
+
+    how: str  # "by the backfill", "by the slot's recovery"
+    published: int = 0
+    dead_lettered: int = 0
+
+    def add(self, published: int, dead_lettered: int) -> None:
+        self.published += published
+        self.dead_lettered += dead_lettered
+
+
+def _stopped(stats: RelayStats, slot: str, sink: str, before: Republished | None = None) -> int:
+    """The stop line: every event published in this run, the stream's and those published
+    ``before`` it (a backfill's, a recovery's republished rows)."""
+    earlier = before.published if before is not None else 0
+    published = stats.published + earlier
+    dead = stats.dead_lettered + (before.dead_lettered if before is not None else 0)
+    how = f" ({earlier} of them {before.how})" if before is not None and earlier else ""
+    log.info("stopped: %d events published%s, %d dead-lettered", published, how, dead, extra={
+        "slot": slot, "confirmed_lsn": str(Lsn(stats.confirmed_lsn)), "published": published,
+        "republished": earlier, "dead_lettered": dead, "restarts": stats.restarts, "sink": sink})
     return ExitCode.OK
 
 

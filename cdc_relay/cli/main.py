@@ -328,6 +328,9 @@ cli.add_command(slot)
 from cdc_relay.cli.demo import demo  # noqa: E402 - registered after the group
 
 cli.add_command(demo)
+from cdc_relay.cli.local import local  # noqa: E402 - registered after the group
+
+cli.add_command(local)
 from cdc_relay.cli.config_show import config  # noqa: E402 - registered after the group
 
 cli.add_command(config)

@@ -31,7 +31,7 @@ from cdc_relay.cli.options import (
     table_option,
 )
 from cdc_relay.config import KafkaConfig, TableRef, parse_producer_config
-from cdc_relay.errors import ConfigError, ExitCode
+from cdc_relay.errors import ConfigError
 
 
 @click.command()
@@ -91,12 +91,12 @@ def doctor(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str | Non
                                 producer_config=parse_producer_config(producer_config))
     elif sink != "kafka":
         raise ConfigError(f"doctor --sink {sink} needs --brokers (the address the relay uses)")
-    text, failed = run_doctor(dsn=dsn, outbox=outbox_config(table, columns), slot=slot,
+    text, code = run_doctor(dsn=dsn, outbox=outbox_config(table, columns), slot=slot,
                               plugin=plugin, publication=publication, mode=mode, kafka=kafka,
                               sink=other, standby_dsn=standby_dsn, exactly_once=exactly_once,
                               checkpoint_topic=checkpoint_topic, output_format=output_format)
     click.echo(text)
-    return ExitCode.FAILURE if failed else ExitCode.OK
+    return code
 
 
 @click.group()

@@ -13,7 +13,7 @@
  * Must not: raise for bad input (bad input is declined, and the pure path then reports
  * it), keep state between calls beyond a Reader's texts, its last plans and its last
  * created_at, or plan: the positions come from the pure decoder, which rebuilds them on a
- * new row shape. Nor may it guess: whenever equivalence is not certain (an escaped key, a
+ * new row shape (a row where a carried column the plan lacks appears is declined, for it). Nor may it guess: whenever equivalence is not certain (an escaped key, a
  * duplicate key that matters, a lone surrogate, a number orjson might read as infinity,
  * an integer outside the range orjson reads as int, a carried value that is neither
  * text, int nor null, a created_at the compiled parse does not read) it declines.
@@ -70,6 +70,7 @@ typedef struct {
     Py_ssize_t nslots, nextras;
     Slot *slots;
     uint64_t planned; /* bit i: a slot is at position i (i < MASK_BITS) */
+    Py_ssize_t nabsent; /* carried slots the plan has no position for (at -1) */
 } Want;
 
 static int parse_value(Scan *sc, Value *v);
@@ -557,6 +558,52 @@ static int parse_column(Scan *sc, Want *w, Py_ssize_t index)
     return 0;
 }
 
+/* Whether ``name`` (a string) is that of a carried column the plan has no position for:
+ * 1, 0, or -1 on an error. */
+static int absent_name(const Want *w, const Value *name)
+{
+    for (Py_ssize_t k = NFIELDS; k < w->nslots; k++) {
+        const Slot *slot = &w->slots[k];
+        if (slot->at >= 0)
+            continue;
+        int equal = string_equals(name, slot->name, slot->name_n);
+        if (equal != 0)
+            return equal;
+    }
+    return 0;
+}
+
+/* A column the plan does not point at: validated and skipped as any value, but when the
+ * plan lacks a carried column (a trace column), an object with a "name" member that names
+ * one is declined (-1): a rename that kept the column count, which the pure path replans
+ * for (decoding/carried.py). A key spelled with escapes is taken for "name". */
+static int skip_column(Scan *sc, const Want *w)
+{
+    Value key, value;
+    int more;
+    if (w->nabsent == 0 || sc->p >= sc->end || *sc->p != '{')
+        return parse_value(sc, &value);
+    if (++sc->depth > MAX_DEPTH)
+        return -1;
+    sc->p++;
+    skip_ws(sc);
+    if (sc->p < sc->end && *sc->p == '}') {
+        sc->p++;
+        sc->depth--;
+        return 0;
+    }
+    do {
+        if (scan_short_string(sc, &key) < 0 || expect(sc, ':') < 0
+            || parse_value(sc, &value) < 0)
+            return -1;
+        if (value.kind == K_STRING && (key.escaped || key_is(&key, "name"))
+            && absent_name(w, &value) != 0)
+            return -1;
+    } while ((more = next_member(sc, '}')) == 1);
+    sc->depth--;
+    return more < 0 ? -1 : 0;
+}
+
 /* Whether a slot is at ``index``. */
 static inline int planned_at(const Want *w, Py_ssize_t index)
 {
@@ -571,7 +618,6 @@ static inline int planned_at(const Want *w, Py_ssize_t index)
 /* The "columns" array; returns its length, or -1. */
 static Py_ssize_t parse_columns(Scan *sc, Want *w)
 {
-    Value ignored;
     Py_ssize_t count = 0;
     int more;
     if (expect(sc, '[') < 0 || ++sc->depth > MAX_DEPTH)
@@ -584,7 +630,7 @@ static Py_ssize_t parse_columns(Scan *sc, Want *w)
     }
     do {
         skip_ws(sc);
-        if ((planned_at(w, count) ? parse_column(sc, w, count) : parse_value(sc, &ignored)) < 0)
+        if ((planned_at(w, count) ? parse_column(sc, w, count) : skip_column(sc, w)) < 0)
             return -1;
         count++;
     } while ((more = next_member(sc, ']')) == 1);
@@ -854,6 +900,7 @@ static int reader_init(Reader *self, PyObject *args, PyObject *kwargs)
     w->nextras = PyTuple_GET_SIZE(extras);
     w->nslots = nslots;
     w->planned = 0;
+    w->nabsent = 0;
     return 0;
 }
 
@@ -892,9 +939,13 @@ static int reader_plan(Reader *self, PyObject *plan, PyObject *carried)
         || read_positions(w, carried, NFIELDS, w->nslots - NFIELDS, 1) < 0)
         return -1;
     w->planned = 0;
-    for (Py_ssize_t k = 0; k < w->nslots; k++)
+    w->nabsent = 0;
+    for (Py_ssize_t k = 0; k < w->nslots; k++) {
         if (w->slots[k].at >= 0 && w->slots[k].at < MASK_BITS)
             w->planned |= (uint64_t)1 << w->slots[k].at;
+        if (k >= NFIELDS && w->slots[k].at < 0)
+            w->nabsent++;
+    }
     self->plan = Py_NewRef(plan);
     self->carried = Py_NewRef(carried);
     return 0;

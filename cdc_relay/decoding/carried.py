@@ -3,12 +3,15 @@ the optional ``traceparent`` / ``tracestate``, found by name in a v2 row's colum
 
 Owns one cached name -> position plan, kept apart from the decoder's plan for the six
 mapped columns so the common case (nothing carried, no trace columns) costs one length
-comparison per row. The plan is rebuilt when the row's column count or a name at a
-remembered position changes (DDL), so a trace column added while streaming is found.
+comparison per row and a look at each column's name. The plan is rebuilt when the row's
+column count changes, a name at a remembered position changes, or an optional (trace)
+column the plan lacks appears anywhere - by a rename that keeps the count (DDL) - so a
+trace column added or renamed into place while streaming is found.
 
 The compiled fast path (decoding/_cwal2json.c) reads the same plan: ``plan`` and ``ncols``
-are public for it, and a row it takes has the column count and, at every planned
-position, the name this plan expects, so ``fill`` would not have rebuilt it.
+are public for it, and a row it takes has the column count, at every planned position the
+name this plan expects, and at no other position the name of a carried column the plan
+lacks, so ``fill`` would not have rebuilt it.
 
 Pure; must not do I/O. ``fill`` reports a problem instead of raising, so the decoder
 words the DecodeError like its other ones.
@@ -33,7 +36,7 @@ MISSING: Any = _Missing()  # a column absent from the row (the decoders' shared 
 class CarriedPlan:
     """Where the carried columns sit in the last row seen (see the module docstring)."""
 
-    __slots__ = ("_count", "_names", "_text", "ncols", "plan")
+    __slots__ = ("_absent", "_count", "_names", "_text", "ncols", "plan")
 
     def __init__(self, extra_columns: tuple[str, ...],
                  text_value: Callable[[object], str | None]) -> None:
@@ -44,11 +47,24 @@ class CarriedPlan:
         # never changed in place (the compiled path caches it by identity).
         self.plan: tuple[int, ...] = ()
         self.ncols = -1  # the column count the plan is for (-1: none yet)
+        # The optional names the plan has no position for: one appearing means a replan.
+        self._absent = frozenset(TRACE_COLUMNS)
 
     @property
     def active(self) -> bool:
         """Whether rows of the current shape have anything to read."""
         return bool(self.plan)
+
+    def appeared(self, columns: Any) -> bool:
+        """Whether a carried column the plan lacks is in ``columns`` (a rename, same count).
+        Columns that are no object with a text "name" are left alone, as before: the
+        decoder reads only the planned ones (and the compiled Reader skips the others)."""
+        absent = self._absent
+        try:
+            return any(type(column) is dict and type(name := column.get("name")) is str
+                       and name in absent for column in columns)
+        except TypeError:
+            return False  # no list: the decoder words it
 
     def fill(self, event: OutboxEvent, columns: Any) -> tuple[str | None, object] | None:
         """Set ``event.extra`` and its trace context.
@@ -63,9 +79,9 @@ class CarriedPlan:
 
     def _fill(self, event: OutboxEvent, columns: Any) -> tuple[str | None, object] | None:
         names, plan = self._names, self.plan
-        if len(columns) != self.ncols or not all(
+        if len(columns) != self.ncols or (plan and not all(
             i < 0 or columns[i]["name"] == name for i, name in zip(plan, names, strict=True)
-        ):
+        )) or self.appeared(columns):
             index = {column["name"]: i for i, column in enumerate(columns)}
             plan = tuple(index.get(name, -1) for name in names)
             for name, i in zip(names[: self._count], plan, strict=False):
@@ -73,6 +89,7 @@ class CarriedPlan:
                     return (name, MISSING)
             self.plan = plan if any(i >= 0 for i in plan) else ()
             self.ncols = len(columns)
+            self._absent = frozenset(n for n, i in zip(names, plan, strict=True) if i < 0)
             if not self.plan:
                 return None
         values = []

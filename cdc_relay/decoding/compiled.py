@@ -1,7 +1,9 @@
 """The types of the compiled decoders' entry point (docs/design.md, "The compiled decoders").
 
-Owns: ``DecodeFunction`` (a decoder's decode) and the shape of the ``Decode`` class both
-compiled decoder modules export. Which path runs is cdc_relay/accel.py's choice.
+Owns: ``DecodeFunction`` (a decoder's decode), the shape of the ``Decode`` class both
+compiled decoder modules export, and ``position_lsn``: the pure decoders' check of the
+position, worded as ``Decode``'s, so both paths refuse a non-int one alike. Which path
+runs is cdc_relay/accel.py's choice.
 
 Must not: import an extension (accel.py does), or hold any state.
 """
@@ -15,6 +17,17 @@ from cdc_relay.model import Change, Lsn, OutboxEvent
 
 # A decoder's decode(payload, wal_start): wal_start an int or an Lsn.
 DecodeFunction = Callable[[bytes | memoryview, int], Change | None]
+
+
+def position_lsn(position: object) -> Lsn:
+    """``position`` as an Lsn; TypeError, as ``Decode`` raises it, unless it is an int
+    (an Lsn, or a bool: int subclasses both). ``1.0`` and ``"1"`` are refused, never
+    converted: a position is the stream's, never parsed or rounded."""
+    if type(position) is Lsn:
+        return position
+    if not isinstance(position, int):
+        raise TypeError(f"decode: the position must be an int, not {type(position).__name__}")
+    return Lsn(position)
 
 
 class CompiledDecode(Protocol):

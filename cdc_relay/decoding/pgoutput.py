@@ -58,7 +58,7 @@ from dataclasses import dataclass
 
 from cdc_relay import accel
 from cdc_relay.config import TableRef
-from cdc_relay.decoding.compiled import CompiledDecode, DecodeFunction
+from cdc_relay.decoding.compiled import CompiledDecode, DecodeFunction, position_lsn
 from cdc_relay.decoding.envelope import decode_envelope
 from cdc_relay.decoding.values import TimestampParser
 from cdc_relay.errors import DecodeError
@@ -195,7 +195,7 @@ class PgOutputDecoder:
     def _decode(self, payload: bytes | memoryview, wal_start: int) -> Change | None:
         """The pure decoder: every message, or those the compiled fast path declined."""
         if type(wal_start) is not Lsn:
-            wal_start = Lsn(wal_start)
+            wal_start = position_lsn(wal_start)
         if wal_start:
             self._position = wal_start
         buf = payload if type(payload) is bytes else bytes(payload)

@@ -21,7 +21,8 @@ Carried columns (``--header``, ``--partition-column``, and ``traceparent`` /
 ``tracestate`` when the table has them) are looked up by name in a second, separately
 cached plan (decoding/carried.py): absent from the row, a named column is a DecodeError and a
 trace column is simply None. The plan is rebuilt when the column count or a name at a
-remembered position changes, so a trace column added while streaming is picked up.
+remembered position changes, or when a trace column the plan lacks appears by a rename
+that keeps the count, so a trace column added or renamed while streaming is picked up.
 
 Partitioned outboxes: rows are logged under their partition's name, and wal2json's
 ``add-tables`` matches names literally (``*`` only as a whole schema or table name), so
@@ -52,8 +53,9 @@ The compiled fast path (docs/design.md, "The compiled decoders"): when
 included, and returns the finished OutboxEvent (created_at parsed in C), declining
 everything else; a declined message takes the pure path below, unchanged. It reads at
 the positions of both plans (the six mapped columns' and the carried one's) and checks
-the names there, but never plans: it takes a row only when its column count is the
-carried plan's, so the first row of a shape, and a row whose names moved, is the pure
+the names there, and the other columns' names against the carried names the plan lacks,
+but never plans: it takes a row only when its column count is the carried plan's and no
+such name appears, so the first row of a shape, and a row whose names moved, is the pure
 path's, which replans. ``--pure-python`` (cdc_relay/accel.py) forces the pure path, for
 the timestamp parse too.
 """
@@ -68,7 +70,7 @@ from cdc_relay import accel
 from cdc_relay.config import TableRef
 from cdc_relay.decoding.carried import MISSING as _MISSING
 from cdc_relay.decoding.carried import CarriedPlan
-from cdc_relay.decoding.compiled import CompiledDecode, DecodeFunction
+from cdc_relay.decoding.compiled import CompiledDecode, DecodeFunction, position_lsn
 from cdc_relay.decoding.envelope import decode_envelope
 from cdc_relay.decoding.values import TimestampParser, text_value
 from cdc_relay.errors import DecodeError
@@ -258,7 +260,7 @@ class Wal2JsonDecoder:
     def _decode(self, payload: bytes | memoryview, wal_start: int) -> Change | None:
         """The pure decoder: every message, or those the compiled fast path declined."""
         if type(wal_start) is not Lsn:
-            wal_start = Lsn(wal_start)
+            wal_start = position_lsn(wal_start)
         try:
             msg = orjson.loads(payload)
         except orjson.JSONDecodeError as exc:
@@ -346,7 +348,7 @@ class Wal2JsonDecoder:
             wal_start,
         )
         carried = self._carried
-        if carried.active or len(columns) != carried.ncols:
+        if carried.active or len(columns) != carried.ncols or carried.appeared(columns):
             problem = carried.fill(event, columns)
             if problem is not None:
                 name, raw = problem

@@ -222,9 +222,9 @@ class Engine:
     def failure_for(self, event: OutboxEvent, error: DeliveryError) -> ProducerFailed:
         """What a failed delivery that is not the event's fault ends the run with."""
         if error.cause in _TOPIC_CAUSES:
-            # The sink names the topic and the fix (a grant, a topic to create).
+            # The sink's reason names what is missing and the fix, in its own words.
             return TopicUnavailable(
-                f"topic not available for event {event.id}: {error.reason}; retrying, "
+                f"destination not available for event {event.id} ({error.reason}): retrying, "
                 "nothing is dead-lettered", error.cause)
         self._log.warning("delivery failed (%s): %s", error.kind.value, error.reason,
                           extra=event_fields(event))

@@ -116,6 +116,12 @@ class KafkaProcess:
         self.kill()
         return False
 
+    def wait(self) -> int | None:
+        """Block until the broker process exits (killed, crashed); its exit status, None
+        when it was not running."""
+        proc = self._proc
+        return proc.wait() if proc is not None else None
+
     def _stop_with(self, sig: signal.Signals, timeout: float) -> None:
         """Send ``sig`` (after resuming a paused broker), wait ``timeout`` s, then SIGKILL."""
         if self._proc is None:

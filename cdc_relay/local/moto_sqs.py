@@ -45,8 +45,9 @@ def moto_binary() -> str:
 class MotoServer:
     """moto's server on 127.0.0.1:PORT; ``url`` is the endpoint for ``--brokers``."""
 
-    def __init__(self, env: dict[str, str] | None = None) -> None:
+    def __init__(self, env: dict[str, str] | None = None, *, port: int | None = None) -> None:
         self._env = env or {}  # e.g. INITIAL_NO_AUTH_ACTION_COUNT=0: moto checks credentials
+        self._given_port = port  # None: a free port is picked
         self.port = 0
         self._tmp: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -61,8 +62,8 @@ class MotoServer:
         self._tmp = Path(tempfile.mkdtemp(prefix="cdc-relay-moto-"))
         track(self)
         log = self._tmp / "moto.log"
-        for _ in range(5):
-            self.port = free_port()
+        for _ in range(5 if self._given_port is None else 1):
+            self.port = self._given_port or free_port()
             with open(log, "ab") as out:
                 self._proc = subprocess.Popen([moto_binary(), "-H", HOST, "-p", str(self.port)],
                                               stdout=out, stderr=subprocess.STDOUT,
@@ -78,6 +79,9 @@ class MotoServer:
             self._proc.kill()
             self._proc.wait(5)
         self.stop()
+        if self._given_port is not None:
+            raise LocalServiceError(f"moto_server could not listen on {HOST}:{self._given_port}: "
+                                    "another process holds the port")
         raise LocalServiceError(f"moto_server could not get a port of its own: {tail(log)}")
 
     def _answers(self) -> bool:
@@ -102,6 +106,11 @@ class MotoServer:
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
+
+    def wait(self) -> int | None:
+        """Block until the server process exits; its exit status, None when not running."""
+        proc = self._proc
+        return proc.wait() if proc is not None else None
 
     def pause(self) -> None:
         """SIGSTOP: requests hang until ``resume`` (a stalled endpoint)."""

@@ -114,7 +114,7 @@ class StatusReport:
             ("server WAL position", str(self.current_lsn)),
             ("outbox", str(self.table)),
             *_partition_rows(self.partitions),
-            ("  pending rows", _count(self.pending) + " (polling mode's backlog)"),
+            ("  pending rows", _count(self.pending) + _pending_meaning(self.slot, self.pending)),
             ("  dead letters", _count(self.dead_letters)),
             *_backfill_rows(self.backfill, self.backfill_running),
         ]
@@ -171,6 +171,17 @@ def _backfill_rows(record: BackfillRecord | None, running: bool) -> list[tuple[s
                  "redoes it")
     return [("backfill", state), ("  rows", f"{record.rows_done} of {total} published"),
             ("  consistent point", str(record.consistent_point or "-"))]
+
+
+def _pending_meaning(slot: SlotStatus | None, pending: int | None) -> str:
+    """What the rows with processed_at NULL are: polling mode's backlog, unless a slot reads
+    the table - WAL mode publishes rows without marking them, so there they are no backlog
+    (the slot's lag is WAL mode's)."""
+    if pending is None:
+        return ""
+    if slot is None:
+        return " (polling mode's backlog)"
+    return " (unmarked: WAL mode publishes rows without marking them; no backlog of the slot)"
 
 
 def _count(value: int | None) -> str:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from cdc_relay.errors import ExitCode
+
 
 class Verdict(enum.Enum):
     PASS = "pass"
@@ -20,9 +22,12 @@ class Verdict(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Check:
-    """One line of doctor's report; ``fix`` says what to run when it is not a pass."""
+    """One line of doctor's report; ``fix`` says what to run when it is not a pass.
+    ``exit_code``: what a FAIL means beyond a failed check - UNAVAILABLE (a service could
+    not be reached), REFUSED (it refused the credentials); None: FAILURE."""
 
     name: str
     verdict: Verdict
     detail: str
     fix: str | None = None
+    exit_code: ExitCode | None = None

@@ -223,12 +223,13 @@ class PollWorker:
             self.stats.broker_ok = False
         self._topic_wait = settlement.topic_trouble > 0
         if self._topic_wait:
-            reasons = settlement.topic_reasons
-            more = f" (and {len(reasons) - 1} other topic problem(s))" if len(reasons) > 1 else ""
+            reasons = settlement.topic_reasons  # each in the sink's words, with its fix
+            more = (f"; and {len(reasons) - 1} other destination problem(s)"
+                    if len(reasons) > 1 else "")
             self._broker_problem = (
-                f"topic not available for {settlement.topic_trouble} event(s): "
-                f"{reasons[0] if reasons else 'missing, or the producer may not write to it'}"
-                f"{more}; nothing is dead-lettered and no attempt counted")
+                f"destination not available for {settlement.topic_trouble} event(s) "
+                f"({reasons[0] if reasons else 'missing, or the producer may not write to it'}"
+                f"{more}): nothing is dead-lettered and no attempt counted")
         elif settlement.processed:
             self._broker_backoff.reset()
         return len(events)

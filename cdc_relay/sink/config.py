@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from cdc_relay.config import parse_duration, parse_producer_config
-from cdc_relay.errors import ConfigError, mask_secrets
+from cdc_relay.errors import ConfigError, ExitCode, mask_secrets
 
 SINK_KINDS = ("kafka", "rabbitmq", "nats", "sqs")  # sqs: sink/sqs/config.py
 _TRUE = ("1", "true", "yes", "on")
@@ -72,12 +72,15 @@ class NatsConfig:
 
 @dataclass(frozen=True, slots=True)
 class SinkProbe:
-    """One finding of a sink's doctor probe: ``ok`` None means a warning."""
+    """One finding of a sink's doctor probe: ``ok`` None means a warning. ``exit_code``:
+    a failure that is the broker unreachable (UNAVAILABLE) or refusing the credentials
+    (REFUSED), as doctor exits for it (docs/operations.md, exit codes)."""
 
     name: str
     ok: bool | None
     detail: str
     fix: str | None = None
+    exit_code: ExitCode | None = None
 
 
 def _flag(key: str, value: str) -> bool:

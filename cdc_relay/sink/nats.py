@@ -39,7 +39,7 @@ from nats.aio.msg import Msg
 from nats.js import api
 from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
 
-from cdc_relay.errors import AccessRefused, BrokerError, mask_secrets
+from cdc_relay.errors import AccessRefused, BrokerError, ExitCode, mask_secrets
 from cdc_relay.model import Message
 from cdc_relay.sink.background import BackgroundSink
 from cdc_relay.sink.base import (
@@ -333,7 +333,8 @@ async def _probe(config: NatsConfig, timeout: float) -> list[SinkProbe]:
     except Exception as exc:
         return [SinkProbe("nats", False, f"cannot connect to {where}: "
                           f"{mask_secrets(str(exc) or type(exc).__name__)}",
-                          "check --brokers and the credentials, and that nats-server runs")]
+                          "check --brokers and the credentials, and that nats-server runs",
+                          ExitCode.REFUSED if is_refusal(exc) else ExitCode.UNAVAILABLE)]
     found = [SinkProbe("nats", True, f"connected to {where}")]
     try:
         js = nc.jetstream()

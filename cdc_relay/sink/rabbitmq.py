@@ -42,7 +42,7 @@ import pika
 from pika import spec
 from pika.adapters.select_connection import SelectConnection
 
-from cdc_relay.errors import BrokerError, ConfigError, mask_secrets
+from cdc_relay.errors import BrokerError, ConfigError, ExitCode, mask_secrets
 from cdc_relay.model import Message
 from cdc_relay.sink.background import BackgroundSink
 from cdc_relay.sink.base import (
@@ -378,7 +378,8 @@ def probe(config: RabbitMqConfig, timeout: float) -> list[SinkProbe]:
     except Exception as exc:
         return [SinkProbe("rabbitmq", False, f"cannot connect to {where}: "
                           f"{mask_secrets(str(exc) or type(exc).__name__)}",
-                          "check --brokers (host, port, user, password, vhost) and that RabbitMQ runs")]
+                          "check --brokers (host, port, user, password, vhost) and that RabbitMQ runs",
+                          ExitCode.REFUSED if isinstance(exc, _REFUSALS) else ExitCode.UNAVAILABLE)]
     found = [SinkProbe("rabbitmq", True, f"connected to {where}")]
     try:
         channel = conn.channel()

@@ -54,8 +54,10 @@ try:
         raise RuntimeError("roll back")
 except RuntimeError:
     pass
+given = "1b4e28ba-2fa1-11d2-883f-0016d3cca427"  # an event id as text is accepted
 with transaction.atomic():
-    event_id = emit("order", "o-1", "created", {"n": 1})
+    event_id = emit("order", "o-1", "created", {"n": 1}, id=given)
+    assert event_id == uuid.UUID(given), event_id
     first = process_once(event_id)
 with transaction.atomic():
     duplicate = process_once(event_id)

@@ -223,3 +223,41 @@ def test_emit_refuses_an_explicit_trace_context_the_table_cannot_hold(outbox_db:
                            traceparent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
     finally:
         engine.dispose()
+
+
+# ---------------------------------------------------------------- every emit
+
+def test_every_emit_of_every_integration_takes_the_event_id_as_text(outbox_db: str) -> None:
+    from cdc_relay.outbox import emit, emit_async, emit_message, emit_message_async
+
+    given = [str(uuid.UUID(int=n)) for n in range(1, 8)]
+    p = conninfo_to_dict(outbox_db)
+
+    async def scenario() -> list[uuid.UUID]:
+        engine = create_async_engine(url(outbox_db, "psycopg"))
+        conn = await asyncpg.connect(host=p["host"], port=int(p["port"]), user=p["user"],
+                                     database=p["dbname"])
+        try:
+            async with AsyncSession(engine) as session, session.begin():
+                a = await sa_outbox.emit_async(session, "order", "o-1", "e", {}, id=given[1])
+            async with conn.transaction():
+                b = await pg_async.emit(conn, "order", "o-1", "e", {}, event_id=given[2])
+            async with await psycopg.AsyncConnection.connect(outbox_db) as pconn:
+                c = await emit_async(pconn, "order", "o-1", "e", {}, event_id=given[3])
+                d = await emit_message_async(pconn, "order", "o-1", "e", {}, event_id=given[4])
+            return [a, b, c, d]
+        finally:
+            await conn.close()
+            await engine.dispose()
+
+    engine = create_engine(url(outbox_db, "psycopg"))
+    with Session(engine) as session, session.begin():
+        returned = [sa_outbox.emit(session, "order", "o-1", "e", {}, event_id=given[0])]
+    engine.dispose()
+    returned += asyncio.run(scenario())
+    with psycopg.connect(outbox_db) as conn:
+        returned.append(emit(conn, "order", "o-1", "e", {}, event_id=given[5]))
+        returned.append(emit_message(conn, "order", "o-1", "e", {}, event_id=given[6]))
+    assert returned == [uuid.UUID(g) for g in given]
+    assert sorted(r[0] for r in rows(outbox_db)) == [uuid.UUID(g) for g in given[:4]] + [
+        uuid.UUID(given[5])]  # the emit_message events are in the WAL, not the table

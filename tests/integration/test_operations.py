@@ -237,13 +237,26 @@ def test_doctor_names_output_plugin_libraries_when_wal2json_is_not_allowed() -> 
         assert run_cli("doctor", "--dsn", dsn, "--plugin", "pgoutput").returncode == 0
 
 
-def test_doctor_reports_unreachable_database_and_broker_as_failed_checks() -> None:
+def test_doctor_reports_unreachable_database_and_broker_as_failed_checks_and_exits_3() -> None:
     dsn = f"host=127.0.0.1 port={free_port()} dbname=x user=u password=hunter2 connect_timeout=3"
     result = run_cli("doctor", "--dsn", dsn, "--brokers", f"127.0.0.1:{free_port()}")
-    assert result.returncode == 1
+    assert result.returncode == 3  # UNAVAILABLE, as docs/operations.md's exit codes say
     assert "FAIL  connection" in result.stdout and "FAIL  broker" in result.stdout
     assert "hunter2" not in result.stdout + result.stderr
     assert "Traceback" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("unreachable", ["postgresql", "kafka"])
+def test_doctor_exits_3_when_either_service_alone_cannot_be_reached(
+        unreachable: str, db: str, broker: Broker) -> None:
+    init_db(db)
+    dsn = unreachable_dsn() if unreachable == "postgresql" else db
+    brokers = f"127.0.0.1:{free_port()}" if unreachable == "kafka" else broker.bootstrap
+    result = run_cli("doctor", "--dsn", dsn, "--brokers", brokers)
+    assert result.returncode == 3, result.stdout + result.stderr
+    failed = [line for line in result.stdout.splitlines() if line.startswith("FAIL")]
+    assert failed and failed[0].split()[1] == ("connection" if unreachable == "postgresql"
+                                               else "broker"), result.stdout
 
 
 # ---------------------------------------------------------------- bad input

@@ -199,7 +199,8 @@ def facts(backfill: BackfillFacts | None, slot: SlotStatus | None = SLOT) -> Fac
     (BackfillFacts(5, state="running", running=True, rows_done=3, rows_total=9), SLOT,
      Verdict.PASS, "3 of 9"),
     (BackfillFacts(5, state="done", rows_done=9, rows_total=9), SLOT, Verdict.PASS, "done"),
-    (BackfillFacts(5, state="done", pending_before_start=2), SLOT, Verdict.WARN, "older than"),
+    (BackfillFacts(5, state="done", pending_before_start=2), SLOT, Verdict.PASS,
+     "WAL mode published them without marking them"),
 ])
 def test_doctor_backfill_check(info: BackfillFacts, slot: SlotStatus | None, verdict: Verdict,
                                words: str) -> None:
@@ -210,3 +211,39 @@ def test_doctor_backfill_check(info: BackfillFacts, slot: SlotStatus | None, ver
 
 def test_doctor_has_no_backfill_check_without_the_bookkeeping_columns() -> None:
     assert backfill_check(facts(None), DoctorSettings(dsn="x")) is None
+
+
+def test_status_calls_unmarked_rows_no_backlog_where_a_slot_reads_the_table() -> None:
+    from cdc_relay.config import TableRef
+    from cdc_relay.model import Lsn
+    from cdc_relay.ops.status import StatusReport
+
+    table = TableRef("public", "outbox_events")
+    wal = "\n".join(StatusReport("cdc_relay", Lsn(100), SLOT, table, 1, 0).lines())
+    assert "pending rows" in wal and "polling mode's backlog" not in wal
+    assert "WAL mode publishes rows without marking them" in wal
+    polling = "\n".join(StatusReport("cdc_relay", Lsn(100), None, table, 1, 0).lines())
+    assert "1 (polling mode's backlog)" in polling
+
+
+def test_doctor_never_advises_publishing_rows_a_finished_backfill_or_recovery_left_unmarked(
+) -> None:
+    info = BackfillFacts(1, state="done", rows_done=4, pending_before_start=1)
+    check = backfill_check(facts(info, SLOT), DoctorSettings(dsn="x"))
+    assert check is not None and check.verdict is Verdict.PASS and check.fix is None
+    assert "cdc-relay poll" not in check.detail and "nothing to publish" in check.detail
+
+
+def test_the_stop_line_counts_the_rows_a_recovery_republished(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from cdc_relay.app.run import Republished, _stopped
+    from cdc_relay.stats import RelayStats
+
+    stats = RelayStats()
+    stats.published, stats.dead_lettered = 2, 0
+    with caplog.at_level("INFO", logger="cdc_relay"):
+        _stopped(stats, "cdc_relay", "kafka", Republished("by the slot's recovery", 3, 1))
+    [line] = [r for r in caplog.records if r.getMessage().startswith("stopped:")]
+    assert line.getMessage() == (
+        "stopped: 5 events published (3 of them by the slot's recovery), 1 dead-lettered")
+    assert (line.published, line.republished) == (5, 3)  # type: ignore[attr-defined]

@@ -25,7 +25,13 @@ from cdc_relay.errors import DecodeError
 from cdc_relay.model import TRACE_COLUMNS, Change, Lsn, OutboxColumns, OutboxEvent
 from tests.unit.decoding_fixtures import AT, NOT_OUTBOX_EVENTS, OUTBOX
 from tests.unit.paths import built
-from tests.unit.test_decoding_pgoutput import OUTBOX_COLUMNS, insert, outbox_values, relation
+from tests.unit.test_decoding_pgoutput import (
+    OUTBOX_COLUMNS,
+    begin,
+    insert,
+    outbox_values,
+    relation,
+)
 
 try:
     from cdc_relay.decoding import _cpgoutput
@@ -387,3 +393,15 @@ def test_the_reader_refuses_a_class_that_is_not_the_outbox_event(event_class: An
         _cpgoutput.Reader(PLANS, event_class)
     with pytest.raises(TypeError):
         _cpgoutput.Reader([], OutboxEvent)  # plans: the decoder's dict
+
+
+@pytest.mark.parametrize("position", [1.0, "1", None])
+def test_a_position_that_is_not_an_int_is_refused_alike_on_both_paths(position: Any) -> None:
+    refusals = []
+    for compiled in (True, False):
+        decoder = built(compiled, PgOutputDecoder, OUTBOX, OutboxColumns())
+        with pytest.raises(TypeError) as refused:
+            decoder.decode(begin(1), position)
+        refusals.append(str(refused.value))
+    assert refusals[0] == refusals[1] == (
+        f"decode: the position must be an int, not {type(position).__name__}")

@@ -363,3 +363,25 @@ def test_without_the_extension_the_decoder_is_pure(monkeypatch: pytest.MonkeyPat
     monkeypatch.setitem(sys.modules, "cdc_relay.decoding._cwal2json", None)  # not built
     assert not Wal2JsonDecoder(OUTBOX, OutboxColumns()).compiled
 
+
+
+@pytest.mark.parametrize("position", [1.0, "1", None, 2.5])
+def test_a_position_that_is_not_an_int_is_refused_alike_on_both_paths(position: Any) -> None:
+    payload = b'{"action":"B","xid":1}'
+    refusals = []
+    for compiled in (True, False):
+        decoder = built(compiled, Wal2JsonDecoder, OUTBOX, OutboxColumns())
+        with pytest.raises(TypeError) as refused:
+            decoder.decode(payload, position)
+        refusals.append(str(refused.value))
+    assert refusals[0] == refusals[1] == (
+        f"decode: the position must be an int, not {type(position).__name__}")
+
+
+def test_an_int_or_an_lsn_or_a_bool_position_is_taken_alike_on_both_paths() -> None:
+    from cdc_relay.model import Begin, Lsn
+
+    for position in (7, Lsn(7), True):
+        changes = [built(compiled, Wal2JsonDecoder, OUTBOX, OutboxColumns()).decode(
+            b'{"action":"B","xid":1}', position) for compiled in (True, False)]
+        assert changes[0] == changes[1] and isinstance(changes[0], Begin)

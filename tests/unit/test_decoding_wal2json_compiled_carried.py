@@ -206,6 +206,29 @@ def test_a_carried_name_moved_within_the_same_column_count_is_replanned() -> Non
     assert isinstance(change, OutboxEvent) and change.traceparent is None  # now the null one
 
 
+@pytest.mark.parametrize(("extras", "before", "after"), [
+    ((), ["note"], ["traceparent"]),  # nothing carried before: no plan at all
+    ((), ["tracestate", "note"], ["tracestate", "traceparent"]),  # a plan without it
+    (("tenant",), ["tenant", "note"], ["tenant", "traceparent"]),
+    ((), ["note", "memo"], ["tracestate", "traceparent"]),  # both, one rename each
+])
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_trace_column_that_appears_by_a_rename_in_the_same_column_count_is_read(
+        compiled: bool, extras: tuple[str, ...], before: list[str], after: list[str]) -> None:
+    decoder = built(compiled, Wal2JsonDecoder, OUTBOX, OutboxColumns(), extra_columns=extras)
+    old = carried_row(before, {"tracestate": "k=v"})
+    renamed = carried_row(after, {"traceparent": TRACEPARENT, "tracestate": "k=v"})
+    for payload in (old, old):  # the second of a shape is the compiled path's
+        change = decoder.decode(payload, AT)
+        assert isinstance(change, OutboxEvent) and change.traceparent is None
+    for payload in (renamed, renamed):
+        change = decoder.decode(payload, AT)
+        assert isinstance(change, OutboxEvent)
+        state = "k=v" if "tracestate" in after else None
+        assert (change.traceparent, change.tracestate) == (TRACEPARENT, state), payload
+    assert_same(OutboxColumns(), [old, old, renamed, renamed, old, renamed], extras)
+
+
 # ---------------------------------------------------------------- Reader.row, directly
 
 COLUMNS = (
@@ -241,10 +264,24 @@ def test_row_reads_the_carried_texts_at_their_positions() -> None:
     escaped = good(COLUMNS.replace('"00-ab"', '"\\u0030\\/\\ud83d\\ude00"'))
     assert row(escaped).traceparent == "0/\U0001f600"
     # absent trace columns (-1) are None, as is everything for an empty carried plan
-    assert carried_of(row(good(), (6, -1, -1))) == (("t-1",), None, None)
-    assert carried_of(reader().row(good(), AT, PLAN, (), 9)) == ((), None, None)
+    untraced = good(COLUMNS.replace('"traceparent"', '"note"').replace('"tracestate"', '"memo"'))
+    assert carried_of(row(untraced, (6, -1, -1))) == (("t-1",), None, None)
+    assert carried_of(reader().row(untraced, AT, PLAN, (), 9)) == ((), None, None)
     # two slots on one column: an extra naming a mapped column
-    assert carried_of(row(good(), (2, 7, -1), ("aggregate_id",))) == (("o-1",), "00-ab", None)
+    no_state = good(COLUMNS.replace('"tracestate"', '"memo"'))
+    assert carried_of(row(no_state, (2, 7, -1), ("aggregate_id",))) == (("o-1",), "00-ab", None)
+
+
+def test_row_declines_a_row_where_a_carried_column_the_plan_lacks_appears() -> None:
+    """A rename that keeps the column count: the pure path replans (decoding/carried.py)."""
+    assert row(good(), (6, -1, -1)) is None
+    assert reader().row(good(), AT, PLAN, (), 9) is None
+    assert row(good(), (2, 7, -1), ("aggregate_id",)) is None
+    spelled_out = good(COLUMNS.replace('"tracestate"', '"trace\\u0073tate"'))
+    assert row(spelled_out, (6, 7, -1)) is None
+    escaped_key = good(COLUMNS.replace('{"name":"tracestate"', '{"n\\u0061me":"tracestate"'))
+    assert row(escaped_key, (6, 7, -1)) is None
+    assert row(good(COLUMNS.replace('"tracestate"', '"tracestates"')), (6, 7, -1)) is not None
 
 
 DECLINED = {

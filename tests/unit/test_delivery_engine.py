@@ -201,6 +201,20 @@ def test_a_missing_topic_is_retried_never_dead_lettered() -> None:
     assert not any(m.topic == DEAD for m in sink.messages)
 
 
+def test_a_missing_destination_is_reported_in_the_sinks_words_not_kafkas() -> None:
+    reason = ("queue 'outbox-event-order.fifo' does not exist: create it (aws sqs create-queue "
+              "--queue-name outbox-event-order.fifo --attributes FifoQueue=true; docs/sinks.md)")
+    sink = FakeSink(lambda token, error: None, fail_tokens={
+        0: DeliveryError(ErrorKind.RETRIABLE, reason, Cause.TOPIC_MISSING)})
+    loop = Loop(sink)
+    loop.send(event(0))
+    sink.poll(0)
+    with pytest.raises(TopicUnavailable) as raised:
+        loop.engine.check()
+    assert reason in str(raised.value) and "retrying, nothing is dead-lettered" in str(raised.value)
+    assert "topic" not in str(raised.value)
+
+
 def test_a_refusal_at_produce_that_is_not_the_events_fault_fails_the_producer() -> None:
     sink = FakeSink(lambda token, error: None, reject_topics={"outbox.event.order": ErrorKind.FATAL})
     loop = Loop(sink)

@@ -170,3 +170,31 @@ def test_a_low_safe_wal_size_warns_before_the_slot_is_invalidated() -> None:
     assert check.verdict is Verdict.WARN
     assert "safe_wal_size 1.0 GiB" in check.detail and "invalidates the slot" in check.detail
     assert "max_slot_wal_keep_size" in (check.fix or "")
+
+
+def test_doctor_exits_3_for_an_unreachable_service_6_for_a_refusal_1_for_other_failures() -> None:
+    from cdc_relay.errors import ExitCode
+    from cdc_relay.ops.doctor.checks import sink_checks
+    from cdc_relay.ops.doctor.report import exit_code
+    from cdc_relay.sink.config import SinkProbe
+
+    ok, warn = Check("a", Verdict.PASS, "ok"), Check("b", Verdict.WARN, "hm")
+    wal_level = Check("wal_level", Verdict.FAIL, "replica")
+    down = Check("broker", Verdict.FAIL, "cannot reach", exit_code=ExitCode.UNAVAILABLE)
+    refused = Check("connection", Verdict.FAIL, "password", exit_code=ExitCode.REFUSED)
+    assert exit_code([ok, warn]) == ExitCode.OK
+    assert exit_code([ok, wal_level]) == ExitCode.FAILURE
+    assert exit_code([wal_level, down]) == ExitCode.UNAVAILABLE
+    assert exit_code([refused, wal_level, down]) == ExitCode.REFUSED
+    assert exit_code([Check("x", Verdict.WARN, "w", exit_code=ExitCode.UNAVAILABLE)]) == 0
+    [probe] = sink_checks([SinkProbe("nats", False, "cannot connect", "start it",
+                                     ExitCode.UNAVAILABLE)])
+    assert exit_code([probe]) == ExitCode.UNAVAILABLE
+
+
+def test_doctors_json_report_keeps_its_four_fields() -> None:
+    from cdc_relay.errors import ExitCode
+
+    check = Check("broker", Verdict.FAIL, "down", "start it", ExitCode.UNAVAILABLE)
+    assert orjson.loads(format_checks_json([check])) == [
+        {"name": "broker", "verdict": "fail", "detail": "down", "fix": "start it"}]

@@ -18,7 +18,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from cdc_relay.config import KafkaConfig
 from cdc_relay.model import Message
-from cdc_relay.sink.base import DeliveryError, ErrorKind, ProduceRejected, QueueFull
+from cdc_relay.sink.base import Cause, DeliveryError, ErrorKind, ProduceRejected, QueueFull
 from cdc_relay.sink.kafka import _creports
 from cdc_relay.sink.kafka.sink import KafkaSink
 
@@ -140,3 +140,13 @@ def test_the_compiled_sender_refuses_a_class_that_is_not_messages_shape() -> Non
     reports = _creports.Reports(lambda token, error: None, lambda *args: None)
     with pytest.raises(TypeError, match=r"_creports\.c"):
         _creports.Sender(Recorder(), reports, Reordered, Recorder(), Recorder())
+
+
+def test_a_missing_or_forbidden_kafka_topic_carries_kafkas_fix_in_its_reason() -> None:
+    from cdc_relay.sink.kafka.client import classify
+
+    for code, cause in ((KafkaError.UNKNOWN_TOPIC_OR_PART, Cause.TOPIC_MISSING),
+                        (KafkaError.TOPIC_AUTHORIZATION_FAILED, Cause.TOPIC_FORBIDDEN)):
+        error = classify(KafkaError(code, "fake"))
+        assert (error.kind, error.cause) == (ErrorKind.RETRIABLE, cause)
+        assert error.reason.endswith("create the topic or grant the producer access")

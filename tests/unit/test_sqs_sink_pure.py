@@ -262,6 +262,70 @@ def test_failed_entries_alone_are_sent_again_and_their_group_waits_for_them() ->
     assert sum(batch.count("3") for batch in client.sent) == 1  # never sent again
 
 
+def client_error(code: str, operation: str, status: int = 400) -> Exception:
+    import botocore.exceptions
+
+    return botocore.exceptions.ClientError(
+        {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}},
+        operation)
+
+
+class NoQueuesSqs(FakeSqs):
+    """A fake SQS client with no queue at all; ``list_refused``: ListQueues is denied."""
+
+    def __init__(self, list_refused: bool = False) -> None:
+        super().__init__(set())
+        self.list_refused = list_refused
+
+    def get_queue_url(self, QueueName: str) -> dict[str, str]:
+        raise client_error("AWS.SimpleQueueService.NonExistentQueue", "GetQueueUrl")
+
+    def list_queues(self, QueueNamePrefix: str) -> dict[str, Any]:
+        if self.list_refused:
+            raise client_error("AccessDenied", "ListQueues", 403)
+        return {"ResponseMetadata": {"HTTPStatusCode": 200}}  # SQS's answer: no QueueUrls key
+
+
+def test_a_missing_queue_is_reported_with_the_command_that_creates_it() -> None:
+    from cdc_relay.sink.sqs.sink import SqsSink
+
+    got: list[Delivery] = []
+    sink = SqsSink(parse("http://fake:1", "concurrency=1"), collect(got), client=NoQueuesSqs())
+    sink.produce(Message("q-x.fifo", b"a", b"1", [("id", b"1")]), 0)
+    sink.warm_up(5.0)
+    deadline = time.monotonic() + 10
+    while not got and time.monotonic() < deadline:
+        sink.poll(0.05)
+    sink.close(0)
+    [missing] = got
+    assert missing.error is not None and missing.error.cause is Cause.TOPIC_MISSING
+    assert missing.error.reason == ("queue 'q-x.fifo' does not exist: create it (aws sqs "
+                                    "create-queue --queue-name q-x.fifo --attributes "
+                                    "FifoQueue=true; docs/sinks.md)")
+
+
+def test_doctor_with_no_queues_yet_names_the_queues_run_needs_not_a_permission() -> None:
+    from cdc_relay.sink.sqs.probe import probe_sqs
+
+    found = {p.name: p for p in probe_sqs(parse(), 5.0, client=NoQueuesSqs())}
+    queues = found["queues"]
+    assert queues.ok is None and "ListQueues" not in queues.detail + (queues.fix or "")
+    assert "no queue of 'outbox-event-{aggregate_type}.fifo' exists yet" in queues.detail
+    assert "'outbox-event-order.fifo'" in queues.detail
+    assert queues.fix == ("create them, e.g. aws sqs create-queue --queue-name "
+                          "outbox-event-order.fifo --attributes FifoQueue=true")
+    assert found["dead-letter queue"].ok is False
+
+
+def test_doctor_reports_a_refused_list_queues_as_the_access_finding() -> None:
+    from cdc_relay.sink.sqs.probe import probe_sqs
+
+    queues = {p.name: p for p in probe_sqs(parse(), 5.0,
+                                           client=NoQueuesSqs(list_refused=True))}["queues"]
+    assert queues.ok is None and "ListQueues was refused (AccessDenied)" in queues.detail
+    assert queues.fix is not None and "grant sqs:ListQueues" in queues.fix
+
+
 def test_an_entry_claimed_out_of_turn_leaves_the_planner_consistent() -> None:
     planner = Planner()
     one, two = Pending(1, "q.fifo", "g", 1), Pending(2, "q.fifo", "h", 1)
@@ -301,6 +365,64 @@ def test_a_missing_region_is_a_config_error_when_the_factory_is_built(
     with pytest.raises(ConfigError, match="no AWS region"):
         sqs_sink_factory(parse("http://127.0.0.1:1"))
     assert sqs_sink_factory(parse("sqs://eu-west-1")) is not None
+
+
+@pytest.fixture
+def no_aws_region(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> Any:
+    """An environment that gives no region; returns a writer of an AWS config file."""
+    for key in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_DEFAULT_PROFILE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+
+    def config_file(text: str) -> None:
+        (tmp_path / "config").write_text(text)
+        monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+
+    return config_file
+
+
+@pytest.mark.parametrize(("variable", "region"), [("AWS_REGION", "eu-west-3"),
+                                                  ("AWS_DEFAULT_REGION", "ap-south-1")])
+def test_the_sqs_client_takes_the_region_from_either_aws_variable(
+        no_aws_region: Any, monkeypatch: pytest.MonkeyPatch, variable: str, region: str) -> None:
+    from cdc_relay.sink.sqs.client import make_client
+
+    monkeypatch.setenv(variable, region)
+    assert make_client(parse()).meta.region_name == region
+
+
+def test_the_sqs_client_takes_the_region_of_the_profile_from_aws_profile_or_sink_config(
+        no_aws_region: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cdc_relay.sink.sqs.client import make_client
+
+    no_aws_region("[default]\nregion = us-west-2\n[profile ops]\nregion = sa-east-1\n")
+    assert make_client(parse()).meta.region_name == "us-west-2"
+    assert make_client(parse("http://127.0.0.1:4566", "profile=ops")).meta.region_name == "sa-east-1"
+    monkeypatch.setenv("AWS_PROFILE", "ops")
+    assert make_client(parse()).meta.region_name == "sa-east-1"
+
+
+def test_the_sqs_region_chain_puts_the_given_region_first_then_aws_region_then_the_rest(
+        no_aws_region: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cdc_relay.sink.sqs.client import make_client
+
+    no_aws_region("[default]\nregion = us-west-2\n")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "ap-south-1")
+    assert make_client(parse()).meta.region_name == "ap-south-1"
+    monkeypatch.setenv("AWS_REGION", "eu-west-3")
+    assert make_client(parse()).meta.region_name == "eu-west-3"
+    assert make_client(parse("sqs://eu-north-1")).meta.region_name == "eu-north-1"
+    assert make_client(parse("http://127.0.0.1:4566", "region=us-east-2")).meta.region_name == (
+        "us-east-2")
+
+
+def test_no_region_anywhere_names_every_place_a_region_may_come_from(no_aws_region: Any) -> None:
+    from cdc_relay.sink.sqs.client import make_client
+
+    with pytest.raises(ConfigError) as refused:
+        make_client(parse())
+    for place in ("sqs://REGION", "region=REGION", "AWS_REGION", "AWS_DEFAULT_REGION", "profile"):
+        assert place in str(refused.value)
 
 
 def test_cloudevents_binary_is_refused_and_structured_leaves_no_room_for_a_header() -> None:

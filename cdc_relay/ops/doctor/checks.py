@@ -389,10 +389,12 @@ def backfill_check(facts: Facts, options: DoctorSettings) -> Check | None:
                      f"cdc-relay run --snapshot initial --slot {slot} (docs/migration.md)")
     if info.state == "done":
         if info.pending_before_start:
-            return Check(name, Verdict.WARN, f"{info.pending_before_start} rows older than the "
-                         "backfill are still pending (inserted by transactions that were open "
-                         "when it started, or requeued since)",
-                         "publish them with cdc-relay poll --table ... once, or requeue them")
+            # Not a backlog: publishing them (cdc-relay poll) would send them twice.
+            return Check(name, Verdict.PASS, f"done ({info.rows_done} rows); streaming since. "
+                         f"{info.pending_before_start} rows older than it keep processed_at NULL: "
+                         "WAL mode published them without marking them (rows of transactions "
+                         "still open when the backfill or a slot recovery began, which the slot "
+                         "streamed, or rows relayed before a slot loss); nothing to publish")
         return Check(name, Verdict.PASS, f"done ({info.rows_done} rows); streaming since")
     if not info.pending:
         return Check(name, Verdict.PASS, "no pending rows")
@@ -411,4 +413,4 @@ def sink_checks(found: list[SinkProbe]) -> list[Check]:
     """The report lines of a RabbitMQ or NATS probe (ok None = a warning)."""
     verdicts = {True: Verdict.PASS, False: Verdict.FAIL, None: Verdict.WARN}
     return [Check(f"broker: {probe.name}", verdicts[probe.ok], probe.detail,
-                  None if probe.ok else probe.fix) for probe in found]
+                  None if probe.ok else probe.fix, probe.exit_code) for probe in found]

@@ -224,7 +224,7 @@ def check_broker(options: DoctorSettings) -> Check:
     except RelayError as exc:
         return Check("broker", Verdict.FAIL, str(exc),
                      "start the broker or correct --brokers; for SASL/SSL pass the same "
-                     "--producer-config as the relay")
+                     "--producer-config as the relay", exc.exit_code)
     return Check("broker", Verdict.PASS, f"{options.kafka.brokers} answered a metadata request")
 
 
@@ -238,7 +238,8 @@ def run_doctor(options: DoctorSettings) -> list[Check]:
     except ServiceUnavailable as exc:
         checks.append(Check("connection", Verdict.FAIL, str(exc),
                             "check --dsn (host, port, database, user, password) and that the "
-                            "server accepts this client (listen_addresses, pg_hba.conf)"))
+                            "server accepts this client (listen_addresses, pg_hba.conf)",
+                            exc.exit_code))
     else:
         with conn:
             checks += _database_checks(conn, options)

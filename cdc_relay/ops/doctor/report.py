@@ -1,7 +1,7 @@
 """Doctor's output: the checks as aligned text lines with fixes, or as JSON.
 
-Owns the report formats and the pass/fail summary. Must not decide verdicts (that is
-``ops/doctor/checks.py``) nor gather anything.
+Owns the report formats, the pass/fail summary and the exit code the checks give. Must
+not decide verdicts (that is ``ops/doctor/checks.py``) nor gather anything.
 """
 
 from __future__ import annotations
@@ -11,11 +11,20 @@ from dataclasses import asdict
 
 import orjson
 
+from cdc_relay.errors import ExitCode
 from cdc_relay.ops.verdicts import Check, Verdict
 
 
 def failed(checks: Sequence[Check]) -> bool:
     return any(check.verdict is Verdict.FAIL for check in checks)
+
+
+def exit_code(checks: Sequence[Check]) -> ExitCode:
+    """doctor's exit code (docs/operations.md, exit codes): that of the first failed check
+    that names one (UNAVAILABLE: a service could not be reached; REFUSED), else FAILURE
+    when a check failed, else OK."""
+    named = [c.exit_code for c in checks if c.verdict is Verdict.FAIL and c.exit_code]
+    return named[0] if named else ExitCode.FAILURE if failed(checks) else ExitCode.OK
 
 
 def format_checks(checks: Sequence[Check]) -> str:
@@ -34,4 +43,5 @@ def format_checks(checks: Sequence[Check]) -> str:
 
 def format_checks_json(checks: Sequence[Check]) -> str:
     """The checks as a JSON array of {name, verdict, detail, fix}."""
-    return orjson.dumps([asdict(check) for check in checks], option=orjson.OPT_INDENT_2).decode()
+    rows = [{k: v for k, v in asdict(check).items() if k != "exit_code"} for check in checks]
+    return orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode()

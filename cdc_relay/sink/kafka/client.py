@@ -120,6 +120,7 @@ REFUSAL_CODES = frozenset({_E.SASL_AUTHENTICATION_FAILED, _E._AUTHENTICATION,
                            _E.CLUSTER_AUTHORIZATION_FAILED})
 # Producer-wide: the producer can never deliver again, whatever the message.
 _PRODUCER_DEAD_CODES = frozenset({_E._FATAL, _E._FENCED})
+TOPIC_FIX = "create the topic or grant the producer access"
 _SECRET_KEY_PARTS = ("password", "secret", "sasl.oauthbearer.config", "ssl.key.pem",
                      "ssl.keystore")
 
@@ -148,7 +149,7 @@ def classify(error: KafkaError, topic: str | None = None) -> DeliveryError:
 def topic_problem(cause: Cause, topic: str | None, reason: str) -> str:
     """A missing or forbidden topic in words, with the fix (the ACL by Kafka's names)."""
     if topic is None:
-        return reason
+        return f"{reason}: {TOPIC_FIX}"
     if cause is Cause.TOPIC_FORBIDDEN:
         return (f"not authorized to write to topic {topic}: grant WRITE on TOPIC {topic} to the "
                 f"relay's user ({ACL_DOC}) [{reason}]")

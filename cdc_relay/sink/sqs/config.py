@@ -50,7 +50,7 @@ class SqsConfig:
     """The SQS sink (docs/sinks.md): where to send and how much may be unconfirmed."""
 
     endpoint_url: str | None  # None: AWS's regional endpoint
-    region: str | None = None  # None: boto3's standard chain (AWS_REGION, the profile, ...)
+    region: str | None = None  # None: the environment's (sink/sqs/client.py, region_chain)
     profile: str | None = None
     dead_letter_queue: str = DEFAULT_DEAD_LETTER_QUEUE
     topic_pattern: str = DEFAULT_QUEUE_PATTERN  # for doctor's check of the queues

@@ -51,7 +51,13 @@ from cdc_relay.sink.base import (
 )
 from cdc_relay.sink.config import SinkProbe
 from cdc_relay.sink.sqs.batches import Pending, Planner
-from cdc_relay.sink.sqs.client import MISSING, error_code, make_client, refusal
+from cdc_relay.sink.sqs.client import (
+    MISSING,
+    create_queue_command,
+    error_code,
+    make_client,
+    refusal,
+)
 from cdc_relay.sink.sqs.config import DEFAULT_MAX_MESSAGE_BYTES, SqsConfig
 from cdc_relay.sink.sqs.entries import Entry, build_entry, too_large
 
@@ -317,8 +323,8 @@ class SqsSink(BackgroundSink):
             for p in dropped:
                 self._entries.pop(p.seq, None)
         self._finish(batch)
-        error = DeliveryError(ErrorKind.RETRIABLE, f"{reason} (create it; see docs/sinks.md)",
-                              Cause.TOPIC_MISSING)
+        error = DeliveryError(ErrorKind.RETRIABLE, f"{reason}: create it "
+                              f"({create_queue_command(queue)}; docs/sinks.md)", Cause.TOPIC_MISSING)
         self._report([p.seq for p in [*batch, *dropped]], error)
 
     def _refuse_all(self, refused: AccessRefused, pendings: list[Pending]) -> None:

@@ -143,6 +143,8 @@ def test_a_missing_queue_holds_its_events_until_it_exists_and_dead_letters_none(
     assert_contract(messages, expected, topic_prefix)
     assert sqs.receive("dlq.fifo") == []
     assert f"{topic_prefix}-invoice.fifo" in relay.stderr
+    assert f"aws sqs create-queue --queue-name {topic_prefix}-invoice.fifo" in relay.stderr
+    assert "create the topic" not in relay.stderr
 
 
 @pytest.mark.slow
@@ -184,6 +186,8 @@ def test_doctor_checks_the_sqs_endpoint_and_queues(db: str, moto_url: str, sqs: 
     assert "PASS  broker: sqs" in missing.stdout, missing.stdout
     assert "FAIL  broker: dead-letter queue" in missing.stdout and missing.returncode == 1
     assert "WARN  broker: queues" in missing.stdout
+    assert f"no queue of '{topic_prefix}-{{aggregate_type}}.fifo' exists yet" in missing.stdout
+    assert "ListQueues" not in missing.stdout
     sqs.create("order.fifo", "dlq.fifo")
     sqs.create("customer")  # a standard queue that fits the pattern's prefix, not its .fifo
     ready = run_cli(*args)
@@ -216,3 +220,22 @@ def test_a_moto_server_never_passes_off_another_servers_port_as_its_own(
         assert second._proc is not None and listens_on(second._proc.pid, second.port)
     finally:
         second.stop()
+
+
+@pytest.mark.parametrize("variable", ["AWS_REGION", "AWS_DEFAULT_REGION"])
+def test_doctor_and_run_find_the_region_in_either_aws_variable_alone(
+        variable: str, db: str, moto_url: str, sqs: SqsReader, topic_prefix: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    init_db(db)
+    sqs.create(*QUEUES, "dlq.fifo")
+    for key in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv(variable, moto_sqs.MOTO_ENV[variable])
+    doctor = run_cli("doctor", "--dsn", db, "--brokers", moto_url, *sqs_args(topic_prefix))
+    assert "PASS  broker: sqs" in doctor.stdout, doctor.stdout + doctor.stderr
+    assert "no AWS region" not in doctor.stdout + doctor.stderr
+    with start("run", db, moto_url, topic_prefix) as relay:
+        expected = write_workload(db, transactions=2, seed=3, max_events=2)
+        everything(sqs, expected.ids)
+        assert relay.stop(signal.SIGTERM) == 0, relay.stderr
