@@ -47,7 +47,7 @@ from cdc_relay.errors import (
     mask_secrets,
 )
 from cdc_relay.model import Lsn
-from cdc_relay.pg.db import plain_conninfo, refused, replication_conninfo
+from cdc_relay.pg.db import open_connection, plain_conninfo, refused, replication_conninfo
 from cdc_relay.wal.stream.protocol import (
     NO_CHANGE,
     XLOG_DATA,
@@ -105,7 +105,7 @@ class ReplicationStream:
     def open(self) -> Lsn:
         """Connect and START_REPLICATION; return the slot's confirmed flush LSN (the resume point)."""
         try:
-            conn = psycopg.connect(replication_conninfo(self._config.dsn), autocommit=True)
+            conn = open_connection(replication_conninfo(self._config.dsn), autocommit=True)
         except psycopg.Error as exc:
             raise _wrap_connect_error(exc, "cannot open a replication connection") from exc
         self._conn = conn
@@ -130,7 +130,7 @@ class ReplicationStream:
             finally:
                 borrowed.close()  # one query, then it is done
         try:
-            with psycopg.connect(plain_conninfo(self._config.dsn), autocommit=True) as conn:
+            with open_connection(plain_conninfo(self._config.dsn), autocommit=True) as conn:
                 return self._read_position(conn)
         except psycopg.Error as exc:
             self.close()
