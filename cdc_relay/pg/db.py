@@ -103,6 +103,7 @@ _REFUSALS = (
     "is not permitted to log in",
     "permission denied",
     "authentication failed",
+    "no password supplied",  # the server asks for one, the DSN has none (libpq's own words)
 )
 _ROLE_MISSING = re.compile(r'role "[^"]*" does not exist')
 
