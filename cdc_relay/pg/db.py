@@ -51,6 +51,7 @@ from cdc_relay.errors import (
     RelayError,
     ServiceUnavailable,
     SlotBusy,
+    WrongEndpoint,
     mask_secrets,
 )
 from cdc_relay.pg.credentials import PasswordProvider, Target
@@ -159,7 +160,8 @@ def refused(exc: BaseException) -> bool:
     return any(marker in text for marker in _REFUSALS) or bool(_ROLE_MISSING.search(text))
 
 
-def _connect_failed(dsn: str, exc: psycopg.Error) -> RelayError:
+def connect_failed(dsn: str, exc: psycopg.Error) -> RelayError:
+    """A failed connection as the relay reports it: refused (exit 6), invalid, or unreachable."""
     if isinstance(exc, psycopg.ProgrammingError):  # e.g. an unknown option in kwargs
         return ConfigError(f"invalid connection settings: {_one_line(str(exc))}")
     if refused(exc):
@@ -224,7 +226,7 @@ def connect(dsn: str, **kwargs: Any) -> psycopg.Connection[TupleRow]:
     try:
         return open_connection(dsn, **kwargs)
     except psycopg.Error as exc:
-        raise _connect_failed(dsn, exc) from exc
+        raise connect_failed(dsn, exc) from exc
 
 
 @contextmanager
@@ -343,11 +345,16 @@ def translate_error(exc: psycopg.Error, doing: str, *, grant: str | None = None,
             f"{message} (while {doing}): a long-running transaction holds a lock on the "
             "table; retry when it has finished"
         )
+    if state == "25006":  # read_only_sql_transaction
+        return WrongEndpoint(
+            f"{message} (while {doing}): the server is read-only (a hot standby or reader "
+            "endpoint, or default_transaction_read_only = on). Fix: point --dsn at the "
+            "primary (the writer endpoint)")
     if state == "42501":
         if "replication" in message.lower():
-            return DatabaseError(
-                f"{message} (while {doing}). Fix: ALTER ROLE <user> REPLICATION "
-                "(or connect as a superuser)"
+            return AccessRefused(
+                f"{message} (while {doing}). Fix: ALTER ROLE <user> REPLICATION (or connect as "
+                "a superuser; on RDS/Aurora: GRANT rds_replication TO <user>)"
             )
         return AccessRefused(
             f"permission denied while {doing}: {message}. Fix: "

@@ -59,6 +59,17 @@ class ServerFacts:
     plugin_libraries: str | None = None  # output_plugin_libraries; None where the server lacks it
     libraries_hidden: bool = False  # the setting exists but this role may not read it
     wal_segment_size: int = 16 * 2**20
+    rds_replication: bool = False  # a member of rds_replication (RDS/Aurora's replication right)
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointFacts:
+    """What the DSN reaches (pg/endpoint.py): a pooler, a read-only node."""
+
+    read_only: str | None = None  # why sessions cannot write; None: they can
+    replication_error: str | None = None  # a replication connection's failure; None: it works
+    pooler: bool = False  # that failure is a connection pooler's refusal
+    probed: bool = False  # a replication connection was tried (WAL mode)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +111,7 @@ class Facts:
     slot: SlotStatus | None
     idle_slots: tuple[SlotStatus, ...] = ()  # inactive logical slots of this database
     backfill: BackfillFacts | None = None  # None: the table has no bookkeeping columns
+    endpoint: EndpointFacts = field(default_factory=EndpointFacts)
 
 
 def quote_ident(name: str) -> str:
@@ -147,14 +159,62 @@ def server_checks(server: ServerFacts, slot: SlotStatus | None, plugin: str) -> 
     return [*checks, _replication_check(server), _libraries_check(server, plugin)]
 
 
+def may_replicate(server: ServerFacts) -> bool:
+    """Superuser, REPLICATION, or membership in rds_replication (RDS/Aurora)."""
+    return server.superuser or server.replication or server.rds_replication
+
+
 def _replication_check(server: ServerFacts) -> Check:
     if server.superuser:
         return Check("REPLICATION", Verdict.PASS, f"role {server.role} is a superuser")
     if server.replication:
         return Check("REPLICATION", Verdict.PASS, f"role {server.role} has REPLICATION")
+    if server.rds_replication:
+        return Check("REPLICATION", Verdict.PASS, f"role {server.role} is a member of "
+                     "rds_replication (RDS/Aurora's replication right)")
+    role = quote_ident(server.role)
     return Check("REPLICATION", Verdict.FAIL,
                  f"role {server.role} may not open a replication connection",
-                 f"as a superuser: ALTER ROLE {quote_ident(server.role)} REPLICATION;")
+                 f"as a superuser: ALTER ROLE {role} REPLICATION; (on RDS/Aurora, as the "
+                 f"master user: GRANT rds_replication TO {role};)")
+
+
+POOLER_FIX = ("point --dsn at PostgreSQL itself (its own host and port), not at the pooler: "
+              "a logical replication stream needs a direct connection")
+
+
+def endpoint_checks(facts: Facts, options: DoctorSettings) -> list[Check]:
+    """The wrong endpoint: a pooler that cannot replicate (WAL mode), a read-only node."""
+    checks = []
+    endpoint = facts.endpoint
+    if endpoint.probed:
+        name = "replication connection"
+        if endpoint.replication_error is None:
+            checks.append(Check(name, Verdict.PASS, "opened (IDENTIFY_SYSTEM answered)"))
+        elif endpoint.pooler:
+            checks.append(Check(name, Verdict.FAIL, "--dsn reaches a connection pooler, which "
+                                "cannot carry a replication connection (it answered: "
+                                f"{endpoint.replication_error})", POOLER_FIX))
+        elif not may_replicate(facts.server):
+            checks.append(Check(name, Verdict.SKIP, "not possible without the right to "
+                                "replicate (see REPLICATION)"))
+        else:
+            checks.append(Check(name, Verdict.FAIL, endpoint.replication_error,
+                                "allow it in pg_hba.conf: a 'host replication <role> <client "
+                                "address> <method>' line (the database 'all' does not cover "
+                                "replication connections)"))
+    what = ("init, polling's claims" if options.mode == "poll"
+            else "init, the slot's continuity record")
+    if endpoint.read_only is None:
+        checks.append(Check("writable", Verdict.PASS, "the server accepts writes"))
+    else:
+        fix = "point --dsn at the primary (the writer endpoint), not a replica or reader endpoint"
+        if "default_transaction_read_only" in endpoint.read_only:
+            fix += (f"; or ALTER ROLE {quote_ident(facts.server.role)} SET "
+                    "default_transaction_read_only = off;")
+        checks.append(Check("writable", Verdict.FAIL,
+                            f"the server is {endpoint.read_only}; {what} must write", fix))
+    return checks
 
 
 def libraries_fix(server: ServerFacts, plugin: str) -> str:

@@ -47,7 +47,8 @@ from cdc_relay.errors import (
     mask_secrets,
 )
 from cdc_relay.model import Lsn
-from cdc_relay.pg.db import open_connection, plain_conninfo, refused, replication_conninfo
+from cdc_relay.pg.db import connection_target, open_connection, plain_conninfo, refused, replication_conninfo
+from cdc_relay.pg.endpoint import pooler_error, pooler_refusal, replication_fix
 from cdc_relay.wal.stream.protocol import (
     NO_CHANGE,
     XLOG_DATA,
@@ -77,11 +78,14 @@ def _invalidated(sqlstate: str, message: str) -> bool:
                                     or "can no longer get changes" in message)
 
 
-def _wrap_connect_error(exc: psycopg.Error, what: str) -> RelayError:
+def _wrap_connect_error(exc: psycopg.Error, what: str, dsn: str) -> RelayError:
     sqlstate = getattr(exc, "sqlstate", None) or ""
     message = mask_secrets(str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc))
+    if pooler_refusal(exc):
+        return pooler_error(dsn, exc)
     if refused(exc):
-        fix = ("ALTER ROLE <user> REPLICATION (WAL mode streams over a replication connection)"
+        fix = (f"{replication_fix(connection_target(dsn).user or None)} (WAL mode streams "
+               "over a replication connection)"
                if "replication" in str(exc).lower() else
                "fix the credentials (DSN, PGPASSFILE) or pg_hba.conf")
         return AccessRefused(f"{what}: {message}. Fix: {fix}; retrying cannot fix this")
@@ -107,7 +111,8 @@ class ReplicationStream:
         try:
             conn = open_connection(replication_conninfo(self._config.dsn), autocommit=True)
         except psycopg.Error as exc:
-            raise _wrap_connect_error(exc, "cannot open a replication connection") from exc
+            raise _wrap_connect_error(exc, "cannot open a replication connection",
+                                      self._config.dsn) from exc
         self._conn = conn
         self._check_slot(conn)
         pgconn = conn.pgconn
@@ -134,7 +139,8 @@ class ReplicationStream:
                 return self._read_position(conn)
         except psycopg.Error as exc:
             self.close()
-            raise _wrap_connect_error(exc, "cannot read the replication slot's position") from exc
+            raise _wrap_connect_error(exc, "cannot read the replication slot's position",
+                                      self._config.dsn) from exc
 
     def _read_position(self, conn: psycopg.Connection[Any]) -> str | None:
         row = conn.execute(
@@ -155,7 +161,8 @@ class ReplicationStream:
             ).fetchone()
         except psycopg.Error as exc:
             self.close()
-            raise _wrap_connect_error(exc, "cannot read the replication slot") from exc
+            raise _wrap_connect_error(exc, "cannot read the replication slot",
+                                      self._config.dsn) from exc
         if row is None:
             # The start-up check found or created the slot: gone now, it is a slot loss
             # (a failover to a server without it, or a drop), never a reason to create one.
