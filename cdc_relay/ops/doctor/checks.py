@@ -17,7 +17,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from cdc_relay.config import KafkaConfig, OutboxConfig
-from cdc_relay.model import BOOKKEEPING_COLUMNS, NOTIFY_TRIGGER, SlotStatus, human_bytes
+from cdc_relay.model import (
+    BOOKKEEPING_COLUMNS,
+    NOTIFY_TRIGGER,
+    SlotStatus,
+    human_bytes,
+    idle_timeout_warning,
+    invalidation_cause,
+    seconds_text,
+)
 from cdc_relay.ops.verdicts import Check, Verdict
 from cdc_relay.sink.config import NatsConfig, RabbitMqConfig, SinkProbe
 from cdc_relay.sink.sqs.config import SqsConfig
@@ -364,12 +372,14 @@ def slot_checks(facts: Facts, options: DoctorSettings) -> list[Check]:
         problem = f"{name} uses plugin {slot.plugin}, not {options.plugin}"
     if problem is not None:
         return [Check("slot", Verdict.FAIL, problem, f"choose another --slot, or {drop}")]
-    if slot.wal_status == "lost":
-        return [Check("slot", Verdict.FAIL, f"{name} is invalidated: the WAL it needs was removed "
-                      "(max_slot_wal_keep_size exceeded); it can never stream again",
+    if slot.invalidated:
+        why, fix = invalidation_cause(slot.invalidation_reason)
+        return [Check("slot", Verdict.FAIL, f"{name} is invalidated (invalidation_reason "
+                      f"{slot.invalidation_reason or 'wal_removed'}): {why}; it can never "
+                      "stream again",
                       "run the relay once with --on-slot-loss recover (a new slot, and the "
                       "retained outbox rows that may be unrelayed republished; "
-                      "docs/high-availability.md, Recovering from a slot loss)")]
+                      f"docs/high-availability.md, Recovering from a slot loss); then {fix}")]
     state = f"active (pid {slot.active_pid})" if slot.active else "inactive"
     lag = human_bytes(slot.lag_bytes or 0)
     detail = f"{name}: {slot.plugin}, {state}, confirmed {slot.confirmed_flush_lsn}, lag {lag}"
@@ -380,8 +390,30 @@ def slot_checks(facts: Facts, options: DoctorSettings) -> list[Check]:
                       f"{detail}: no relay streams from it, and it retains {human_bytes(retained)} "
                       "of WAL, more with every write until the disk is full",
                       f"start the relay (cdc-relay run --slot {name}); if none will run, {drop}"),
-                _retention_check(slot, facts.server)]
-    return [Check("slot", Verdict.PASS, detail), _retention_check(slot, facts.server)]
+                _retention_check(slot, facts.server), *_idle_timeout_check(slot)]
+    return [Check("slot", Verdict.PASS, detail), _retention_check(slot, facts.server),
+            *_idle_timeout_check(slot)]
+
+
+def _idle_timeout_check(slot: SlotStatus) -> list[Check]:
+    """PostgreSQL 18's idle_replication_slot_timeout: the relay's downtime budget."""
+    name, timeout = "idle timeout", slot.idle_timeout
+    if timeout is None:
+        return []  # before PostgreSQL 18
+    if timeout == 0:
+        return [Check(name, Verdict.PASS, "idle_replication_slot_timeout is off (0)")]
+    budget = seconds_text(timeout)
+    warning = idle_timeout_warning(slot)
+    if warning is not None:
+        return [Check(name, Verdict.WARN, warning,
+                      "start the relay (cdc-relay run), or ALTER SYSTEM SET "
+                      "idle_replication_slot_timeout = '<longer than the longest downtime>'; "
+                      "SELECT pg_reload_conf();")]
+    if slot.active or slot.inactive_seconds is None:
+        return [Check(name, Verdict.PASS, f"idle_replication_slot_timeout {budget}: the "
+                      "relay may be down that long before PostgreSQL invalidates the slot")]
+    return [Check(name, Verdict.PASS, f"inactive {seconds_text(slot.inactive_seconds)} of "
+                  f"idle_replication_slot_timeout's {budget}")]
 
 
 def idle_slot_checks(facts: Facts) -> list[Check]:

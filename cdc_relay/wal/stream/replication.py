@@ -26,6 +26,7 @@ the slot), ``SlotBusy`` (another relay is streaming; wait) or ``DatabaseError``
 from __future__ import annotations
 
 import logging
+import re
 import select
 import struct
 import time
@@ -46,7 +47,7 @@ from cdc_relay.errors import (
     SourceLost,
     mask_secrets,
 )
-from cdc_relay.model import Lsn
+from cdc_relay.model import Lsn, invalidation_cause
 from cdc_relay.pg.db import connection_target, open_connection, plain_conninfo, refused, replication_conninfo
 from cdc_relay.pg.endpoint import pooler_error, pooler_refusal, replication_fix
 from cdc_relay.wal.stream.protocol import (
@@ -76,6 +77,18 @@ def _invalidated(sqlstate: str, message: str) -> bool:
     """START_REPLICATION's answer for a slot PostgreSQL invalidated (wal_status 'lost')."""
     return sqlstate == "55000" and ("invalidated" in message
                                     or "can no longer get changes" in message)
+
+
+_DUE_TO = re.compile(r'invalidated due to "(\w+)"')
+
+
+def _cause(message: str) -> str:
+    """What PostgreSQL 17+'s 'invalidated due to "<reason>"' means, and its fix."""
+    found = _DUE_TO.search(message)
+    if found is None:
+        return ""
+    why, fix = invalidation_cause(found.group(1))
+    return f" ({why}; to keep it from happening again, {fix})"
 
 
 def _wrap_connect_error(exc: psycopg.Error, what: str, dsn: str) -> RelayError:
@@ -199,7 +212,7 @@ class ReplicationStream:
                 raise SlotBusy(f"replication slot {slot!r} is active for another process")
             if _invalidated(sqlstate, message):
                 raise SlotLost(f"replication slot {slot!r} was invalidated by PostgreSQL: "
-                               f"{mask_secrets(' '.join(message.split()))}")
+                               f"{mask_secrets(' '.join(message.split()))}{_cause(message)}")
             if sqlstate.startswith("28") or sqlstate == "42501":
                 raise AccessRefused(f"START_REPLICATION refused: {mask_secrets(message)}. Fix: "
                                     "ALTER ROLE <user> REPLICATION, or connect as its owner")
