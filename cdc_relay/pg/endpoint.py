@@ -10,9 +10,9 @@ cannot do what the relay needs (docs/operations.md, the wrong endpoint):
 * a read-only node where writes are needed - a hot standby (``pg_is_in_recovery()``),
   a reader endpoint, or ``default_transaction_read_only = on`` (``read_only_reason``,
   ``require_writable``);
-* a role without the right to replicate, where membership in RDS's
-  ``rds_replication`` counts as the right (``REPLICATION_RIGHT_SQL``,
-  ``replication_fix``).
+* a role without the right to replicate: ``replication_fix`` names both grants,
+  ``ALTER ROLE … REPLICATION`` and RDS/Aurora's ``rds_replication`` membership (which
+  doctor counts as the right: ops/doctor/gather.py reads it).
 
 The first two are ``WrongEndpoint`` (exit 2: fix --dsn), one line; the third is
 ``AccessRefused`` (exit 6) where the refusal is met (pg/db.py, the stream, the slot).
@@ -36,15 +36,6 @@ _POOLER_MARKERS = ("unsupported startup parameter", "pgbouncer")
 
 POOLER_FIX = ("point --dsn at PostgreSQL itself (its host and port, e.g. 5432), not at the "
               "pooler: a logical replication stream needs a direct connection")
-
-# The role may open a replication connection: superuser, REPLICATION, or (RDS/Aurora)
-# membership in rds_replication, which grants it there.
-REPLICATION_RIGHT_SQL = """
-SELECT r.rolsuper, r.rolreplication,
-       EXISTS (SELECT 1 FROM pg_roles AS g WHERE g.rolname = 'rds_replication'
-               AND pg_has_role(current_user, g.oid, 'MEMBER'))
-FROM pg_roles AS r WHERE r.rolname = current_user
-"""
 
 _READ_ONLY_SQL = ("SELECT pg_is_in_recovery(), current_setting('default_transaction_read_only'),"
                   " current_setting('transaction_read_only')")
