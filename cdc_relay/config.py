@@ -291,6 +291,30 @@ class KafkaConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class CredentialsConfig:
+    """Where PostgreSQL passwords come from when they rotate (docs/configuration.md, credentials).
+
+    ``password_command``: a shell command run before every connection, whose first line
+    of output is the password; ``aws_rds_iam``: an RDS/Aurora IAM token per connection,
+    for ``aws_region`` (None: boto3's standard chain). Neither: the DSN's own password.
+    """
+
+    password_command: str | None = None
+    aws_rds_iam: bool = False
+    aws_region: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.password_command is not None and not self.password_command.strip():
+            raise ConfigError("--password-command is empty: give the command that prints the "
+                              "password")
+        if self.password_command and self.aws_rds_iam:
+            raise ConfigError("--password-command and --aws-rds-iam both set the password: "
+                              "give one")
+        if self.aws_region and not self.aws_rds_iam:
+            raise ConfigError("--aws-region is only used with --aws-rds-iam")
+
+
+@dataclass(frozen=True, slots=True)
 class ReplicationConfig:
     """The logical replication stream (docs/design.md, WAL mode)."""
 

@@ -40,6 +40,14 @@ class ConfigError(RelayError):
     exit_code = ExitCode.USAGE
 
 
+class WrongEndpoint(ConfigError):
+    """--dsn reaches a server that cannot do what the command needs: a connection pooler
+    where a replication connection is needed, a read-only node where writes are.
+
+    A retry cannot fix it: the line names the endpoint to use instead (exit 2).
+    """
+
+
 class ServiceUnavailable(RelayError):
     """PostgreSQL or the broker could not be reached, or refused the connection."""
 

@@ -241,6 +241,78 @@ class SlotStatus:
     safe_wal_size: int | None  # bytes writable before invalidation; None = unlimited
     failover: bool | None = None  # a failover slot (PostgreSQL 17+; None before)
     synced: bool | None = None  # a standby's copy synchronized from the primary (17+)
+    invalidation_reason: str | None = None  # why PostgreSQL invalidated it (17+); None: it did not
+    inactive_seconds: float | None = None  # since no client streams from it (17+'s inactive_since)
+    # PostgreSQL 18's idle_replication_slot_timeout in seconds: an inactive slot is
+    # invalidated at the first checkpoint after it; 0 = off, None = a server without it.
+    idle_timeout: float | None = None
+
+    @property
+    def invalidated(self) -> bool:
+        """PostgreSQL invalidated the slot: it can never stream again (a slot loss)."""
+        return self.wal_status == "lost" or self.invalidation_reason is not None
+
+    @property
+    def idle_budget_used(self) -> float | None:
+        """The share of idle_replication_slot_timeout this inactive slot has used (None: no
+        timeout, or the slot is active)."""
+        if not self.idle_timeout or self.active or self.inactive_seconds is None:
+            return None
+        return self.inactive_seconds / self.idle_timeout
+
+
+# Why PostgreSQL invalidates a slot (pg_replication_slots.invalidation_reason), and the fix
+# that keeps it from happening again (docs/high-availability.md, slot loss).
+INVALIDATION_CAUSES = {
+    "wal_removed": ("the WAL it needed was removed (max_slot_wal_keep_size exceeded)",
+                    "raise max_slot_wal_keep_size above what the relay's longest outage retains"),
+    "idle_timeout": ("it stayed inactive longer than idle_replication_slot_timeout "
+                     "(PostgreSQL 18)",
+                     "raise idle_replication_slot_timeout above the relay's longest downtime, or "
+                     "set it to 0 (off): ALTER SYSTEM SET idle_replication_slot_timeout = '7d'; "
+                     "SELECT pg_reload_conf();"),
+    "rows_removed": ("rows it needed were removed by VACUUM (a standby without "
+                     "hot_standby_feedback)", "set hot_standby_feedback = on on the standby"),
+    "wal_level_insufficient": ("wal_level on the primary is below logical",
+                               "set wal_level = logical on the primary and restart it"),
+}
+
+
+IDLE_BUDGET_WARN = 0.5  # of idle_replication_slot_timeout: doctor and status warn beyond it
+
+
+def seconds_text(seconds: float) -> str:
+    """``90`` -> ``1m30s``; ``7200`` -> ``2h0m``."""
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60}s"
+    if whole < 86400:
+        return f"{whole // 3600}h{whole % 3600 // 60}m"
+    return f"{whole // 86400}d{whole % 86400 // 3600}h"
+
+
+def idle_timeout_warning(slot: SlotStatus) -> str | None:
+    """The warning when an inactive slot has used more than half of PostgreSQL 18's
+    idle_replication_slot_timeout (None: no timeout, active, or well within it)."""
+    used = slot.idle_budget_used
+    if used is None or used <= IDLE_BUDGET_WARN or slot.invalidated:
+        return None
+    assert slot.inactive_seconds is not None and slot.idle_timeout is not None
+    left = max(slot.idle_timeout - slot.inactive_seconds, 0)
+    return (f"slot {slot.name} has been inactive for {seconds_text(slot.inactive_seconds)} of "
+            f"idle_replication_slot_timeout's {seconds_text(slot.idle_timeout)}: the first "
+            f"checkpoint after {seconds_text(left)} more invalidates it (a slot loss). Start "
+            "the relay now, or raise idle_replication_slot_timeout above the relay's longest "
+            "downtime (0 = off)")
+
+
+def invalidation_cause(reason: str | None) -> tuple[str, str]:
+    """(why the slot was invalidated, the fix) for an invalidation_reason (None: wal_removed,
+    what a server before 17 means by wal_status 'lost')."""
+    return INVALIDATION_CAUSES.get(reason or "wal_removed", (
+        f"invalidation_reason {reason!r}", "see the server's log for the invalidation"))
 
 
 def human_bytes(value: float) -> str:

@@ -34,6 +34,7 @@ from cdc_relay.pg.db import (
     translate_error,
     validated_table,
 )
+from cdc_relay.pg.endpoint import refuse_pooler, require_writable
 from cdc_relay.pg.schema import Outcome, apply_schema, template_names
 from cdc_relay.pg.slots import idle_logical_slots
 from cdc_relay.wal.slot.setup import (
@@ -148,7 +149,10 @@ def init_database(
     validate_wal_options(slot, plugin or DEFAULT_PLUGIN, publication)
     table = validated_table(outbox.table)
     wanted_trigger = (mode == "poll") if notify_trigger is None else notify_trigger
+    if mode == "wal":
+        refuse_pooler(dsn)  # before anything is made through an endpoint that cannot stream
     with connect(dsn, autocommit=True) as conn:
+        require_writable(conn, dsn, "init")
         try:
             features = frozenset({"trace_context"} if trace_context else ())
             applied, version, trigger = apply_schema(

@@ -297,6 +297,7 @@ def _startup_checks(settings: WalSettings
     unfinished backfill is a warning.
     """
     from cdc_relay.pg.db import connect
+    from cdc_relay.pg.endpoint import require_writable
     from cdc_relay.pg.message_columns import resolve_message_columns
     from cdc_relay.wal.backfill.state import warn_if_unfinished
     from cdc_relay.wal.slot.continuity import read_record
@@ -305,6 +306,9 @@ def _startup_checks(settings: WalSettings
     repl = settings.replication
     conn = connect(repl.dsn, autocommit=True)
     try:
+        # The slot's continuity record and horizon are written: a read-only node is the
+        # wrong endpoint, said now (pg/endpoint.py).
+        require_writable(conn, repl.dsn, "the relay (the slot's continuity record)")
         if repl.plugin_from_slot:
             plugin, note = plugin_for_slot(conn, repl.slot)
             if note:

@@ -17,6 +17,7 @@ from cdc_relay.cli.options import (
     DURATION,
     choose_paths,
     columns_option,
+    credentials_options,
     dsn_option,
     format_option,
     kafka_options,
@@ -243,6 +244,7 @@ def dead_letters() -> None:
 
 
 @dead_letters.command("list")
+@credentials_options
 @option("--dsn", default=None, help="PostgreSQL connection string: polling mode's dead letters "
         "(rows of the outbox).")
 @option("--from-topic", default=None, metavar="TOPIC",

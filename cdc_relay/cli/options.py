@@ -10,6 +10,7 @@ commands live in cli/main.py, cli/ops.py and cli/demo.py and call a composition 
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -25,6 +26,7 @@ from cdc_relay.cli.config_file import load_config_file as load_config_file  # re
 from cdc_relay.cloudevents import DEFAULT_SOURCE as DEFAULT_CLOUDEVENTS_SOURCE
 from cdc_relay.config import (
     MESSAGE_FORMATS,
+    CredentialsConfig,
     OutboxConfig,
     RouterConfig,
     TableRef,
@@ -117,8 +119,38 @@ def option(*decls: str, **attrs: Any) -> Callable[[F], F]:
     return click.option(*decls, **attrs)
 
 
+def credentials_options(f: F) -> F:
+    """``--password-command``, ``--aws-rds-iam``, ``--aws-region``: the command runs with the
+    password provider they ask for installed (app/credentials.py), so every connection it
+    opens takes a fresh password from it."""
+
+    @functools.wraps(f)
+    def with_credentials(*args: Any, password_command: str | None, aws_rds_iam: bool,
+                         aws_region: str | None, **kwargs: Any) -> Any:
+        from cdc_relay.app.credentials import credentials_for
+
+        config = CredentialsConfig(password_command=password_command, aws_rds_iam=aws_rds_iam,
+                                   aws_region=aws_region)
+        with credentials_for(config, kwargs.get("dsn") or ""):
+            return f(*args, **kwargs)
+
+    decorated = option("--aws-region", default=None, metavar="REGION",
+                       help="The region --aws-rds-iam signs its tokens for (default: boto3's "
+                            "standard chain, e.g. AWS_REGION).")(with_credentials)
+    decorated = option("--aws-rds-iam", is_flag=True, default=False,
+                       help="Authenticate with an RDS/Aurora IAM token made for each connection "
+                            "(boto3; needs sslmode=require or stronger in --dsn).")(decorated)
+    decorated = option("--password-command", default=None, metavar="CMD",
+                       help="Run CMD (through sh) before every PostgreSQL connection; the first "
+                            "line it prints is the password (rotating secrets). Never logged.")(
+                                decorated)
+    return decorated  # type: ignore[return-value]
+
+
 def dsn_option(f: F) -> F:
-    return option("--dsn", required=True, help="PostgreSQL connection string (libpq DSN or URL).")(f)
+    """``--dsn`` and the options that say where its password comes from (credentials_options)."""
+    return credentials_options(
+        option("--dsn", required=True, help="PostgreSQL connection string (libpq DSN or URL).")(f))
 
 
 def table_option(f: F) -> F:

@@ -241,3 +241,17 @@ def wait_gone(pids: Sequence[int], timeout: float) -> bool:
             return False
         time.sleep(0.02)
     return True
+
+
+def wait_stopped(pid: int, timeout: float = 10.0) -> None:
+    """Wait until every thread of ``pid`` is stopped (state T) after a SIGSTOP, or it is gone."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = []
+        with contextlib.suppress(OSError):
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                with contextlib.suppress(OSError, IndexError):
+                    states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+        if all(state in ("T", "t", "Z", "X") for state in states):
+            return
+        time.sleep(0.005)

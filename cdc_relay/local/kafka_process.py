@@ -22,7 +22,14 @@ from types import TracebackType
 from typing import Self
 
 from cdc_relay.errors import LocalServiceError
-from cdc_relay.local.helpers import HOST, free_port, kafka_api_versions_ok, tail, wait_serving
+from cdc_relay.local.helpers import (
+    HOST,
+    free_port,
+    kafka_api_versions_ok,
+    tail,
+    wait_serving,
+    wait_stopped,
+)
 from cdc_relay.local.registry import track, untrack
 
 
@@ -144,10 +151,12 @@ class KafkaProcess:
         self._paused = False
 
     def pause(self) -> None:
-        """SIGSTOP the broker: connections stay open, nothing is answered."""
+        """SIGSTOP the broker: connections stay open, nothing is answered. Returns once
+        every thread of it is stopped (a signal takes effect asynchronously)."""
         if self._proc is not None:
             self._proc.send_signal(signal.SIGSTOP)
             self._paused = True
+            wait_stopped(self._proc.pid)
 
     def resume(self) -> None:
         """SIGCONT what pause() stopped."""

@@ -23,7 +23,14 @@ import psycopg
 
 from cdc_relay.config import OutboxConfig, TableRef, validate_slot_name
 from cdc_relay.errors import ConfigError, RelayError
-from cdc_relay.model import Lsn, SlotStatus, human_bytes
+from cdc_relay.model import (
+    Lsn,
+    SlotStatus,
+    human_bytes,
+    idle_timeout_warning,
+    invalidation_cause,
+    seconds_text,
+)
 from cdc_relay.ops.failover.facts import HA_DOCS, FailoverStatus
 from cdc_relay.ops.failover.read import read_failover
 from cdc_relay.pg.db import connect, describe_dsn, translate_error, validated_table
@@ -195,7 +202,7 @@ def _slot_rows(slot: SlotStatus) -> list[tuple[str, str]]:
         lag += f", {slot.lag_seconds:.1f} s"
     retained = "unknown" if slot.retained_bytes is None else human_bytes(slot.retained_bytes)
     safe = "unlimited" if slot.safe_wal_size is None else human_bytes(slot.safe_wal_size)
-    return [
+    rows = [
         ("  plugin", f"{slot.plugin} ({slot.slot_type}, database {slot.database})"),
         ("  state", state),
         ("  confirmed LSN", str(slot.confirmed_flush_lsn)),
@@ -203,6 +210,20 @@ def _slot_rows(slot: SlotStatus) -> list[tuple[str, str]]:
         ("  WAL retained", f"{retained} since restart LSN {slot.restart_lsn}"),
         ("  wal_status", f"{slot.wal_status} (safe_wal_size {safe})"),
     ]
+    if slot.invalidated:
+        why, fix = invalidation_cause(slot.invalidation_reason)
+        rows.append(("  invalidated", f"{slot.invalidation_reason or 'wal_removed'}: {why}. "
+                     "Recover: run the relay once with --on-slot-loss recover "
+                     f"(docs/high-availability.md); then {fix}"))
+    elif slot.idle_timeout:
+        inactive = ("n/a (active)" if slot.active or slot.inactive_seconds is None
+                    else seconds_text(slot.inactive_seconds))
+        rows.append(("  idle timeout", f"inactive {inactive} of idle_replication_slot_timeout "
+                     f"{seconds_text(slot.idle_timeout)}"))
+        warning = idle_timeout_warning(slot)
+        if warning is not None:
+            rows.append(("  WARNING", warning))
+    return rows
 
 
 _PARTITIONS_SQL = """

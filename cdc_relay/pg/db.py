@@ -13,7 +13,15 @@ Owns three small things:
 * Identifier hygiene: deriving object names (indexes, views) that stay within
   PostgreSQL's 63-byte limit (the name checks are config.py's, re-exported here).
 
-It must not hold state, run DDL or know the outbox's semantics: pg/schema.py applies the
+* ``password_provider``: the one place a rotating password (``--password-command``,
+  ``--aws-rds-iam``: pg/credentials.py) reaches a connection. The command installs the
+  provider app/credentials.py built from its configuration, for its whole run; every
+  connection the relay opens - ``connect``, and ``open_connection`` for the callers that
+  translate psycopg's errors themselves (the replication stream) - asks it for a password
+  just before connecting. This is the module's one piece of state, process-wide by
+  design: a connection opened anywhere, on any thread, cannot miss it.
+
+It must not hold other state, run DDL or know the outbox's semantics: pg/schema.py applies the
 migrations, the sources and helpers run their own statements. Every name that reaches
 SQL is validated here *and* quoted with ``psycopg.sql.Identifier`` at the use site.
 """
@@ -43,8 +51,10 @@ from cdc_relay.errors import (
     RelayError,
     ServiceUnavailable,
     SlotBusy,
+    WrongEndpoint,
     mask_secrets,
 )
+from cdc_relay.pg.credentials import PasswordProvider, Target
 from cdc_relay.text import one_line
 
 # Only applied when neither the DSN, the caller nor PGCONNECT_TIMEOUT sets one: an
@@ -94,6 +104,7 @@ _REFUSALS = (
     "is not permitted to log in",
     "permission denied",
     "authentication failed",
+    "no password supplied",  # the server asks for one, the DSN has none (libpq's own words)
 )
 _ROLE_MISSING = re.compile(r'role "[^"]*" does not exist')
 
@@ -149,7 +160,8 @@ def refused(exc: BaseException) -> bool:
     return any(marker in text for marker in _REFUSALS) or bool(_ROLE_MISSING.search(text))
 
 
-def _connect_failed(dsn: str, exc: psycopg.Error) -> RelayError:
+def connect_failed(dsn: str, exc: psycopg.Error) -> RelayError:
+    """A failed connection as the relay reports it: refused (exit 6), invalid, or unreachable."""
     if isinstance(exc, psycopg.ProgrammingError):  # e.g. an unknown option in kwargs
         return ConfigError(f"invalid connection settings: {_one_line(str(exc))}")
     if refused(exc):
@@ -163,6 +175,47 @@ def _connect_failed(dsn: str, exc: psycopg.Error) -> RelayError:
     )
 
 
+_provider: PasswordProvider | None = None
+
+
+@contextmanager
+def password_provider(provider: PasswordProvider | None) -> Iterator[None]:
+    """Every connection opened inside asks ``provider`` for its password (None: the DSN's)."""
+    global _provider
+    previous, _provider = _provider, provider
+    try:
+        yield
+    finally:
+        _provider = previous
+
+
+def connection_target(conninfo: str, kwargs: dict[str, Any] | None = None) -> Target:
+    """The host, port and user a connection goes to, as libpq resolves them (defaults, PG*)."""
+    params: dict[str, Any] = {**conninfo_to_dict(conninfo), **(kwargs or {})}
+    defaults = {option.keyword.decode(): option.val.decode() if option.val else None
+                for option in pq.Conninfo.get_defaults()}
+
+    def first(key: str, fallback: str) -> str:
+        value = params.get(key) or defaults.get(key) or fallback
+        return str(value).split(",")[0].strip()  # a multi-host DSN: the first host
+
+    port = first("port", "5432")
+    return Target(host=first("host", "") or first("hostaddr", "localhost"),
+                  port=int(port) if port.isdigit() else 5432, user=first("user", ""))
+
+
+def open_connection(conninfo: str, **kwargs: Any) -> psycopg.Connection[TupleRow]:
+    """``psycopg.Connection.connect`` with the installed password provider applied.
+
+    psycopg's errors come out untranslated (the caller translates them); a provider that
+    cannot give a password raises its own RelayError (AccessRefused, exit 6).
+    """
+    provider = _provider
+    if provider is not None:
+        kwargs = {**kwargs, "password": provider(connection_target(conninfo, kwargs))}
+    return psycopg.Connection.connect(conninfo, **kwargs)
+
+
 def connect(dsn: str, **kwargs: Any) -> psycopg.Connection[TupleRow]:
     """Open a psycopg connection; failures become ServiceUnavailable / ConfigError.
 
@@ -171,9 +224,9 @@ def connect(dsn: str, **kwargs: Any) -> psycopg.Connection[TupleRow]:
     """
     kwargs = _connect_kwargs(dsn, kwargs)
     try:
-        return psycopg.Connection.connect(dsn, **kwargs)
+        return open_connection(dsn, **kwargs)
     except psycopg.Error as exc:
-        raise _connect_failed(dsn, exc) from exc
+        raise connect_failed(dsn, exc) from exc
 
 
 @contextmanager
@@ -292,11 +345,16 @@ def translate_error(exc: psycopg.Error, doing: str, *, grant: str | None = None,
             f"{message} (while {doing}): a long-running transaction holds a lock on the "
             "table; retry when it has finished"
         )
+    if state == "25006":  # read_only_sql_transaction
+        return WrongEndpoint(
+            f"{message} (while {doing}): the server is read-only (a hot standby or reader "
+            "endpoint, or default_transaction_read_only = on). Fix: point --dsn at the "
+            "primary (the writer endpoint)")
     if state == "42501":
         if "replication" in message.lower():
-            return DatabaseError(
-                f"{message} (while {doing}). Fix: ALTER ROLE <user> REPLICATION "
-                "(or connect as a superuser)"
+            return AccessRefused(
+                f"{message} (while {doing}). Fix: ALTER ROLE <user> REPLICATION (or connect as "
+                "a superuser; on RDS/Aurora: GRANT rds_replication TO <user>)"
             )
         return AccessRefused(
             f"permission denied while {doing}: {message}. Fix: "

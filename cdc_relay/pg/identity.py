@@ -10,13 +10,13 @@ from __future__ import annotations
 import psycopg
 
 from cdc_relay.errors import DatabaseError, SourceLost, mask_secrets
-from cdc_relay.pg.db import replication_conninfo
+from cdc_relay.pg.db import open_connection, replication_conninfo
 
 
 def system_identifier(dsn: str) -> str:
     """The cluster's system identifier (as text); SourceLost/DatabaseError when unreachable."""
     try:
-        with psycopg.connect(replication_conninfo(dsn), autocommit=True) as conn:
+        with open_connection(replication_conninfo(dsn), autocommit=True) as conn:
             row = conn.execute("IDENTIFY_SYSTEM").fetchone()
     except psycopg.OperationalError as exc:
         raise SourceLost(f"cannot identify the PostgreSQL system: {mask_secrets(str(exc))}") from exc

@@ -39,7 +39,7 @@ SELECT w.lsn::text, s.slot_name, s.plugin, s.slot_type, s.database, s.active, s.
        s.wal_status, s.safe_wal_size,
        CASE WHEN r.pid IS NULL THEN NULL
             ELSE coalesce(extract(epoch FROM r.flush_lag), 0)::float8 END,
-       {failover}
+       {failover}, {since}
 FROM (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
                   ELSE pg_current_wal_lsn() END AS lsn) AS w
 LEFT JOIN pg_replication_slots AS s ON s.slot_name = %s
@@ -58,9 +58,16 @@ def query_slot_status(conn: psycopg.Connection[Any], slot: str) -> tuple[Lsn, Sl
     ``slot drop``, ``status``, ``doctor``, the metrics probe). psycopg errors pass through.
     """
     # failover / synced exist from PostgreSQL 17 on (failover slots).
-    columns = ("s.failover, s.synced" if conn.info.server_version >= 170000
-               else "NULL::boolean, NULL::boolean")
-    row = conn.execute(_SLOT_STATUS_SQL.replace("{failover}", columns), (slot,)).fetchone()
+    version = conn.info.server_version
+    columns = ("s.failover, s.synced" if version >= 170000 else "NULL::boolean, NULL::boolean")
+    # invalidation_reason and inactive_since from 17 on; idle_replication_slot_timeout from 18.
+    since = ("s.invalidation_reason, extract(epoch FROM now() - s.inactive_since)::float8"
+             if version >= 170000 else "NULL::text, NULL::float8")
+    since += (", (SELECT setting::float8 FROM pg_settings"
+              " WHERE name = 'idle_replication_slot_timeout')"  # unit: s
+              if version >= 180000 else ", NULL::float8")
+    row = conn.execute(_SLOT_STATUS_SQL.replace("{failover}", columns).replace("{since}", since),
+                       (slot,)).fetchone()
     assert row is not None
     current = Lsn.parse(row[0]) if row[0] else Lsn(0)
     if row[1] is None:
@@ -70,6 +77,7 @@ def query_slot_status(conn: psycopg.Connection[Any], slot: str) -> tuple[Lsn, Sl
         active_pid=row[6], confirmed_flush_lsn=_lsn(row[7]), restart_lsn=_lsn(row[8]),
         lag_bytes=row[9], lag_seconds=row[13], retained_bytes=row[10], wal_status=row[11],
         safe_wal_size=row[12], failover=row[14], synced=row[15],
+        invalidation_reason=row[16], inactive_seconds=row[17], idle_timeout=row[18],
     )
 
 

@@ -29,6 +29,7 @@ from cdc_relay.pg.db import (
     validated_columns,
     validated_table,
 )
+from cdc_relay.pg.endpoint import require_writable
 from cdc_relay.polling.sql import OutboxQueries
 
 
@@ -150,6 +151,8 @@ class OutboxMonitor:
     def check(self) -> None:
         """Raise ConfigError unless the outbox table and every column polling uses exist."""
         with _autocommit(self._dsn) as conn:
+            # Polling's claims mark rows: a read-only node is the wrong endpoint, said now.
+            require_writable(conn, self._dsn, "polling (its claims mark rows processed)")
             try:
                 missing = _missing_columns(conn, self._outbox)
             except psycopg.Error as exc:

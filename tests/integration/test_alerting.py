@@ -45,6 +45,9 @@ NOT_HERE = {
     "cdc_relay_slot_safe_wal_size_bytes": "only with max_slot_wal_keep_size set on the server",
     "cdc_relay_slot_failover_ready": "only with --standby-dsn (test_ha_operations.py)",
     "cdc_relay_failover_probe_success": "only with --standby-dsn (test_ha_operations.py)",
+    "cdc_relay_slot_inactive_seconds": "only on PostgreSQL 17+, while the slot is inactive "
+                                       "(test_idle_slot_timeout.py)",
+    "cdc_relay_slot_idle_timeout_seconds": "only on PostgreSQL 18 (test_idle_slot_timeout.py)",
 }
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"),
             "summary": ("_sum", "_count", "")}

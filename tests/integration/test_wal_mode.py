@@ -240,7 +240,7 @@ def test_the_first_stream_reads_the_held_position_on_the_handed_over_connection(
         opened.append(conninfo)
         return real_connect(conninfo, **kwargs)
 
-    monkeypatch.setattr("cdc_relay.wal.stream.replication.psycopg.connect", counting_connect)
+    monkeypatch.setattr("cdc_relay.wal.stream.replication.open_connection", counting_connect)
     _open_while_the_previous_holder_confirms(db, seed=92, handed=handed)
     assert handed.closed
     ours = [conninfo for conninfo in opened if "application_name=cdc-relay" in conninfo]

@@ -77,7 +77,8 @@ def test_no_free_slot_or_sender_fails_unless_ours_exists_and_streams() -> None:
 def test_missing_replication_privilege_names_the_alter_role() -> None:
     check = by_name(server_checks(replace(SERVER, replication=False), SLOT, "wal2json"))["REPLICATION"]
     assert check.verdict is Verdict.FAIL
-    assert check.fix == 'as a superuser: ALTER ROLE "relay" REPLICATION;'
+    assert check.fix is not None and check.fix.startswith('as a superuser: ALTER ROLE "relay" REPLICATION;')
+    assert 'GRANT rds_replication TO "relay";' in check.fix  # RDS/Aurora's right
 
 
 def test_output_plugin_libraries_without_wal2json_gives_the_list_syntax() -> None:

@@ -17,7 +17,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from cdc_relay.config import KafkaConfig, OutboxConfig
-from cdc_relay.model import BOOKKEEPING_COLUMNS, NOTIFY_TRIGGER, SlotStatus, human_bytes
+from cdc_relay.model import (
+    BOOKKEEPING_COLUMNS,
+    NOTIFY_TRIGGER,
+    SlotStatus,
+    human_bytes,
+    idle_timeout_warning,
+    invalidation_cause,
+    seconds_text,
+)
 from cdc_relay.ops.verdicts import Check, Verdict
 from cdc_relay.sink.config import NatsConfig, RabbitMqConfig, SinkProbe
 from cdc_relay.sink.sqs.config import SqsConfig
@@ -59,6 +67,17 @@ class ServerFacts:
     plugin_libraries: str | None = None  # output_plugin_libraries; None where the server lacks it
     libraries_hidden: bool = False  # the setting exists but this role may not read it
     wal_segment_size: int = 16 * 2**20
+    rds_replication: bool = False  # a member of rds_replication (RDS/Aurora's replication right)
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointFacts:
+    """What the DSN reaches (pg/endpoint.py): a pooler, a read-only node."""
+
+    read_only: str | None = None  # why sessions cannot write; None: they can
+    replication_error: str | None = None  # a replication connection's failure; None: it works
+    pooler: bool = False  # that failure is a connection pooler's refusal
+    probed: bool = False  # a replication connection was tried (WAL mode)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +119,7 @@ class Facts:
     slot: SlotStatus | None
     idle_slots: tuple[SlotStatus, ...] = ()  # inactive logical slots of this database
     backfill: BackfillFacts | None = None  # None: the table has no bookkeeping columns
+    endpoint: EndpointFacts = field(default_factory=EndpointFacts)
 
 
 def quote_ident(name: str) -> str:
@@ -147,14 +167,62 @@ def server_checks(server: ServerFacts, slot: SlotStatus | None, plugin: str) -> 
     return [*checks, _replication_check(server), _libraries_check(server, plugin)]
 
 
+def may_replicate(server: ServerFacts) -> bool:
+    """Superuser, REPLICATION, or membership in rds_replication (RDS/Aurora)."""
+    return server.superuser or server.replication or server.rds_replication
+
+
 def _replication_check(server: ServerFacts) -> Check:
     if server.superuser:
         return Check("REPLICATION", Verdict.PASS, f"role {server.role} is a superuser")
     if server.replication:
         return Check("REPLICATION", Verdict.PASS, f"role {server.role} has REPLICATION")
+    if server.rds_replication:
+        return Check("REPLICATION", Verdict.PASS, f"role {server.role} is a member of "
+                     "rds_replication (RDS/Aurora's replication right)")
+    role = quote_ident(server.role)
     return Check("REPLICATION", Verdict.FAIL,
                  f"role {server.role} may not open a replication connection",
-                 f"as a superuser: ALTER ROLE {quote_ident(server.role)} REPLICATION;")
+                 f"as a superuser: ALTER ROLE {role} REPLICATION; (on RDS/Aurora, as the "
+                 f"master user: GRANT rds_replication TO {role};)")
+
+
+POOLER_FIX = ("point --dsn at PostgreSQL itself (its own host and port), not at the pooler: "
+              "a logical replication stream needs a direct connection")
+
+
+def endpoint_checks(facts: Facts, options: DoctorSettings) -> list[Check]:
+    """The wrong endpoint: a pooler that cannot replicate (WAL mode), a read-only node."""
+    checks = []
+    endpoint = facts.endpoint
+    if endpoint.probed:
+        name = "replication connection"
+        if endpoint.replication_error is None:
+            checks.append(Check(name, Verdict.PASS, "opened (IDENTIFY_SYSTEM answered)"))
+        elif endpoint.pooler:
+            checks.append(Check(name, Verdict.FAIL, "--dsn reaches a connection pooler, which "
+                                "cannot carry a replication connection (it answered: "
+                                f"{endpoint.replication_error})", POOLER_FIX))
+        elif not may_replicate(facts.server):
+            checks.append(Check(name, Verdict.SKIP, "not possible without the right to "
+                                "replicate (see REPLICATION)"))
+        else:
+            checks.append(Check(name, Verdict.FAIL, endpoint.replication_error,
+                                "allow it in pg_hba.conf: a 'host replication <role> <client "
+                                "address> <method>' line (the database 'all' does not cover "
+                                "replication connections)"))
+    what = ("init, polling's claims" if options.mode == "poll"
+            else "init, the slot's continuity record")
+    if endpoint.read_only is None:
+        checks.append(Check("writable", Verdict.PASS, "the server accepts writes"))
+    else:
+        fix = "point --dsn at the primary (the writer endpoint), not a replica or reader endpoint"
+        if "default_transaction_read_only" in endpoint.read_only:
+            fix += (f"; or ALTER ROLE {quote_ident(facts.server.role)} SET "
+                    "default_transaction_read_only = off;")
+        checks.append(Check("writable", Verdict.FAIL,
+                            f"the server is {endpoint.read_only}; {what} must write", fix))
+    return checks
 
 
 def libraries_fix(server: ServerFacts, plugin: str) -> str:
@@ -304,12 +372,14 @@ def slot_checks(facts: Facts, options: DoctorSettings) -> list[Check]:
         problem = f"{name} uses plugin {slot.plugin}, not {options.plugin}"
     if problem is not None:
         return [Check("slot", Verdict.FAIL, problem, f"choose another --slot, or {drop}")]
-    if slot.wal_status == "lost":
-        return [Check("slot", Verdict.FAIL, f"{name} is invalidated: the WAL it needs was removed "
-                      "(max_slot_wal_keep_size exceeded); it can never stream again",
+    if slot.invalidated:
+        why, fix = invalidation_cause(slot.invalidation_reason)
+        return [Check("slot", Verdict.FAIL, f"{name} is invalidated (invalidation_reason "
+                      f"{slot.invalidation_reason or 'wal_removed'}): {why}; it can never "
+                      "stream again",
                       "run the relay once with --on-slot-loss recover (a new slot, and the "
                       "retained outbox rows that may be unrelayed republished; "
-                      "docs/high-availability.md, Recovering from a slot loss)")]
+                      f"docs/high-availability.md, Recovering from a slot loss); then {fix}")]
     state = f"active (pid {slot.active_pid})" if slot.active else "inactive"
     lag = human_bytes(slot.lag_bytes or 0)
     detail = f"{name}: {slot.plugin}, {state}, confirmed {slot.confirmed_flush_lsn}, lag {lag}"
@@ -320,8 +390,30 @@ def slot_checks(facts: Facts, options: DoctorSettings) -> list[Check]:
                       f"{detail}: no relay streams from it, and it retains {human_bytes(retained)} "
                       "of WAL, more with every write until the disk is full",
                       f"start the relay (cdc-relay run --slot {name}); if none will run, {drop}"),
-                _retention_check(slot, facts.server)]
-    return [Check("slot", Verdict.PASS, detail), _retention_check(slot, facts.server)]
+                _retention_check(slot, facts.server), *_idle_timeout_check(slot)]
+    return [Check("slot", Verdict.PASS, detail), _retention_check(slot, facts.server),
+            *_idle_timeout_check(slot)]
+
+
+def _idle_timeout_check(slot: SlotStatus) -> list[Check]:
+    """PostgreSQL 18's idle_replication_slot_timeout: the relay's downtime budget."""
+    name, timeout = "idle timeout", slot.idle_timeout
+    if timeout is None:
+        return []  # before PostgreSQL 18
+    if timeout == 0:
+        return [Check(name, Verdict.PASS, "idle_replication_slot_timeout is off (0)")]
+    budget = seconds_text(timeout)
+    warning = idle_timeout_warning(slot)
+    if warning is not None:
+        return [Check(name, Verdict.WARN, warning,
+                      "start the relay (cdc-relay run), or ALTER SYSTEM SET "
+                      "idle_replication_slot_timeout = '<longer than the longest downtime>'; "
+                      "SELECT pg_reload_conf();")]
+    if slot.active or slot.inactive_seconds is None:
+        return [Check(name, Verdict.PASS, f"idle_replication_slot_timeout {budget}: the "
+                      "relay may be down that long before PostgreSQL invalidates the slot")]
+    return [Check(name, Verdict.PASS, f"inactive {seconds_text(slot.inactive_seconds)} of "
+                  f"idle_replication_slot_timeout's {budget}")]
 
 
 def idle_slot_checks(facts: Facts) -> list[Check]:

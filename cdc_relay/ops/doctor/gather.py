@@ -30,18 +30,21 @@ from psycopg import errors as pgerrors
 from psycopg import sql
 
 from cdc_relay.config import validate_slot_name
-from cdc_relay.errors import AccessRefused, RelayError, ServiceUnavailable
+from cdc_relay.errors import AccessRefused, RelayError, ServiceUnavailable, mask_secrets
 from cdc_relay.model import NOTIFY_TRIGGER
 from cdc_relay.ops.doctor.checks import (
     BackfillFacts,
     DoctorSettings,
+    EndpointFacts,
     Facts,
     PublicationFacts,
     ServerFacts,
     TableFacts,
     backfill_check,
+    endpoint_checks,
     idle_slot_checks,
     libraries_fix,
+    may_replicate,
     plugin_allowed,
     quote_ident,
     server_checks,
@@ -53,8 +56,10 @@ from cdc_relay.ops.failover.checks import failover_checks
 from cdc_relay.ops.failover.read import gather_failover
 from cdc_relay.ops.verdicts import Check, Verdict
 from cdc_relay.pg.db import connect, describe_dsn, translate_error, validated_table
+from cdc_relay.pg.endpoint import pooler_refusal, probe_replication, read_only_reason
 from cdc_relay.pg.slots import idle_logical_slots, read_slot_status
 from cdc_relay.sink.kafka.client import check_brokers
+from cdc_relay.text import one_line
 from cdc_relay.wal.backfill.state import backfill_running, read_record
 
 PROBE_TIMEOUT = "10s"  # creating a slot waits for running transactions: bound it
@@ -66,7 +71,9 @@ SELECT current_setting('server_version'), current_database(), current_user,
        current_setting('max_replication_slots')::int, current_setting('max_wal_senders')::int,
        pg_size_bytes(current_setting('max_slot_wal_keep_size')),
        (SELECT count(*) FROM pg_replication_slots), (SELECT count(*) FROM pg_stat_replication),
-       pg_size_bytes(current_setting('wal_segment_size'))
+       pg_size_bytes(current_setting('wal_segment_size')),
+       EXISTS (SELECT 1 FROM pg_roles AS g WHERE g.rolname = 'rds_replication'
+               AND pg_has_role(current_user, g.oid, 'MEMBER'))
 FROM pg_roles AS r WHERE r.rolname = current_user
 """
 
@@ -100,7 +107,9 @@ def gather(conn: psycopg.Connection[Any], options: DoctorSettings) -> Facts:
     try:
         row = conn.execute(_SERVER_SQL).fetchone()
         assert row is not None
-        server = _with_libraries(conn, replace(ServerFacts(*row[:11]), wal_segment_size=row[11]))
+        server = _with_libraries(conn, replace(ServerFacts(*row[:11]), wal_segment_size=row[11],
+                                               rds_replication=bool(row[12])))
+        read_only = read_only_reason(conn)
         found = conn.execute(_TABLE_SQL, (NOTIFY_TRIGGER, table.schema, table.name)).fetchone()
         pub = conn.execute(_PUBLICATION_SQL, (table.schema, table.name, f"{quote_ident(table.schema)}."
                                               f"{quote_ident(table.name)}",
@@ -122,8 +131,14 @@ def gather(conn: psycopg.Connection[Any], options: DoctorSettings) -> Facts:
     if ({"processed_at", "dead_lettered_at"} <= table_facts.columns
             and table_facts.privileges.get("SELECT")):
         backfill = gather_backfill(conn, options)
+    endpoint = EndpointFacts(read_only=read_only)
+    if options.mode == "wal":
+        error = probe_replication(options.dsn)
+        endpoint = replace(endpoint, probed=True, pooler=error is not None and pooler_refusal(error),
+                           replication_error=None if error is None else mask_secrets(
+                               one_line(str(error))).split("FATAL:")[-1].strip())
     return Facts(server, table_facts, publication, read_slot_status(conn, options.slot)[1],
-                 tuple(idle_logical_slots(conn)), backfill)
+                 tuple(idle_logical_slots(conn)), backfill, endpoint)
 
 
 def gather_backfill(conn: psycopg.Connection[Any], options: DoctorSettings) -> BackfillFacts:
@@ -166,7 +181,7 @@ def probe_plugin(conn: psycopg.Connection[Any], facts: Facts, options: DoctorSet
         return Check(name, Verdict.PASS, f"slot {slot.name} is streaming with {plugin}")
     blockers = [reason for reason, blocked in (
         ("wal_level is not logical", server.wal_level != "logical"),
-        ("the role lacks REPLICATION", not (server.superuser or server.replication)),
+        ("the role lacks REPLICATION", not may_replicate(server)),
         ("no replication slot is free", server.slots_used >= server.max_slots),
         ("output_plugin_libraries does not allow it", not plugin_allowed(server, plugin)),
     ) if blocked]
@@ -267,7 +282,7 @@ def _database_checks(conn: psycopg.Connection[Any], options: DoctorSettings) -> 
             "wal2json", "pgoutput"):
         options = replace(options, plugin=facts.slot.plugin)  # what run would use
     checks = [Check("connection", Verdict.PASS, f"{server.role}@{describe_dsn(options.dsn)}, "
-                    f"PostgreSQL {server.version}")]
+                    f"PostgreSQL {server.version}"), *endpoint_checks(facts, options)]
     if options.mode == "wal":
         checks += server_checks(server, facts.slot, options.plugin)
         checks.append(probe_plugin(conn, facts, options))

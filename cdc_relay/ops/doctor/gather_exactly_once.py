@@ -17,6 +17,7 @@ from cdc_relay.errors import RelayError
 from cdc_relay.model import Lsn
 from cdc_relay.ops.doctor.exactly_once import ExactlyOnceFacts, exactly_once_checks
 from cdc_relay.ops.verdicts import Check, Verdict
+from cdc_relay.pg.db import open_connection
 from cdc_relay.pg.identity import system_identifier
 from cdc_relay.sink.kafka.checkpoint import describe_topic, read_views, topic_problems
 from cdc_relay.sink.kafka.client import producer_settings
@@ -37,7 +38,7 @@ def run_exactly_once_checks(dsn: str, slot: str, kafka: KafkaConfig | None, topi
 
 def _gather(dsn: str, slot: str, kafka: KafkaConfig, topic: str, timeout: float) -> ExactlyOnceFacts:
     system_id = system_identifier(dsn)
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with open_connection(dsn, autocommit=True) as conn:
         row = conn.execute("SELECT pg_current_wal_lsn()::text, (SELECT confirmed_flush_lsn::text"
                            " FROM pg_replication_slots WHERE slot_name = %s)", (slot,)).fetchone()
     assert row is not None

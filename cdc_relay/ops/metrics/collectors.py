@@ -28,7 +28,7 @@ from prometheus_client.core import (
     Metric,
 )
 
-from cdc_relay.model import SlotStatus
+from cdc_relay.model import INVALIDATION_CAUSES, SlotStatus
 from cdc_relay.ops.failover.facts import FailoverStatus
 from cdc_relay.stats import BATCH_BUCKETS, PollStats, RelayStats, TxnStats
 
@@ -87,6 +87,18 @@ def _wal_status(current: str) -> GaugeMetricFamily:
     return family
 
 
+def _invalidation(slot: SlotStatus) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(
+        "cdc_relay_slot_invalidated", "1 for the reason PostgreSQL invalidated the slot "
+        "(pg_replication_slots.invalidation_reason; wal_removed where the server predates it), "
+        "0 for the others: idle_timeout is PostgreSQL 18's idle_replication_slot_timeout.",
+        labels=["reason"])
+    current = (slot.invalidation_reason or "wal_removed") if slot.invalidated else None
+    for name in sorted({*INVALIDATION_CAUSES, *([current] if current else [])}):
+        family.add_metric([name], 1 if name == current else 0)
+    return family
+
+
 def slot_metrics(probe: SlotFigures) -> Iterator[Metric]:
     """The probe's figures; absent while it cannot read or the slot does not exist."""
     yield _gauge("cdc_relay_slot_probe_success",
@@ -113,6 +125,15 @@ def slot_metrics(probe: SlotFigures) -> Iterator[Metric]:
                      status.safe_wal_size)
     if status.wal_status is not None:
         yield _wal_status(status.wal_status)
+    yield _invalidation(status)
+    if not status.active and status.inactive_seconds is not None:
+        yield _gauge("cdc_relay_slot_inactive_seconds",
+                     "Seconds since a client last streamed from the slot (PostgreSQL 17+).",
+                     status.inactive_seconds)
+    if status.idle_timeout is not None:
+        yield _gauge("cdc_relay_slot_idle_timeout_seconds",
+                     "PostgreSQL 18's idle_replication_slot_timeout (0 = off): an inactive slot "
+                     "is invalidated at the first checkpoint after it.", status.idle_timeout)
     if status.lag_seconds is not None:
         yield _gauge("cdc_relay_replication_lag_seconds",
                      "pg_stat_replication.flush_lag of the slot's walsender (0 when caught up).",

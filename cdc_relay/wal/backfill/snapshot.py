@@ -24,7 +24,7 @@ from psycopg import pq
 from cdc_relay.config import ReplicationConfig, validate_slot_name
 from cdc_relay.errors import DatabaseError, ServiceUnavailable, SlotBusy, mask_secrets
 from cdc_relay.model import Lsn
-from cdc_relay.pg.db import replication_conninfo
+from cdc_relay.pg.db import open_connection, replication_conninfo
 
 log = logging.getLogger("cdc_relay.replication")
 
@@ -72,7 +72,7 @@ def create_slot_exporting_snapshot(config: ReplicationConfig) -> ExportedSlot:
     """
     slot = validate_slot_name(config.slot)
     try:
-        conn = psycopg.connect(replication_conninfo(config.dsn), autocommit=True)
+        conn = open_connection(replication_conninfo(config.dsn), autocommit=True)
     except psycopg.Error as exc:
         raise ServiceUnavailable("cannot open a replication connection to create slot "
                                  f"{slot!r}: {_first_line(exc)}") from exc

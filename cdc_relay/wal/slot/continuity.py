@@ -37,7 +37,7 @@ import psycopg
 from psycopg import sql
 
 from cdc_relay.errors import AccessRefused, RelayError, SlotLost, mask_secrets
-from cdc_relay.model import Lsn, SlotStatus
+from cdc_relay.model import Lsn, SlotStatus, invalidation_cause
 from cdc_relay.pg.db import connect, translate_error
 
 log = logging.getLogger("cdc_relay.continuity")
@@ -247,10 +247,11 @@ def loss_reason(status: SlotStatus | None, record: SlotRecord | None,
     simply has not been created yet.
     """
     if status is not None:
-        if status.wal_status == "lost":
+        if status.invalidated:
+            why, fix = invalidation_cause(status.invalidation_reason)
             return (f"replication slot {status.name!r} was invalidated by PostgreSQL "
-                    "(wal_status 'lost': the WAL it needed was removed, e.g. by "
-                    "max_slot_wal_keep_size)")
+                    f"(invalidation_reason {status.invalidation_reason or 'wal_removed'}: {why}; "
+                    f"to keep it from happening again, {fix})")
         return None
     if record is None:
         return None

@@ -20,6 +20,7 @@ anyone streams from, or read or write outbox rows.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,7 @@ from cdc_relay.pg.db import (
     validated_columns,
     validated_table,
 )
+from cdc_relay.pg.endpoint import refuse_pooler, replication_fix
 from cdc_relay.pg.schema import ADVISORY_LOCK_KEY, Outcome
 from cdc_relay.pg.slots import slot_status
 from cdc_relay.wal.slot import continuity
@@ -128,8 +130,8 @@ def ensure_replication(
                 "`cdc-relay init` first, or pass the right --table / --dsn"
             )
         return ensure_publication_and_slot(
-            conn, table, slot=slot, plugin=plugin, publication=publication, failover=failover
-        )
+            conn, table, slot=slot, plugin=plugin, publication=publication, failover=failover,
+            before_create=lambda: refuse_pooler(dsn))
 
 
 def ensure_publication_and_slot(
@@ -140,8 +142,12 @@ def ensure_publication_and_slot(
     plugin: str,
     publication: str,
     failover: bool = True,
+    before_create: Callable[[], None] | None = None,
 ) -> ReplicationReport:
     """On an autocommit connection: the publication (pgoutput only), then the slot.
+
+    ``before_create`` runs just before a slot is created (not when it exists): the check
+    that this endpoint can stream from it at all (pg/endpoint.py: not a pooler).
 
     Names must already be validated (``validate_wal_options``, ``validated_table``).
     A slot created here is recorded (wal/slot/continuity.py) and, on PostgreSQL 17+, is a
@@ -156,7 +162,7 @@ def ensure_publication_and_slot(
     if plugin == "pgoutput":
         pub = _publication_in_place(conn, publication, table, partitioned)
     try:
-        slot_outcome = _ensure_slot(conn, slot, plugin, table, failover)
+        slot_outcome = _ensure_slot(conn, slot, plugin, table, failover, before_create)
     except psycopg.Error as exc:
         raise translate_error(exc, f"checking replication slot {slot!r}") from exc
     return ReplicationReport(pub, slot_outcome, partitioned)
@@ -267,7 +273,7 @@ def _publication_includes(conn: psycopg.Connection[Any], pub_oid: int, publicati
 
 
 def _ensure_slot(conn: psycopg.Connection[Any], slot: str, plugin: str, table: TableRef,
-                 failover: bool) -> Outcome:
+                 failover: bool, before_create: Callable[[], None] | None = None) -> Outcome:
     info = slot_status(conn, slot)
     record = continuity.read_record(conn, table.schema, slot)
     system_id = continuity.identity(conn)[0] if record is not None else None
@@ -276,6 +282,8 @@ def _ensure_slot(conn: psycopg.Connection[Any], slot: str, plugin: str, table: T
         raise continuity.slot_lost(reason, record)
     if info is None:
         _check_wal_level(conn)
+        if before_create is not None:
+            before_create()
         failover = failover and supports_failover_slots(conn)
         horizon = continuity.oldest_running(conn)
         try:
@@ -356,7 +364,7 @@ def _slot_error(exc: psycopg.Error, slot: str, plugin: str) -> RelayError:
         )
     if exc.sqlstate == "42501":
         return AccessRefused(
-            f"cannot create slot {slot!r}: {message}. Fix: ALTER ROLE <user> REPLICATION (or "
+            f"cannot create slot {slot!r}: {message}. Fix: {replication_fix(None)} (or "
             "create the slot once as a superuser with `cdc-relay init`)")
     error = translate_error(exc, f"creating replication slot {slot!r}")
     return error if isinstance(error, DatabaseError) else DatabaseError(str(error))

@@ -26,6 +26,7 @@ the slot), ``SlotBusy`` (another relay is streaming; wait) or ``DatabaseError``
 from __future__ import annotations
 
 import logging
+import re
 import select
 import struct
 import time
@@ -46,8 +47,9 @@ from cdc_relay.errors import (
     SourceLost,
     mask_secrets,
 )
-from cdc_relay.model import Lsn
-from cdc_relay.pg.db import plain_conninfo, refused, replication_conninfo
+from cdc_relay.model import Lsn, invalidation_cause
+from cdc_relay.pg.db import connection_target, open_connection, plain_conninfo, refused, replication_conninfo
+from cdc_relay.pg.endpoint import pooler_error, pooler_refusal, replication_fix
 from cdc_relay.wal.stream.protocol import (
     NO_CHANGE,
     XLOG_DATA,
@@ -77,11 +79,26 @@ def _invalidated(sqlstate: str, message: str) -> bool:
                                     or "can no longer get changes" in message)
 
 
-def _wrap_connect_error(exc: psycopg.Error, what: str) -> RelayError:
+_DUE_TO = re.compile(r'invalidated due to "(\w+)"')
+
+
+def _cause(message: str) -> str:
+    """What PostgreSQL 17+'s 'invalidated due to "<reason>"' means, and its fix."""
+    found = _DUE_TO.search(message)
+    if found is None:
+        return ""
+    why, fix = invalidation_cause(found.group(1))
+    return f" ({why}; to keep it from happening again, {fix})"
+
+
+def _wrap_connect_error(exc: psycopg.Error, what: str, dsn: str) -> RelayError:
     sqlstate = getattr(exc, "sqlstate", None) or ""
     message = mask_secrets(str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc))
+    if pooler_refusal(exc):
+        return pooler_error(dsn, exc)
     if refused(exc):
-        fix = ("ALTER ROLE <user> REPLICATION (WAL mode streams over a replication connection)"
+        fix = (f"{replication_fix(connection_target(dsn).user or None)} (WAL mode streams "
+               "over a replication connection)"
                if "replication" in str(exc).lower() else
                "fix the credentials (DSN, PGPASSFILE) or pg_hba.conf")
         return AccessRefused(f"{what}: {message}. Fix: {fix}; retrying cannot fix this")
@@ -105,9 +122,10 @@ class ReplicationStream:
     def open(self) -> Lsn:
         """Connect and START_REPLICATION; return the slot's confirmed flush LSN (the resume point)."""
         try:
-            conn = psycopg.connect(replication_conninfo(self._config.dsn), autocommit=True)
+            conn = open_connection(replication_conninfo(self._config.dsn), autocommit=True)
         except psycopg.Error as exc:
-            raise _wrap_connect_error(exc, "cannot open a replication connection") from exc
+            raise _wrap_connect_error(exc, "cannot open a replication connection",
+                                      self._config.dsn) from exc
         self._conn = conn
         self._check_slot(conn)
         pgconn = conn.pgconn
@@ -130,11 +148,12 @@ class ReplicationStream:
             finally:
                 borrowed.close()  # one query, then it is done
         try:
-            with psycopg.connect(plain_conninfo(self._config.dsn), autocommit=True) as conn:
+            with open_connection(plain_conninfo(self._config.dsn), autocommit=True) as conn:
                 return self._read_position(conn)
         except psycopg.Error as exc:
             self.close()
-            raise _wrap_connect_error(exc, "cannot read the replication slot's position") from exc
+            raise _wrap_connect_error(exc, "cannot read the replication slot's position",
+                                      self._config.dsn) from exc
 
     def _read_position(self, conn: psycopg.Connection[Any]) -> str | None:
         row = conn.execute(
@@ -155,7 +174,8 @@ class ReplicationStream:
             ).fetchone()
         except psycopg.Error as exc:
             self.close()
-            raise _wrap_connect_error(exc, "cannot read the replication slot") from exc
+            raise _wrap_connect_error(exc, "cannot read the replication slot",
+                                      self._config.dsn) from exc
         if row is None:
             # The start-up check found or created the slot: gone now, it is a slot loss
             # (a failover to a server without it, or a drop), never a reason to create one.
@@ -192,7 +212,7 @@ class ReplicationStream:
                 raise SlotBusy(f"replication slot {slot!r} is active for another process")
             if _invalidated(sqlstate, message):
                 raise SlotLost(f"replication slot {slot!r} was invalidated by PostgreSQL: "
-                               f"{mask_secrets(' '.join(message.split()))}")
+                               f"{mask_secrets(' '.join(message.split()))}{_cause(message)}")
             if sqlstate.startswith("28") or sqlstate == "42501":
                 raise AccessRefused(f"START_REPLICATION refused: {mask_secrets(message)}. Fix: "
                                     "ALTER ROLE <user> REPLICATION, or connect as its owner")
