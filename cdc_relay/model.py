@@ -165,8 +165,8 @@ class CapturedRow:
 
     table: Any
     op: str
-    new: list[bytes | None | object] | None
-    old: list[bytes | None | object] | None
+    new: list[bytes | object | None] | None
+    old: list[bytes | object | None] | None
     lsn: Lsn
     xid: int | None
     commit_us: int
