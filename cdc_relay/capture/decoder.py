@@ -26,6 +26,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from cdc_relay.capture.envelope import TableCodec
 from cdc_relay.capture.selection import Selection
@@ -54,11 +55,11 @@ class CodecOptions:
     placeholder: str = "__debezium_unavailable_value"
 
 
-class _Outbox:
+class OutboxDecoder(Protocol):
     """What the capture decoder needs of the outbox decoder (decoding/pgoutput.py)."""
 
-    decode: DecodeFunction
-
+    @property
+    def decode(self) -> DecodeFunction: ...
     def reset(self) -> None: ...
 
 
@@ -66,7 +67,7 @@ class CaptureDecoder:
     """See the module docstring. ``outbox`` is the PgOutputDecoder (any object with
     ``decode`` and ``reset``)."""
 
-    def __init__(self, outbox: _Outbox, selection: Selection, shapes: ShapeLookup,
+    def __init__(self, outbox: OutboxDecoder, selection: Selection, shapes: ShapeLookup,
                  options: CodecOptions) -> None:
         self._outbox = outbox
         self._forward = outbox.decode
