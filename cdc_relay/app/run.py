@@ -51,7 +51,6 @@ if TYPE_CHECKING:
     import psycopg
 
     from cdc_relay.app.capture import CaptureSetup
-
     from cdc_relay.wal.exactly_once.mode import ExactlyOnce
 
 log = logging.getLogger("cdc_relay")

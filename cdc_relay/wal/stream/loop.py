@@ -35,8 +35,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from cdc_relay.capture.route import CaptureRouter
 from cdc_relay.backoff import Backoff
+from cdc_relay.capture.route import CaptureRouter
 from cdc_relay.config import FlowConfig
 from cdc_relay.delivery.engine import ProducerFailed
 from cdc_relay.delivery.producer import new_producer, warm_up
