@@ -190,7 +190,7 @@ def source_block(info: SourceInfo, codec: TableCodec, *, commit_us: int, last_co
     return {
         "version": info.version, "connector": "postgresql", "name": info.name,
         "ts_ms": commit_us // 1000, "snapshot": "false", "db": info.db,
-        "sequence": dumps([None if last_commit is None else str(last_commit), str(lsn)]).decode(),
+        "sequence": dumps([None if last_commit is None else str(int(last_commit)), str(lsn)]).decode(),
         "ts_us": commit_us, "ts_ns": commit_us * 1000,
         "schema": codec.shape.schema, "table": codec.shape.name, "txId": xid, "lsn": lsn,
         "xmin": None, "origin": None, "origin_lsn": None,

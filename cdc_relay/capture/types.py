@@ -85,8 +85,18 @@ def _decimal(scale: int) -> Convert:
             raise ValueError(f"not a numeric: {text!r}") from exc
         if not number.is_finite():
             return None  # Debezium's precise mode writes NaN and the infinities as null
-        return _unscaled(int(number.scaleb(scale).to_integral_value()))
+        return _unscaled(_unscaled_at(number, scale))
     return convert
+
+
+def _unscaled_at(number: Decimal, scale: int) -> int:
+    """The unscaled integer of ``number`` at ``scale``, exactly (no context rounding)."""
+    sign, digits, exponent = number.as_tuple()
+    assert isinstance(exponent, int)
+    value = int("".join(map(str, digits)) or "0")
+    shift = exponent + scale
+    value = value * 10**shift if shift >= 0 else value // 10**-shift
+    return -value if sign else value
 
 
 def _variable_decimal(text: str) -> dict[str, Any] | None:
@@ -96,9 +106,11 @@ def _variable_decimal(text: str) -> dict[str, Any] | None:
         raise ValueError(f"not a numeric: {text!r}") from exc
     if not number.is_finite():
         return None
-    exponent = number.normalize().as_tuple().exponent if number else 0
-    scale = max(0, -int(exponent))
-    return {"scale": scale, "value": _unscaled(int(number.scaleb(scale)))}
+    _, digits, exponent = number.as_tuple()
+    assert isinstance(exponent, int)
+    trailing = len(digits) - len("".join(map(str, digits)).rstrip("0")) if number else len(digits)
+    scale = max(0, -(exponent + trailing)) if number else 0
+    return {"scale": scale, "value": _unscaled(_unscaled_at(number, scale))}
 
 
 def _int(bits: int) -> Convert:
