@@ -29,7 +29,7 @@ def _relation(relid: int = 7, name: bytes = b"customers", oids: tuple[int, ...] 
     return b"R" + struct.pack("!I", relid) + b"public\x00" + name + b"\x00d" + struct.pack("!H", 3) + cols
 
 
-def _tuple(*values: bytes | None | str) -> bytes:
+def _tuple(*values: bytes | str | None) -> bytes:
     out = struct.pack("!H", len(values))
     for value in values:
         if value is None:
