@@ -95,7 +95,8 @@ def _unscaled_at(number: Decimal, scale: int) -> int:
     assert isinstance(exponent, int)
     value = int("".join(map(str, digits)) or "0")
     shift = exponent + scale
-    value = value * 10**shift if shift >= 0 else value // 10**-shift
+    power: int = 10 ** abs(shift)
+    value = value * power if shift >= 0 else value // power
     return -value if sign else value
 
 
