@@ -440,3 +440,29 @@ class ExactlyOnceConfig:
         """The --txn-* options as the limits that close a Kafka transaction."""
         return TxnLimits(self.txn_interval, self.txn_max_events, self.txn_max_bytes,
                          self.txn_split_events)
+
+
+UNAVAILABLE_VALUE = "__debezium_unavailable_value"  # Debezium's unavailable.value.placeholder
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureConfig:
+    """Table CDC (``run --capture``, docs/table-cdc.md): the tables (``--capture`` text,
+    patterns parsed by capture/selection.py), the topic prefix (Debezium's ``topic.prefix``),
+    whether the outbox is relayed too, tombstones after deletes, the unchanged-TOAST
+    placeholder."""
+
+    tables: str
+    prefix: str
+    outbox: bool = True
+    tombstones: bool = True
+    placeholder: str = UNAVAILABLE_VALUE
+
+    def __post_init__(self) -> None:
+        if not self.tables.strip():
+            raise ConfigError("--capture names no table: e.g. --capture public.customers")
+        if not self.prefix or not re.fullmatch(r"[A-Za-z0-9._-]+", self.prefix):
+            raise ConfigError(
+                f"invalid --capture-prefix {self.prefix!r}: captured tables' topics are "
+                "PREFIX.SCHEMA.TABLE, so use letters, digits, '.', '_' or '-' (as Debezium's "
+                "topic.prefix)")

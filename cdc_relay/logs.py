@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from cdc_relay.errors import mask_secrets
-from cdc_relay.model import OutboxEvent
+from cdc_relay.model import InFlight
 
 # Attributes every LogRecord has; anything else on a record came from ``extra=``.
 _STANDARD_ATTRS = frozenset(
@@ -36,7 +36,7 @@ _STANDARD_ATTRS = frozenset(
 ) | {"message", "asctime", "taskName"}
 
 
-def event_fields(event: OutboxEvent) -> dict[str, Any]:
+def event_fields(event: InFlight) -> dict[str, Any]:
     """The fields an event-level log line carries."""
     return {
         "event_id": event.id,

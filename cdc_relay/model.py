@@ -149,9 +149,36 @@ class IgnoredMessage:
     prefix: str
 
 
-# What a decoder yields for one replication message. Other messages (updates, deletes,
-# other prefixes' logical messages, relations, ...) decode to None and are not Changes.
-Change = Begin | OutboxEvent | Commit | IgnoredMessage
+@dataclass(slots=True)
+class CapturedRow:
+    """One INSERT, UPDATE or DELETE of a captured table (WAL mode, ``run --capture``).
+
+    ``table`` is the capture room's codec of the table as the Relation message before it
+    described it (cdc_relay/capture/envelope.py; opaque here). ``op`` is ``c``, ``u`` or
+    ``d``; ``new`` and ``old`` are the row images as pgoutput sent them, one entry per
+    column: the value's text (UTF-8 bytes), None for NULL, or ``UNCHANGED`` for an
+    unchanged TOASTed value; ``old`` is None when the message had no old image. ``lsn``
+    is the change's position, ``xid`` / ``commit_us`` (microseconds since the epoch) its
+    transaction's, ``last_commit`` the end of the previous transaction the stream
+    delivered (None before the first): what Debezium's ``source`` block reports.
+    """
+
+    table: Any
+    op: str
+    new: list[bytes | object | None] | None
+    old: list[bytes | object | None] | None
+    lsn: Lsn
+    xid: int | None
+    commit_us: int
+    last_commit: Lsn | None
+
+
+UNCHANGED = object()  # CapturedRow: an unchanged TOASTed value (pgoutput's 'u')
+
+# What a decoder yields for one replication message. Other messages (updates, deletes of
+# tables not captured, other prefixes' logical messages, relations, ...) decode to None
+# and are not Changes.
+Change = Begin | OutboxEvent | Commit | IgnoredMessage | CapturedRow
 
 
 @dataclass(slots=True)
@@ -164,11 +191,32 @@ class Message:
     """
 
     topic: str
-    key: bytes
-    value: bytes
+    key: bytes | None  # None only for a captured table without a key (Kafka sink only)
+    value: bytes | None  # None only for a captured row's tombstone (Kafka sink only)
     headers: list[tuple[str, bytes]] = field(default_factory=list)
     timestamp_ms: int | None = None
     partition: int | None = None  # None: the sink's partitioner decides (from the key)
+
+
+@dataclass(slots=True)
+class CapturedMessage(Message):
+    """A message of a captured table (an envelope or a tombstone), in flight under a token
+    as an OutboxEvent would be: the delivery engine names it by ``id`` (``schema.table``
+    at the change's LSN) and ``event_type`` (the op), and counts its ``payload`` bytes."""
+
+    id: str = ""
+    event_type: str = ""
+    aggregate_id: str = ""
+    attempt: int = 1
+
+    @property
+    def payload(self) -> bytes:
+        """The value's bytes (empty for a tombstone)."""
+        return self.value or b""
+
+
+# What the delivery engine holds in flight under a token.
+InFlight = OutboxEvent | CapturedMessage
 
 
 # Columns the relay itself owns in the outbox table (not configurable).

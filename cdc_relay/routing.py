@@ -258,10 +258,14 @@ class Router:
     def dead_letter(self, item: Message | OutboxEvent, reason: str) -> Message:
         """Return the dead-letter message for a message (or an event that could not be routed).
 
+        A captured table's message (a Message) keeps its own topic as ``original_topic``.
+
         Key, value and timestamp are unchanged; the headers are the original ones plus
         ``error`` (the reason) and ``original_topic``. Never raises: undecodable text is
         replaced rather than failing the dead letter too.
         """
+        key: bytes | None
+        value: bytes | None
         if isinstance(item, OutboxEvent):
             original_topic: str = self._format(item.aggregate_type, item.event_type)
             try:  # serialized as the routed message would be, so a replay sends the same bytes

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepare this checkout for the tests, the demo and the benchmarks (docs/design.md, test services):
-#   * .venv with cdc-relay installed editable, extras test,dev,bench (with uv when it can
+#   * .venv with cdc-relay installed editable, extras test,dev,bench,bench-debezium (with uv when it can
 #     be had, else pip), which also builds the compiled extensions in place (skipped when
 #     neither pyproject.toml, setup.py nor a C source or header under cdc_relay/ has
 #     changed since the last install);
@@ -72,12 +72,12 @@ stale_install() {
 install_python_env() {
   if "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check 'uv>=0.5' \
       && "$VENV/bin/uv" --version >/dev/null 2>&1; then
-    say "uv pip install -e '.[test,dev,bench]'"
+    say "uv pip install -e '.[test,dev,bench,bench-debezium]'"
     "$VENV/bin/uv" pip install --quiet --compile-bytecode --reinstall-package cdc-relay \
-      --python "$VENV/bin/python" -e '.[test,dev,bench]'
+      --python "$VENV/bin/python" -e '.[test,dev,bench,bench-debezium]'
   else
-    say "no uv: pip install -e '.[test,dev,bench]'"
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test,dev,bench]'
+    say "no uv: pip install -e '.[test,dev,bench,bench-debezium]'"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test,dev,bench,bench-debezium]'
   fi
   touch "$STAMP"
 }

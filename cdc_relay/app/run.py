@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from cdc_relay.config import (
+    CaptureConfig,
     ExactlyOnceConfig,
     FlowConfig,
     KafkaConfig,
@@ -49,6 +50,7 @@ from cdc_relay.wal.stream.session import Decoder, LoopTimings, ReplicationSource
 if TYPE_CHECKING:
     import psycopg
 
+    from cdc_relay.app.capture import CaptureSetup
     from cdc_relay.wal.exactly_once.mode import ExactlyOnce
 
 log = logging.getLogger("cdc_relay")
@@ -94,8 +96,11 @@ class WalSettings:
     sink: OtherSink | None = None  # --sink rabbitmq|nats|sqs; None: the Kafka sink of ``kafka``
     snapshot: str = "never"  # "initial": backfill pending rows when the relay creates the slot
     exactly_once: ExactlyOnceConfig | None = None
+    capture: CaptureConfig | None = None
 
     def __post_init__(self) -> None:
+        if self.capture is not None:
+            check_capture(self)
         if self.snapshot not in ("initial", "never"):
             raise ConfigError(f"unknown --snapshot {self.snapshot!r}: use initial or never")
         if self.snapshot == "initial" and self.exactly_once is not None:
@@ -107,12 +112,35 @@ class WalSettings:
                               "only (RabbitMQ, NATS and SQS stay at least once, docs/sinks.md)")
 
 
+def check_capture(settings: WalSettings) -> None:
+    """ConfigError for what ``--capture`` does not support yet (docs/table-cdc.md)."""
+    from cdc_relay.capture.selection import Selection
+
+    capture = settings.capture
+    assert capture is not None
+    Selection.parse(capture.tables)
+    repl = settings.replication
+    if repl.plugin == "wal2json" and not repl.plugin_from_slot:
+        raise ConfigError("--capture needs --plugin pgoutput for now (wal2json's capture is "
+                          "not done yet: docs/table-cdc.md)")
+    refused = [(settings.exactly_once is not None, "--exactly-once"),
+               (settings.snapshot == "initial", "--snapshot initial"),
+               (settings.sink is not None, "a sink other than Kafka"),
+               (settings.router.message_format.startswith("cloudevents"),
+                "--message-format " + settings.router.message_format)]
+    for refuse, what in refused:
+        if refuse:
+            raise ConfigError(f"--capture cannot be combined with {what} yet "
+                              "(docs/table-cdc.md, what is not supported yet)")
+
+
 def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
                     router: Router | None = None, sink_factory: SinkFactory | None = None,
                     stats: RelayStats | None = None,
                     exactly_once: ExactlyOnceParts | None = None,
                     first_sink: SinkWarmUp | None = None,
-                    position_conn: psycopg.Connection[Any] | None = None) -> WalRelay:
+                    position_conn: psycopg.Connection[Any] | None = None,
+                    capture: CaptureSetup | None = None) -> WalRelay:
     """Wire a WalRelay from settings (no I/O until ``run``).
 
     ``router``, ``sink_factory`` and ``stats`` are shared with a backfill that runs first;
@@ -129,6 +157,12 @@ def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
     repl = settings.replication
     outbox = replace(settings.outbox, extra_columns=settings.router.extra_columns())
     decoder, options = make_decoder(repl, outbox, partitioned=partitioned)
+    capture_router = None
+    if settings.capture is not None and capture is not None:
+        from cdc_relay.app.capture import capture_decoder, make_capture_router
+
+        decoder = capture_decoder(decoder, settings.capture, settings.router, repl.dsn, capture)
+        capture_router = make_capture_router(settings.capture, repl.dsn)
 
     def source_factory() -> ReplicationSource:
         nonlocal position_conn  # the first stream takes it
@@ -146,6 +180,7 @@ def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
         stats=stats,
         mode=mode,
         first_sink=first_sink,
+        capture=capture_router,
     )
 
 
@@ -244,12 +279,13 @@ def _run_wal_once(settings: WalSettings, stop: threading.Event, recovered: Repub
         checked = _startup_checks_retried(settings, stop)
         if checked is None:
             return ExitCode.OK  # stopped while PostgreSQL was unreachable
-        settings, partitioned, checks_conn, recovering = checked
+        settings, partitioned, checks_conn, recovering, captured = checked
         if recovering:  # a recovery stopped half-way: finish it before streaming
             raise SlotLost(_UNFINISHED)
         eos = None if settings.exactly_once is None else exactly_once_parts(settings)
         relay = build_wal_relay(settings, partitioned=partitioned, exactly_once=eos,
-                                sink_factory=factory, first_sink=warm, position_conn=checks_conn)
+                                sink_factory=factory, first_sink=warm, position_conn=checks_conn,
+                                capture=captured)
     finally:
         if relay is None:  # start-up ended here: nothing takes them
             if warm is not None:
@@ -277,7 +313,7 @@ def _horizon(settings: WalSettings, stats: RelayStats) -> AbstractContextManager
 
 
 def _startup_checks_retried(settings: WalSettings, stop: threading.Event
-                            ) -> tuple[WalSettings, bool, psycopg.Connection[Any], bool] | None:
+                            ) -> _Checked | None:
     """``_startup_checks``, retried with backoff while PostgreSQL cannot be reached (as a
     lost connection is mid-run); what a retry cannot fix is raised at once. None: stopped."""
     from cdc_relay.startup import until_reachable
@@ -286,11 +322,13 @@ def _startup_checks_retried(settings: WalSettings, stop: threading.Event
                            maximum=settings.replication.reconnect_max)
 
 
-def _startup_checks(settings: WalSettings
-                    ) -> tuple[WalSettings, bool, psycopg.Connection[Any], bool]:
+_Checked = tuple[WalSettings, bool, "psycopg.Connection[Any]", bool, "CaptureSetup | None"]
+
+
+def _startup_checks(settings: WalSettings) -> _Checked:
     """The checks before streaming, on one connection: (settings to stream with, partitioned,
     that connection, still open: the first stream reads the slot's position on it, whether
-    a recovery is unfinished).
+    a recovery is unfinished, what ``--capture``'s checks found).
 
     --header / --partition-column must name real columns (a typo is one line, exit 2); the
     publication and the slot are created if missing (a lost one raises SlotLost); an
@@ -315,10 +353,22 @@ def _startup_checks(settings: WalSettings
                 log.info("%s", note, extra={"slot": repl.slot, "plugin": plugin})
             repl = replace(repl, plugin=plugin, plugin_from_slot=False)
             settings = replace(settings, replication=repl)
-        outbox = resolve_message_columns(repl.dsn, settings.outbox, settings.router, conn=conn)
-        setup = ensure_replication(repl.dsn, outbox, slot=repl.slot, plugin=repl.plugin,
-                                   publication=repl.publication, conn=conn,
-                                   failover=repl.failover_slot)
+        captured = None
+        if settings.capture is not None:  # the publication first: pgoutput needs it at the slot's start
+            from cdc_relay.app.capture import prepare_capture
+
+            captured = prepare_capture(conn, settings.capture, repl.publication, repl.plugin)
+        outbox = settings.outbox
+        partitioned = False
+        if settings.capture is None or settings.capture.outbox:
+            outbox = resolve_message_columns(repl.dsn, outbox, settings.router, conn=conn)
+            partitioned = ensure_replication(repl.dsn, outbox, slot=repl.slot, plugin=repl.plugin,
+                                             publication=repl.publication, conn=conn,
+                                             failover=repl.failover_slot).partitioned
+        else:
+            from cdc_relay.wal.slot.setup import ensure_slot
+
+            ensure_slot(conn, repl.slot, repl.plugin, outbox.table, repl.failover_slot)
         record = read_record(conn, outbox.table.schema, repl.slot)
         recovering = record is not None and record.recovering
         if not recovering:
@@ -326,7 +376,7 @@ def _startup_checks(settings: WalSettings
     except BaseException:
         conn.close()
         raise
-    return replace(settings, outbox=outbox), setup.partitioned, conn, recovering
+    return replace(settings, outbox=outbox), partitioned, conn, recovering, captured
 
 
 def _serve_metrics(config: MetricsConfig, stats: RelayStats, **kwargs: Any

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from cdc_relay import __version__
+from cdc_relay.cli.capture import capture_options
 from cdc_relay.cli.continuity import continuity_options
 from cdc_relay.cli.exactly_once import exactly_once_options
 from cdc_relay.cli.options import (
@@ -39,6 +40,7 @@ from cdc_relay.cli.options import (
     table_option,
 )
 from cdc_relay.config import (
+    CaptureConfig,
     ExactlyOnceConfig,
     FlowConfig,
     KafkaConfig,
@@ -126,6 +128,7 @@ def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mod
         help="initial: when the relay creates the slot, first publish the rows pending in its "
              "snapshot (moving from polling mode; docs/migration.md).")
 @exactly_once_options
+@capture_options
 @continuity_options
 @observability_options
 @standby_dsn_option
@@ -137,9 +140,9 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
         message_format: str, header: tuple[str, ...], partition_column: str | None,
         cloudevents_source: str, snapshot: str,
         metrics_port: int | None, metrics_host: str, log_level: str, log_format: str,
-        exactly_once: ExactlyOnceConfig | None, continuity: dict[str, Any],
-        standby_dsn: str | None) -> int:
-    """WAL mode: stream outbox inserts from a logical replication slot to the broker."""
+        exactly_once: ExactlyOnceConfig | None, capture: CaptureConfig | None,
+        continuity: dict[str, Any], standby_dsn: str | None) -> int:
+    """WAL mode: stream outbox inserts (and --capture tables) from a logical slot to the broker."""
     tune_gc()  # done by cli/entry.py already, unless invoked in process (cdc_relay/runtime.py)
     from cdc_relay.app.run import WalSettings, run_wal
 
@@ -163,6 +166,7 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
         sink=other,
         snapshot=snapshot,
         exactly_once=exactly_once,
+        capture=capture,
     )
     return run_wal(settings)
 

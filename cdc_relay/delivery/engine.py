@@ -39,7 +39,7 @@ from typing import Protocol
 
 from cdc_relay.errors import DeadLetterRefused, RelayError
 from cdc_relay.logs import event_fields
-from cdc_relay.model import Message, OutboxEvent
+from cdc_relay.model import InFlight, Message, OutboxEvent
 from cdc_relay.routing import Router, RoutingError
 from cdc_relay.sink.base import (
     Cause,
@@ -121,7 +121,7 @@ class Engine:
         self._stop = stop
         self._failed = failed
         self._log = logger
-        self.inflight: dict[int, OutboxEvent] = {}
+        self.inflight: dict[int, InFlight] = {}
         self.inflight_bytes = 0
         # Tokens now carried by a dead-letter message -> whether its payload was omitted.
         self.dead_lettered: dict[int, bool] = {}
@@ -186,7 +186,9 @@ class Engine:
             return
         failed = self.counters.failed_by_type
         failed[event.event_type] = failed.get(event.event_type, 0) + 1
-        if self._failed is not None and self._failed(event, error):
+        # The delivery mode's own handling is for outbox events (exactly-once takes no
+        # captured tables yet: docs/table-cdc.md).
+        if self._failed is not None and type(event) is OutboxEvent and self._failed(event, error):
             return
         if error.kind is ErrorKind.PERMANENT:
             try:
@@ -219,7 +221,7 @@ class Engine:
             counters.dead_lettered += dead
 
     # -- the failure rules -----------------------------------------------------------
-    def failure_for(self, event: OutboxEvent, error: DeliveryError) -> ProducerFailed:
+    def failure_for(self, event: InFlight, error: DeliveryError) -> ProducerFailed:
         """What a failed delivery that is not the event's fault ends the run with."""
         if error.cause in _TOPIC_CAUSES:
             # The sink's reason names what is missing and the fix, in its own words.
@@ -257,6 +259,6 @@ class Engine:
             # The payload itself is what the broker refuses: keep the headers (the event
             # id finds the row) and say what was dropped.
             message = replace(message, value=b"", headers=[
-                *message.headers, ("payload_omitted_bytes", str(len(message.value)).encode())])
+                *message.headers, ("payload_omitted_bytes", str(len(message.value or b"")).encode())])
         self.dead_lettered[token] = too_large
         return message

@@ -85,7 +85,7 @@ def _json_flag(data: bytes, key: str) -> bool:
 def headers(message: Message) -> dict[str, str]:
     """The NATS headers of a message (see the module docstring)."""
     result = {k: v.decode("utf-8", "replace") for k, v in message.headers}
-    result["aggregate_id"] = message.key.decode("utf-8", "replace")
+    result["aggregate_id"] = (message.key or b"").decode("utf-8", "replace")
     if message.timestamp_ms is not None:
         result["timestamp"] = str(message.timestamp_ms)
     event_id = result.get("id")
@@ -185,8 +185,8 @@ class NatsSink(BackgroundSink):
         problem = subject_problem(message.topic)
         if problem is not None:
             return DeliveryError(ErrorKind.PERMANENT, problem)
-        if len(message.value) > self._max_payload:
-            return DeliveryError(ErrorKind.PERMANENT, f"message too large: {len(message.value)} "
+        if len(message.value or b"") > self._max_payload:
+            return DeliveryError(ErrorKind.PERMANENT, f"message too large: {len(message.value or b'')} "
                                  f"bytes > max_payload {self._max_payload}", Cause.TOO_LARGE)
         return None
 
@@ -279,7 +279,7 @@ class NatsSink(BackgroundSink):
                 subjects[seq] = message.topic
                 try:
                     # A JetStream publish is a request: the stream answers the reply subject.
-                    await nc.publish(message.topic, message.value, reply=f"{prefix}{seq}",
+                    await nc.publish(message.topic, message.value or b"", reply=f"{prefix}{seq}",
                                      headers=headers(message))
                 except Exception as exc:
                     self._fail(f"publish failed: {exc!r}")

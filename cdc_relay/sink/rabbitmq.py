@@ -78,7 +78,7 @@ def connection_parameters(config: RabbitMqConfig) -> pika.URLParameters:
 def properties(message: Message) -> pika.BasicProperties:
     """The AMQP properties and headers of a message (see the module docstring)."""
     headers: dict[str, Any] = {k: v.decode("utf-8", "replace") for k, v in message.headers}
-    headers["aggregate_id"] = message.key.decode("utf-8", "replace")
+    headers["aggregate_id"] = (message.key or b"").decode("utf-8", "replace")
     event_type = headers.get("event_type")
     message_id = headers.get("id")
     return pika.BasicProperties(
@@ -148,8 +148,8 @@ class RabbitMqSink(BackgroundSink):
         if len(message.topic.encode()) > _SHORTSTR:
             return DeliveryError(ErrorKind.PERMANENT, f"routing key {message.topic[:60]!r}... is "
                                  "longer than 255 bytes")
-        if len(message.value) > self._config.max_message_bytes:
-            return DeliveryError(ErrorKind.PERMANENT, f"message too large: {len(message.value)} "
+        if len(message.value or b"") > self._config.max_message_bytes:
+            return DeliveryError(ErrorKind.PERMANENT, f"message too large: {len(message.value or b'')} "
                                  f"bytes > max_message_bytes {self._config.max_message_bytes}",
                                  Cause.TOO_LARGE)
         return None

@@ -78,7 +78,7 @@ def build_entry(message: Message) -> Entry | DeliveryError:
     if problem is not None:
         return DeliveryError(ErrorKind.PERMANENT, problem)
     try:
-        body = message.value.decode("utf-8")
+        body = (message.value or b"").decode("utf-8")
     except UnicodeDecodeError:
         return DeliveryError(ErrorKind.PERMANENT, "the message body is not UTF-8 text, which "
                              "SQS requires")
@@ -87,9 +87,9 @@ def build_entry(message: Message) -> Entry | DeliveryError:
     if bad is not None:
         return DeliveryError(ErrorKind.PERMANENT, f"the message body holds character "
                              f"U+{ord(bad.group()):04X}, which SQS refuses")
-    size = len(message.value)
+    size = len(message.value or b"")
     attributes: dict[str, Any] = {}
-    for name, value in [*message.headers, ("aggregate_id", message.key)]:
+    for name, value in [*message.headers, ("aggregate_id", message.key or b"")]:
         made = _attribute(value)
         if made is not None:
             attributes[name] = made[0]
@@ -102,7 +102,7 @@ def build_entry(message: Message) -> Entry | DeliveryError:
     fields: dict[str, Any] = {"MessageBody": body, "MessageAttributes": attributes}
     group = None
     if is_fifo(queue):
-        group = group_id(message.key)
+        group = group_id(message.key or b"")
         fields["MessageGroupId"] = group
         event_id = attributes.get("id", {}).get("StringValue")
         if event_id:

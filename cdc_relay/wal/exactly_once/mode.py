@@ -166,7 +166,7 @@ class ExactlyOnce:
         if not batch.open:
             self._begin_transaction()
         reason = self._refused.get(event.id) or self._refusal(message)
-        batch.added(len(message.value))
+        batch.added(len(message.value or b""))
         self._last_token = token
         return reason
 
@@ -179,7 +179,7 @@ class ExactlyOnce:
                                      f"{topic!r} (checked before producing)")
             if len(self._legal_topics) < 10_000:  # topics come from event data: bounded cache
                 self._legal_topics.add(topic)
-        size = len(message.value) + len(message.key) + _HEADER_OVERHEAD + sum(
+        size = len(message.value or b"") + len(message.key or b"") + _HEADER_OVERHEAD + sum(
             len(k) + len(v) for k, v in message.headers)
         if size > self._config.max_message_bytes:
             return DeliveryError(

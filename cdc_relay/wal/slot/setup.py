@@ -441,3 +441,55 @@ def ensure_publication(conn: psycopg.Connection[Any], table: TableRef, publicati
     except psycopg.Error as exc:
         raise translate_error(exc, f"looking up {table}") from exc
     return _publication_in_place(conn, publication, table, partitioned)
+
+
+_CAPTURE_PUBLISH = "insert, update, delete"
+
+
+def ensure_capture_publication(conn: psycopg.Connection[Any], publication: str,
+                               tables: list[tuple[str, str]]) -> Outcome:
+    """``run --capture`` / ``init --capture``: the publication publishes inserts, updates and
+    deletes and includes every captured table (created with them if missing), on an
+    autocommit connection, under the advisory lock ``init`` takes. Call it before the slot
+    is created: pgoutput needs the publication at the slot's start.
+
+    Publishing updates and deletes applies to the whole publication, so the outbox's own
+    deletes (a retention job's) arrive too; the decoder ignores them (docs/table-cdc.md).
+    """
+    validate_identifier(publication, "publication name")
+    pub = sql.Identifier(publication)
+    idents = [sql.Identifier(schema, table) for schema, table in tables]
+    try:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (ADVISORY_LOCK_KEY,))
+            row = conn.execute("SELECT oid, puballtables, pubinsert AND pubupdate AND pubdelete"
+                               " FROM pg_publication WHERE pubname = %s", (publication,)).fetchone()
+            if row is None:
+                conn.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {} WITH (publish = '"
+                                     + _CAPTURE_PUBLISH + "')").format(pub, sql.SQL(", ").join(idents)))
+                return Outcome.CREATED
+            outcome = Outcome.EXISTED
+            if not row[2]:
+                conn.execute(sql.SQL("ALTER PUBLICATION {} SET (publish = '" + _CAPTURE_PUBLISH
+                                     + "')").format(pub))
+                outcome = Outcome.UPDATED
+            for (schema, table), ident in zip(tables, idents, strict=True):
+                if row[1] or _publication_includes(conn, row[0], publication,
+                                                   TableRef(schema, table), ident.as_string(conn)):
+                    continue
+                conn.execute(sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(pub, ident))
+                outcome = Outcome.UPDATED
+            return outcome
+    except psycopg.Error as exc:
+        raise translate_error(exc, f"adding the captured tables to publication {publication!r}") from exc
+
+
+def ensure_slot(conn: psycopg.Connection[Any], slot: str, plugin: str, records: TableRef,
+                failover: bool = True) -> Outcome:
+    """The slot alone (``run --capture --no-outbox``: no outbox table to check); its record
+    goes to ``records``' schema, naming that table."""
+    validate_wal_options(slot, plugin, "cdc_relay_outbox")
+    try:
+        return _ensure_slot(conn, slot, plugin, records, failover)
+    except psycopg.Error as exc:
+        raise translate_error(exc, f"checking replication slot {slot!r}") from exc

@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable
 
 from cdc_relay.backoff import Backoff
+from cdc_relay.capture.route import CaptureRouter
 from cdc_relay.config import FlowConfig
 from cdc_relay.delivery.engine import ProducerFailed
 from cdc_relay.delivery.producer import new_producer, warm_up
@@ -156,6 +157,7 @@ class WalRelay:
         clock: Callable[[], float] = time.monotonic,
         mode: DeliveryMode | None = None,
         first_sink: SinkWarmUp | None = None,
+        capture: CaptureRouter | None = None,
     ) -> None:
         self._source_factory = source_factory
         self._decoder = decoder
@@ -164,7 +166,8 @@ class WalRelay:
         self.stats = stats or RelayStats()
         self._clock = clock
         self._parts = SessionParts(decoder=decoder, router=router, flow=flow, timings=timings,
-                                   stats=self.stats, clock=self._now, mode=mode or AtLeastOnce())
+                                   stats=self.stats, clock=self._now, mode=mode or AtLeastOnce(),
+                                   capture=capture)
         self._backoff = Backoff(timings.reconnect_min, timings.reconnect_max,
                                 healthy_after=timings.healthy_after)
         self._first_sink = first_sink

@@ -33,11 +33,12 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from cdc_relay.acks import AckTracker
+from cdc_relay.capture.route import CaptureRouter
 from cdc_relay.config import FlowConfig
 from cdc_relay.decoding.compiled import DecodeFunction
 from cdc_relay.delivery.engine import Engine, ProducerFailed, Stopped
 from cdc_relay.errors import DeadLetterRefused, SourceLost
-from cdc_relay.model import Begin, Change, Commit, IgnoredMessage, Lsn, OutboxEvent
+from cdc_relay.model import Begin, CapturedRow, Change, Commit, IgnoredMessage, Lsn, Message, OutboxEvent
 from cdc_relay.routing import Router, RoutingError
 from cdc_relay.sink.base import (
     DeliveryError,
@@ -111,6 +112,7 @@ class SessionParts:
     stats: RelayStats
     clock: Callable[[], float]
     mode: DeliveryMode = field(default_factory=AtLeastOnce)  # wal/stream/delivery.py
+    capture: CaptureRouter | None = None  # run --capture: captured rows' messages
 
 
 class Session:
@@ -132,6 +134,7 @@ class Session:
         self.inflight = self.engine.inflight
         self._next_change = source.changes(parts.decoder.decode)
         self._route = parts.router.route  # per event: bound once, as the sink's produce
+        self._capture = parts.capture
         self._sink_produce = sink.produce
         self._clock = parts.clock
         self._max_events = parts.flow.max_inflight_events
@@ -278,9 +281,31 @@ class Session:
                     tracker.idle_position(Lsn(change[1]))
                     if change[2]:
                         self._maybe_send_status(self._clock(), force=True)
+                elif type(change) is CapturedRow:
+                    seq = registered = self._captured(change, seq)
         finally:
             tracker.produced_many(seq - registered)
         return count
+
+    def _captured(self, row: CapturedRow, seq: int) -> int:
+        """A captured table's row (docs/design.md, the capture room): each of its messages
+        (an event, a tombstone; an unencodable row's dead letter) takes the next token, as
+        an outbox event does, all registered with the tracker before the first is produced.
+        Returns the next token."""
+        assert self._capture is not None  # a CapturedRow comes only from the capture decoder
+        routed = self._capture.route(row)
+        engine, first = self.engine, seq
+        for message in routed.messages:
+            self.inflight[seq] = message
+            engine.inflight_bytes += len(message.payload)
+            seq += 1
+        registered = self.tracker.produced_many(seq - first)
+        for token, message in enumerate(routed.messages, first):
+            out: Message = message
+            if routed.problem is not None:
+                out = engine.dead_letter(token, DeliveryError(ErrorKind.PERMANENT, routed.problem))
+            engine.produce(token, out)
+        return registered
 
     def _ignored(self, message: IgnoredMessage) -> None:
         self.stats.ignored_messages += 1

@@ -1,0 +1,188 @@
+"""pgoutput with captured tables: their rows as CapturedRow, everything else to the outbox's.
+
+Owns ``CaptureDecoder``, which sits in front of the outbox's PgOutputDecoder (only when
+``run --capture`` is given: without it the outbox decoder and its compiled fast path run
+alone, untouched). Per message it reads the kind byte and:
+
+* Relation ``R``: when the table is selected (capture/selection.py), builds its
+  TableCodec from the Relation's columns and the table's shape (``shapes``: the catalog
+  as read at start-up, asked again for a table it does not know or whose columns
+  changed); always forwards the message, so the outbox decoder knows every relation id.
+* Begin ``B`` / Commit ``C``: notes the transaction's xid and commit time, and the end of
+  the last commit (Debezium's ``sequence``); forwards (the outbox decoder returns
+  Begin / Commit).
+* Insert / Update / Delete of a captured relation: the CapturedRow - the new image, the
+  old one (``K``: the replica identity's columns, the others NULL; ``O``: the whole
+  row), unchanged TOASTed values as ``UNCHANGED``. Other relations' go to the outbox
+  decoder (which publishes outbox inserts and ignores the rest).
+
+Must not: do I/O itself (``shapes`` is the PostgreSQL edge's lookup, injected), skip a
+message it cannot read: a truncated buffer or a row of a relation no Relation message
+announced raises DecodeError naming the LSN (docs/design.md, failure rules).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from cdc_relay.capture.envelope import TableCodec
+from cdc_relay.capture.selection import Selection
+from cdc_relay.capture.shape import TableShape
+from cdc_relay.decoding.compiled import DecodeFunction
+from cdc_relay.errors import DecodeError
+from cdc_relay.model import UNCHANGED, CapturedRow, Change, Lsn
+
+__all__ = ["CaptureDecoder", "CodecOptions"]
+
+_UINT32 = struct.Struct("!I")
+_UINT16 = struct.Struct("!H")
+_BEGIN = struct.Struct("!QqI")  # final_lsn, commit timestamp (µs since 2000-01-01), xid
+_COMMIT = struct.Struct("!BQQq")
+_PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01 in microseconds since 1970-01-01
+
+ShapeLookup = Callable[[str, str], TableShape | None]
+
+
+@dataclass(frozen=True, slots=True)
+class CodecOptions:
+    """How codecs are built: the topic prefix, schema blocks on or off, the placeholder."""
+
+    prefix: str
+    schemas: bool
+    placeholder: str = "__debezium_unavailable_value"
+
+
+class OutboxDecoder(Protocol):
+    """What the capture decoder needs of the outbox decoder (decoding/pgoutput.py)."""
+
+    @property
+    def decode(self) -> DecodeFunction: ...
+    def reset(self) -> None: ...
+
+
+class CaptureDecoder:
+    """See the module docstring. ``outbox`` is the PgOutputDecoder (any object with
+    ``decode`` and ``reset``)."""
+
+    def __init__(self, outbox: OutboxDecoder, selection: Selection, shapes: ShapeLookup,
+                 options: CodecOptions) -> None:
+        self._outbox = outbox
+        self._forward = outbox.decode
+        self._selection = selection
+        self._shapes = shapes
+        self._options = options
+        self._codecs: dict[int, TableCodec] = {}
+        self._known: dict[tuple[str, str], TableShape] = {}
+        self._xid: int | None = None
+        self._commit_us = 0
+        self._last_commit: Lsn | None = None
+
+    def reset(self) -> None:
+        """Forget relations and the open transaction (every reconnect)."""
+        self._outbox.reset()
+        self._codecs.clear()
+        self._xid = None
+
+    @property
+    def codecs(self) -> dict[int, TableCodec]:
+        """The captured relations' codecs by relation id (for tests and doctor)."""
+        return self._codecs
+
+    def decode(self, payload: bytes | memoryview, wal_start: int) -> Change | None:
+        """One pgoutput message (see the module docstring)."""
+        buf = payload if type(payload) is bytes else bytes(payload)
+        kind = buf[0] if buf else 0
+        try:
+            if kind in (0x49, 0x55, 0x44):  # 'I' 'U' 'D'
+                codec = self._codecs.get(_UINT32.unpack_from(buf, 1)[0])
+                if codec is not None:
+                    return self._row(kind, buf, codec, Lsn(wal_start))
+            elif kind == 0x42:  # 'B'
+                _, commit_ts, self._xid = _BEGIN.unpack_from(buf, 1)
+                self._commit_us = commit_ts + _PG_EPOCH_US
+            elif kind == 0x43:  # 'C'
+                change = self._forward(buf, wal_start)
+                self._last_commit = Lsn(_COMMIT.unpack_from(buf, 1)[2])
+                return change
+            elif kind == 0x52:  # 'R'
+                self._relation(buf)
+        except (struct.error, IndexError, ValueError) as exc:
+            raise DecodeError(f"cannot decode the pgoutput message at LSN {Lsn(wal_start)}: "
+                              f"truncated or malformed {chr(kind)!r} message ({exc})") from exc
+        return self._forward(buf, wal_start)
+
+    def _relation(self, buf: bytes) -> None:
+        relid = _UINT32.unpack_from(buf, 1)[0]
+        namespace, pos = _cstring(buf, 5)
+        name, pos = _cstring(buf, pos)
+        self._codecs.pop(relid, None)
+        schema = namespace or "pg_catalog"
+        if not self._selection.matches(schema, name):
+            return
+        ncols = _UINT16.unpack_from(buf, pos + 1)[0]
+        pos += 3
+        columns: list[tuple[str, int]] = []
+        for _ in range(ncols):
+            column, pos = _cstring(buf, pos + 1)  # skip the flags byte
+            columns.append((column, _UINT32.unpack_from(buf, pos)[0]))
+            pos += 8  # type oid, typmod
+        shape = self._known.get((schema, name))
+        if shape is None or _changed(shape, columns):
+            shape = self._shapes(schema, name)
+            if shape is None:
+                raise ValueError(f"captured table {schema}.{name} is not in the catalog")
+            self._known[(schema, name)] = shape
+        options = self._options
+        self._codecs[relid] = TableCodec(shape, tuple(c for c, _ in columns), options.prefix,
+                                         options.schemas, options.placeholder)
+
+    def _row(self, kind: int, buf: bytes, codec: TableCodec, lsn: Lsn) -> CapturedRow:
+        pos = 5
+        old = None
+        if kind != 0x49 and buf[pos] in (0x4B, 0x4F):  # 'K' / 'O': an old image
+            old, pos = _tuple(buf, pos + 1)
+        new = None
+        if kind != 0x44:
+            if buf[pos] != 0x4E:  # 'N'
+                raise ValueError(f"expected a new tuple, found {chr(buf[pos])!r}")
+            new, pos = _tuple(buf, pos + 1)
+        if pos != len(buf):
+            raise ValueError(f"{len(buf) - pos} unexpected trailing bytes")
+        op = "c" if kind == 0x49 else "u" if kind == 0x55 else "d"
+        return CapturedRow(codec, op, new, old, lsn, self._xid, self._commit_us, self._last_commit)
+
+
+def _changed(shape: TableShape, columns: list[tuple[str, int]]) -> bool:
+    known = {column.name: column.type_oid for column in shape.columns}
+    return any(known.get(name) != oid for name, oid in columns)
+
+
+def _tuple(buf: bytes, pos: int) -> tuple[list[bytes | object | None], int]:
+    ncols = _UINT16.unpack_from(buf, pos)[0]
+    pos += 2
+    values: list[bytes | object | None] = []
+    for _ in range(ncols):
+        kind = buf[pos]
+        if kind == 0x74:  # 't'
+            end = pos + 5 + _UINT32.unpack_from(buf, pos + 1)[0]
+            if end > len(buf):
+                raise ValueError("tuple value truncated")
+            values.append(buf[pos + 5 : end])
+            pos = end
+        elif kind == 0x6E:  # 'n'
+            values.append(None)
+            pos += 1
+        elif kind == 0x75:  # 'u'
+            values.append(UNCHANGED)
+            pos += 1
+        else:
+            raise ValueError(f"tuple column kind {chr(kind)!r} (binary values are not requested)")
+    return values, pos
+
+
+def _cstring(buf: bytes, pos: int) -> tuple[str, int]:
+    end = buf.index(b"\x00", pos)
+    return buf[pos:end].decode(), end + 1

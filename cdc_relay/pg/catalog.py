@@ -1,0 +1,126 @@
+"""The captured tables as the catalog describes them (``run --capture``, ``init``, ``doctor``).
+
+Owns the catalog queries of table CDC: expanding ``--capture`` patterns into existing
+tables, a table's shape (columns with type, typmod, NOT NULL, default, enum labels;
+primary key order; replica identity; capture/shape.py), and the checks ``init`` and
+``doctor`` report: a replica identity that makes UPDATE/DELETE fail once the table is in
+a publication that publishes them, and a missing SELECT privilege.
+
+Must not: change anything (the publication is wal/slot/setup.py's), or interpret values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from cdc_relay.capture.selection import Selection
+from cdc_relay.capture.shape import ColumnShape, TableShape
+from cdc_relay.errors import ConfigError
+from cdc_relay.pg.db import translate_error
+
+_TABLES = """
+SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relkind IN ('r', 'p') AND n.nspname = ANY(%s) ORDER BY 1, 2"""
+_COLUMNS = """
+SELECT a.attname, a.atttypid, a.atttypmod, format_type(a.atttypid, a.atttypmod), a.attnotnull,
+       pg_get_expr(d.adbin, d.adrelid), t.typelem, t.typtype, e.typtype,
+       (SELECT array_agg(enumlabel ORDER BY enumsortorder) FROM pg_enum
+        WHERE enumtypid = CASE WHEN t.typtype = 'e' THEN t.oid ELSE t.typelem END)
+FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+LEFT JOIN pg_type e ON e.oid = t.typelem
+LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum"""
+_KEY = """
+SELECT a.attname FROM pg_index i, unnest(i.indkey) WITH ORDINALITY k(attnum, n)
+JOIN pg_attribute a ON a.attnum = k.attnum
+WHERE i.indrelid = %s::regclass AND i.indisprimary AND a.attrelid = i.indrelid ORDER BY k.n"""
+
+
+def _ident(schema: str, table: str) -> str:
+    return '"' + schema.replace('"', '""') + '"."' + table.replace('"', '""') + '"'
+
+
+def expand(conn: psycopg.Connection[Any], selection: Selection) -> list[tuple[str, str]]:
+    """The existing tables ``selection`` names; ConfigError for a named table that does
+    not exist (one line, exit 2)."""
+    try:
+        found = set()
+        if selection.schemas:
+            found = {(s, t) for s, t in conn.execute(_TABLES, (sorted(selection.schemas),))}
+        for schema, table in sorted(selection.tables):
+            row = conn.execute("SELECT to_regclass(%s)", (_ident(schema, table),)).fetchone()
+            if row is None or row[0] is None:
+                raise ConfigError(f"captured table {schema}.{table} does not exist: check "
+                                  "--capture (schema-qualified names, e.g. public.customers)")
+            found.add((schema, table))
+    except psycopg.Error as exc:
+        raise translate_error(exc, "looking up the captured tables") from exc
+    return sorted(found)
+
+
+def table_shape(conn: psycopg.Connection[Any], schema: str, table: str) -> TableShape | None:
+    """The shape of ``schema.table``; None when it does not exist."""
+    ident = _ident(schema, table)
+    try:
+        row = conn.execute("SELECT c.relreplident FROM pg_class c WHERE c.oid = "
+                           "to_regclass(%s)", (ident,)).fetchone()
+        if row is None:
+            return None
+        columns = tuple(_column(r) for r in conn.execute(_COLUMNS, (ident,)))
+        key = tuple(r[0] for r in conn.execute(_KEY, (ident,)))
+    except psycopg.Error as exc:
+        raise translate_error(exc, f"reading the catalog of {schema}.{table}") from exc
+    return TableShape(schema, table, columns, key, str(row[0]))
+
+
+def _column(row: tuple[Any, ...]) -> ColumnShape:
+    name, oid, typmod, type_name, not_null, default, elem, typtype, elem_type, labels = row
+    enum = typtype == "e" or (elem and elem_type == "e")
+    return ColumnShape(name, oid, typmod, type_name, bool(not_null), default,
+                       int(elem) if elem and type_name.endswith("[]") else 0,
+                       tuple(labels) if enum and labels is not None else None)
+
+
+def identity_problem(shape: TableShape) -> str | None:
+    """Why UPDATE/DELETE on the table fail or lose ``before`` once it is captured, or None."""
+    if shape.replica_identity == "n":
+        return (f"{shape.qualified} has REPLICA IDENTITY NOTHING: once it is in the publication, "
+                f"UPDATE and DELETE on it fail. Fix: ALTER TABLE {shape.qualified} REPLICA "
+                "IDENTITY DEFAULT (with a primary key) or FULL")
+    if shape.replica_identity == "d" and not shape.key:
+        return (f"{shape.qualified} has no primary key and REPLICA IDENTITY DEFAULT: once it is "
+                f"in the publication, UPDATE and DELETE on it fail. Fix: add a primary key, or "
+                f"ALTER TABLE {shape.qualified} REPLICA IDENTITY FULL")
+    return None
+
+
+def lacks_select(conn: psycopg.Connection[Any], schema: str, table: str) -> bool:
+    """True when the current role may not SELECT the table (the catalog reads and a later
+    snapshot need it)."""
+    row = conn.execute("SELECT has_table_privilege(%s, 'SELECT')",
+                       (_ident(schema, table),)).fetchone()
+    return not (row and row[0])
+
+
+class CatalogLookup:
+    """The capture decoder's ``shapes``: the start-up shapes, and the catalog (on a
+    connection of its own, opened when first needed) for a table they lack or whose
+    columns changed."""
+
+    def __init__(self, dsn: str, shapes: dict[tuple[str, str], TableShape]) -> None:
+        self._dsn = dsn
+        self._shapes = dict(shapes)
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def __call__(self, schema: str, table: str) -> TableShape | None:
+        """The shape: a start-up one once, the catalog's from then on."""
+        shape = self._shapes.pop((schema, table), None)
+        if shape is not None:
+            return shape
+        from cdc_relay.pg.db import connect
+
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self._conn = connect(self._dsn, autocommit=True)
+        return table_shape(self._conn, schema, table)

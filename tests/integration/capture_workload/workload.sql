@@ -1,0 +1,48 @@
+SET TIME ZONE 'Europe/Berlin';
+INSERT INTO t_types (id, c_small, c_big, c_real, c_double, c_num, c_numv, c_bool, c_text, c_vc, c_char, c_uuid, c_json, c_jsonb, c_bytea, c_date, c_time, c_time3, c_time0, c_ts, c_ts3, c_ts0, c_tstz, c_interval, c_mood, c_intarr, c_textarr, c_numarr, c_boolarr)
+VALUES (1, -32768, 9223372036854775807, 1.5, 3.141592653589793, 12345678.91, 1.000100, true, 'héllo "q" \', 'abc', 'x', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{"b": 1,  "a": [1,2]}', '{"b": 1,  "a": [1,2]}', '\xdeadbeef00', '2024-02-29', '23:59:59.999999', '12:34:56.789', '01:02:03', '2024-02-29 12:34:56.123456', '2024-02-29 12:34:56.123', '1969-12-31 23:59:59', '2024-02-29 12:34:56.123456+05:30', '1 year 2 mons 3 days 04:05:06.789', 'happy', '{1,2,NULL}', '{"a","b c",NULL,""}', '{1.5,NULL}', '{t,f}');
+INSERT INTO t_types (id, c_real, c_double, c_num, c_numv, c_date, c_ts, c_tstz, c_interval, c_intarr, c_textarr, c_time)
+VALUES (2, 'NaN', '-Infinity', -0.5, 'NaN', '0001-01-01', '0001-01-01 00:00:00', '1900-01-01 00:00:00+00', '-1 days -02:00:00', '{}', '{}', '00:00:00');
+INSERT INTO t_types (id, c_real, c_double, c_numv, c_date, c_ts, c_tstz, c_interval)
+VALUES (3, 'Infinity', '-0', '-12345678901234567890.123456789', '1970-01-01', '2262-04-11 23:47:16.854775', '2024-06-01 00:00:00.5+00', '0');
+INSERT INTO t_types (id) VALUES (4);
+UPDATE t_types SET c_text = 'updated' WHERE id = 1;
+DELETE FROM t_types WHERE id = 4;
+INSERT INTO t_default VALUES (1, 'a', 1), (2, 'b', 2);
+UPDATE t_default SET a = 'a2' WHERE id = 1;
+UPDATE t_default SET id = 10 WHERE id = 2;
+DELETE FROM t_default WHERE id = 1;
+INSERT INTO t_full VALUES (1, 'a', 1);
+UPDATE t_full SET a = 'a2' WHERE id = 1;
+DELETE FROM t_full WHERE id = 1;
+INSERT INTO t_index VALUES (1, 100, 'a');
+UPDATE t_index SET a = 'a2' WHERE id = 1;
+UPDATE t_index SET u = 101 WHERE id = 1;
+DELETE FROM t_index WHERE id = 1;
+INSERT INTO t_nothing VALUES (1, 'a');
+INSERT INTO t_nopk VALUES ('a', 1);
+INSERT INTO t_toast VALUES (1, repeat('x', 10000), 1);
+UPDATE t_toast SET small = 2 WHERE id = 1;
+DELETE FROM t_toast WHERE id = 1;
+BEGIN;
+INSERT INTO t_default VALUES (5, 'x', 5);
+UPDATE t_default SET b = 6 WHERE id = 5;
+COMMIT;
+SET TIME ZONE 'America/New_York';
+INSERT INTO t_e (id, n, n52, n5, r, d, ts, tstz, tstz0, tstz3, dt, tm, tm6, tm4, ts4, iv, iv2) VALUES (1, 100, 5, 12345, 0.1, 1e20, 'infinity', 'infinity', '2024-01-01 00:00:00.7+00', '2024-01-01 00:00:00.12345+00', 'infinity', '24:00:00', '12:00:00.5', '12:00:00.1234', '2024-01-01 00:00:00.1234', '-1 year -2 mons +3 days -04:05:06.789', '1 day 00:00:00.123');
+INSERT INTO t_e (id, n, n52, r, d, ts, tstz, dt, iv) VALUES (2, 1.000100, -0.01, 1e-5, 1e-7, '-infinity', '-infinity', '-infinity', '100 years');
+INSERT INTO t_e (id, n, r, d, ts, tstz, dt) VALUES (3, 0, 3.4e38, 123456789.125, '0044-03-15 12:00:00 BC', '0044-03-15 12:00:00+00 BC', '0044-03-15 BC');
+INSERT INTO t_e (id, n, r, d) VALUES (4, -0.00100, 16777216, 1e7);
+INSERT INTO t_e (id, n, r, d) VALUES (5, 'Infinity', 1e7, 0.001);
+INSERT INTO t_e (id, n, r, d) VALUES (6, 12.5e30, 1.5e-38, 4.9e-324);
+INSERT INTO t_e (id, n, r, d) VALUES (7, 0.000000000000001, 0.3, 1.7976931348623157e308);
+DELETE FROM t_e WHERE id = 1;
+INSERT INTO t_toast2 VALUES (1, (select array_agg(repeat('y', 100)) from generate_series(1,200)), (select array_agg(g) from generate_series(1,5000) g), (select string_agg(md5(g::text), '')::bytea from generate_series(1,500) g), (select jsonb_agg(md5(g::text)) from generate_series(1,500) g), 1);
+UPDATE t_toast2 SET small = 2 WHERE id = 1;
+INSERT INTO t_full_nopk VALUES ('a', 1);
+UPDATE t_full_nopk SET b = 2;
+DELETE FROM t_full_nopk;
+INSERT INTO t_pk2 VALUES (1, 'x', 1);
+UPDATE t_pk2 SET c = 2;
+UPDATE t_pk2 SET a = 2;
+DELETE FROM t_pk2;

