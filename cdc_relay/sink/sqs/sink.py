@@ -49,8 +49,8 @@ from cdc_relay.sink.base import (
     Sink,
     SinkFactory,
 )
-from cdc_relay.sink.config import SinkProbe
 from cdc_relay.sink.batches import Pending, Planner
+from cdc_relay.sink.config import SinkProbe
 from cdc_relay.sink.sqs.client import MISSING, error_code, make_client, refusal
 from cdc_relay.sink.sqs.config import DEFAULT_MAX_MESSAGE_BYTES, SqsConfig
 from cdc_relay.sink.sqs.entries import Entry, build_entry, too_large
