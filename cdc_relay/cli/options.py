@@ -37,6 +37,7 @@ from cdc_relay.errors import ConfigError, ExitCode, RelayError, mask_secrets
 from cdc_relay.logs import DEFERRED_WARNINGS, JsonFormatter, setup_logging
 from cdc_relay.sink.config import SINK_KINDS, parse_nats, parse_rabbitmq
 from cdc_relay.sink.factory import OtherSink
+from cdc_relay.sink.http.config import parse_http
 from cdc_relay.sink.redis.config import parse_redis
 from cdc_relay.sink.sqs.config import parse_sqs, sqs_topics
 
@@ -135,7 +136,8 @@ def columns_option(f: F) -> F:
 
 BROKERS_HELP = ("Broker address in the sink's form: HOST:PORT[,...] (kafka), "
                 "amqp://USER:PASSWORD@HOST:PORT/VHOST (rabbitmq), nats://HOST:PORT[,...] (nats), "
-                "sqs://REGION or http[s]://HOST:PORT (sqs), redis://HOST:PORT[/DB] (redis).")
+                "sqs://REGION or http[s]://HOST:PORT (sqs), redis://HOST:PORT[/DB] (redis), "
+                "a URL template http[s]://HOST/PATH/{aggregate_type} (http).")
 
 
 def brokers_option(f: F) -> F:
@@ -186,6 +188,9 @@ def sink_settings(sink: str, brokers: str, sink_config: tuple[str, ...],
                          dead_letter_topic=dead_letter_topic, message_timeout_ms=timeout_ms,
                          header_names=[parse_header_option(h)[1] for h in header],
                          message_format=message_format)
+    if sink == "http":
+        return parse_http(brokers, sink_config, message_timeout_ms=timeout_ms,
+                          header_names=[parse_header_option(h)[1] for h in header])
     if sink == "redis":
         return parse_redis(brokers, sink_config, topic_pattern=topic_pattern,
                            dead_letter_topic=dead_letter_topic, message_timeout_ms=timeout_ms,
