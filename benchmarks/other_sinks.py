@@ -3,7 +3,7 @@
 The wal-rabbitmq and wal-nats modes publish to a throwaway RabbitMQ or NATS server of the
 run's own (cdc_relay.local.message_brokers), where the run declares its exchange and queues,
 or its stream; wal-sqs starts a moto server of its own
-(cdc_relay.local.moto_sqs) with the run's FIFO queues. ``count_process_rabbitmq``,
+(cdc_relay.local.moto_server) with the run's FIFO queues. ``count_process_rabbitmq``,
 ``count_process_nats`` and ``count_process_sqs`` run in spawned children like
 ``kafka_side.count_process`` and stamp the same shared values: the first receipt and the
 ``expected``-th distinct event id (SQS: the queue's message count, see the function).
@@ -26,7 +26,7 @@ from multiprocessing.synchronize import Event
 from typing import Any
 
 from cdc_relay.local.message_brokers import NatsServer, RabbitMqServer
-from cdc_relay.local.moto_sqs import MOTO_ENV, MotoServer
+from cdc_relay.local.moto_server import MOTO_ENV, MotoServer
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import pytest
 
 from cdc_relay.errors import LocalServiceError
 from cdc_relay.local.message_brokers import NatsServer, RabbitMqServer, RedisServer
-from cdc_relay.local.moto_sqs import MOTO_ENV, MotoServer
+from cdc_relay.local.moto_server import MOTO_ENV, MotoServer
 from tests.integration.sinks.redis_support import RedisReader
 from tests.integration.sinks.sqs_support import SqsReader
 from tests.integration.sinks.support import RabbitReader, delete_stream
