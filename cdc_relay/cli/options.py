@@ -38,6 +38,7 @@ from cdc_relay.logs import DEFERRED_WARNINGS, JsonFormatter, setup_logging
 from cdc_relay.sink.config import SINK_KINDS, parse_nats, parse_rabbitmq
 from cdc_relay.sink.factory import OtherSink
 from cdc_relay.sink.http.config import parse_http
+from cdc_relay.sink.kinesis.config import parse_kinesis
 from cdc_relay.sink.redis.config import parse_redis
 from cdc_relay.sink.sqs.config import parse_sqs, sqs_topics
 
@@ -137,7 +138,8 @@ def columns_option(f: F) -> F:
 BROKERS_HELP = ("Broker address in the sink's form: HOST:PORT[,...] (kafka), "
                 "amqp://USER:PASSWORD@HOST:PORT/VHOST (rabbitmq), nats://HOST:PORT[,...] (nats), "
                 "sqs://REGION or http[s]://HOST:PORT (sqs), redis://HOST:PORT[/DB] (redis), "
-                "a URL template http[s]://HOST/PATH/{aggregate_type} (http).")
+                "a URL template http[s]://HOST/PATH/{aggregate_type} (http), "
+                "kinesis://REGION or http[s]://HOST:PORT (kinesis).")
 
 
 def brokers_option(f: F) -> F:
@@ -155,7 +157,7 @@ def sink_options(f: F) -> F:
 
 _ADDRESS_SINKS = (("amqp://", "rabbitmq"), ("amqps://", "rabbitmq"), ("nats://", "nats"),
                   ("tls://", "nats"), ("sqs://", "sqs"), ("redis://", "redis"),
-                  ("rediss://", "redis"))
+                  ("rediss://", "redis"), ("kinesis://", "kinesis"))
 
 
 def sink_topics(sink: str, topic_pattern: str, dead_letter_topic: str) -> tuple[str, str]:
@@ -188,6 +190,9 @@ def sink_settings(sink: str, brokers: str, sink_config: tuple[str, ...],
                          dead_letter_topic=dead_letter_topic, message_timeout_ms=timeout_ms,
                          header_names=[parse_header_option(h)[1] for h in header],
                          message_format=message_format)
+    if sink == "kinesis":
+        return parse_kinesis(brokers, sink_config, topic_pattern=topic_pattern,
+                             dead_letter_topic=dead_letter_topic, message_timeout_ms=timeout_ms)
     if sink == "http":
         return parse_http(brokers, sink_config, message_timeout_ms=timeout_ms,
                           header_names=[parse_header_option(h)[1] for h in header])

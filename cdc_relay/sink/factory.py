@@ -18,21 +18,23 @@ from cdc_relay.errors import ConfigError
 from cdc_relay.sink.base import SinkFactory
 from cdc_relay.sink.config import NatsConfig, RabbitMqConfig, SinkProbe
 from cdc_relay.sink.http.config import HttpConfig
+from cdc_relay.sink.kinesis.config import KinesisConfig
 from cdc_relay.sink.redis.config import RedisConfig
 from cdc_relay.sink.sqs.config import SqsConfig
 
 # Sink configs other than Kafka's; None in the settings means "the Kafka sink".
-OtherSink = RabbitMqConfig | NatsConfig | SqsConfig | RedisConfig | HttpConfig
+OtherSink = RabbitMqConfig | NatsConfig | SqsConfig | RedisConfig | HttpConfig | KinesisConfig
 _NAMES: tuple[tuple[type, str], ...] = ((RabbitMqConfig, "rabbitmq"), (NatsConfig, "nats"),
                                         (SqsConfig, "sqs"), (RedisConfig, "redis"),
-                                        (HttpConfig, "http"))
+                                        (HttpConfig, "http"), (KinesisConfig, "kinesis"))
 
 # name -> (client library, pip extra, module)
 _EXTRAS = {"rabbitmq": ("pika", "rabbitmq", "cdc_relay.sink.rabbitmq"),
            "nats": ("nats", "nats", "cdc_relay.sink.nats"),
            "sqs": ("boto3", "sqs", "cdc_relay.sink.sqs.sink"),
            "redis": ("redis", "redis", "cdc_relay.sink.redis.sink"),
-           "http": ("httpx", "http", "cdc_relay.sink.http.sink")}
+           "http": ("httpx", "http", "cdc_relay.sink.http.sink"),
+           "kinesis": ("boto3", "kinesis", "cdc_relay.sink.kinesis.sink")}
 
 
 def sink_name(other: OtherSink | None) -> str:

@@ -33,7 +33,7 @@ from typing import Any
 from cdc_relay.errors import AccessRefused, BrokerError, mask_secrets
 from cdc_relay.model import Message
 from cdc_relay.sink.background import BackgroundSink
-from cdc_relay.sink.base import DeliveryError, DeliveryHandler
+from cdc_relay.sink.base import Cause, DeliveryError, DeliveryHandler, ErrorKind
 from cdc_relay.sink.batches import Pending, Planner
 
 
@@ -249,6 +249,19 @@ class PlannedSink(BackgroundSink):
                           extra={"sink": self.kind})
         attempts = max(p.attempts for p in pendings)
         self._finish([], pendings, backoff_delay(attempts) if delay is None else delay)
+
+    def _missing(self, queue: str, batch: list[Pending], reason: str) -> None:
+        """``queue`` does not exist: this batch and every entry waiting for it are reported
+        RETRIABLE with Cause.TOPIC_MISSING (retried by the loops, never dead-lettered)."""
+        with self._cond:
+            dropped = self._planner.drop_queue(queue)
+            for p in dropped:
+                self._items.pop(p.seq, None)
+                self._first_sent.pop(p.seq, None)
+        self._finish(batch)
+        error = DeliveryError(ErrorKind.RETRIABLE, f"{reason} (create it; see docs/sinks.md)",
+                              Cause.TOPIC_MISSING)
+        self._report([p.seq for p in [*batch, *dropped]], error)
 
     def _refuse_all(self, refused: AccessRefused, pendings: list[Pending]) -> None:
         """The receiver refused the credentials or permissions: this generation is over."""

@@ -21,6 +21,7 @@ from cdc_relay.model import BOOKKEEPING_COLUMNS, NOTIFY_TRIGGER, SlotStatus, hum
 from cdc_relay.ops.verdicts import Check, Verdict
 from cdc_relay.sink.config import NatsConfig, RabbitMqConfig, SinkProbe
 from cdc_relay.sink.http.config import HttpConfig
+from cdc_relay.sink.kinesis.config import KinesisConfig
 from cdc_relay.sink.redis.config import RedisConfig
 from cdc_relay.sink.sqs.config import SqsConfig
 
@@ -42,7 +43,8 @@ class DoctorSettings:
     kafka: KafkaConfig | None = None
     broker_timeout: float = 10.0
     # --sink other than kafka (sink/factory.py's OtherSink)
-    sink: RabbitMqConfig | NatsConfig | SqsConfig | RedisConfig | HttpConfig | None = None
+    sink: (RabbitMqConfig | NatsConfig | SqsConfig | RedisConfig | HttpConfig | KinesisConfig
+           | None) = None
     standby_dsn: str | None = None  # --standby-dsn: check its copy of the slot (failover)
 
 
