@@ -10,8 +10,10 @@ import pytest
 
 from cdc_relay.errors import ConfigError
 from cdc_relay.model import Message
+from cdc_relay.sink.base import Cause, Delivery, ErrorKind, collect
 from cdc_relay.sink.http import requests
 from cdc_relay.sink.http.config import parse_http
+from cdc_relay.sink.http.sink import HttpSink
 
 
 def message(n: int = 1, key: str = "order/1") -> Message:
@@ -84,3 +86,87 @@ def test_the_secret_is_read_without_its_newline_and_never_shown(tmp_path: object
     monkeypatch.setenv("CDC_RELAY_TEST_SECRET", "abc\n")
     config = parse_http("http://h/x", ["signing_secret_env=CDC_RELAY_TEST_SECRET"])
     assert config.signing_secret == b"abc" and "abc" not in repr(config)
+
+
+class Answer:
+    def __init__(self, status: int, retry_after: str | None = None) -> None:
+        self.status_code, self.text = status, "no"
+        self.headers = {"Retry-After": retry_after} if retry_after else {}
+
+
+class FakeHttp:
+    """Answers from a script per event id (the default: 200), recording what was sent."""
+
+    def __init__(self, script: dict[str, list[Answer]]) -> None:
+        self.script, self.sent = script, []  # type: ignore[var-annotated]
+
+    def request(self, method: str, url: str, content: bytes, headers: dict[str, str]) -> Answer:
+        self.sent.append(headers["Idempotency-Key"])
+        answers = self.script.get(headers["Idempotency-Key"], [])
+        return answers.pop(0) if answers else Answer(200)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def drive(sink: HttpSink, clock: Clock, rounds: int) -> list[float]:
+    """Send one request per round; when none is ready, move the clock to the next entry's
+    time. Return how far the clock was moved each time."""
+    waits = []
+    for _ in range(rounds):
+        with sink._cond:
+            batch = sink._planner.take(clock(), {}, 1 << 20)
+        if batch:
+            sink._send(batch, [sink._items[p.seq] for p in batch])
+            continue
+        later = [e.not_before for q in sink._planner.waiting.values() for e in q
+                 if e.not_before > clock.now]
+        if later:
+            waits.append(min(later) - clock.now)
+            clock.now = min(later)
+    return waits
+
+
+def http_sink(script: dict[str, list[Answer]],
+              *items: str) -> tuple[HttpSink, FakeHttp, Clock, list[Delivery]]:
+    got: list[Delivery] = []
+    clock = Clock()
+    sink = HttpSink(parse_http("http://h/{aggregate_type}", list(items)), collect(got), clock=clock)
+    fake = FakeHttp(script)
+    sink._client = fake
+    return sink, fake, clock, got
+
+
+def test_a_503_with_retry_after_holds_back_its_aggregates_later_events_only() -> None:
+    sink, fake, clock, got = http_sink({"e-1": [Answer(503, "7")]})
+    for token, (n, key) in enumerate([(1, "A"), (2, "A"), (3, "B")]):
+        sink.produce(message(n, key=key), token)
+    waits = drive(sink, clock, rounds=6)
+    sink.poll(0)
+    assert fake.sent == ["e-1", "e-3", "e-1", "e-2"]  # e-2 only after e-1 was delivered
+    assert waits == [7.0]  # Retry-After honoured
+    assert [d.token for d in got] == [2, 0, 1] and all(d.error is None for d in got)
+
+
+def test_a_422_is_sent_max_attempts_times_then_a_permanent_error_naming_the_status() -> None:
+    sink, fake, clock, got = http_sink({"e-1": [Answer(422)] * 5}, "max_attempts=2")
+    sink.produce(message(1), 0)
+    drive(sink, clock, rounds=4)
+    sink.poll(0)
+    assert fake.sent == ["e-1", "e-1"]
+    [refused] = got
+    assert refused.error is not None and refused.error.kind is ErrorKind.PERMANENT
+    assert "answered 422 2 times" in refused.error.reason
+
+
+def test_a_413_for_one_event_is_too_large_at_once() -> None:
+    sink, _, clock, got = http_sink({"e-1": [Answer(413)]})
+    sink.produce(message(1), 0)
+    drive(sink, clock, rounds=1)
+    sink.poll(0)
+    assert got[0].error is not None and got[0].error.cause is Cause.TOO_LARGE
