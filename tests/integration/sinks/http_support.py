@@ -1,12 +1,13 @@
 """A real HTTP receiver for the HTTP sink tests: a threaded ``http.server`` on a free port.
 
-``Receiver`` records every request (method, path, headers, body) and answers by rule:
-2xx by default; 422 for paths containing a refused word; 503 with ``Retry-After`` while
-``failing``; holding the answer while ``stalled``; and ``stop`` / ``start`` close and
-reopen its port (an outage). It verifies each signature itself (``hmac``, independently of
-the relay's code) when given the secret. Delivered requests are turned into
-``tests.support.Msg`` for ``wal_support.assert_contract``: the last path segment is the
-topic, headers are the request's (lower-cased names), the offset the order of arrival.
+``Receiver`` records every request (method, path, headers, body) and answers by rule
+(over HTTPS when given a certificate): 2xx by default; 422 for paths containing a refused
+word; 503 with ``Retry-After`` while ``failing``; holding the answer while ``stalled``;
+and ``stop`` / ``start`` close and reopen its port (an outage). It verifies each
+signature itself (``hmac``, independently of the relay's code) when given the secret.
+Delivered requests are turned into ``tests.support.Msg`` for
+``wal_support.assert_contract``: the last path segment is the topic, headers are the
+request's (lower-cased names), the offset the order of arrival.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import socket
+import ssl
 import threading
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -23,6 +25,7 @@ from typing import Any
 import orjson
 
 from cdc_relay.local.helpers import HOST, free_port
+from cdc_relay.local.kafka_security import TlsFiles
 from tests.support import Msg
 
 
@@ -50,10 +53,11 @@ class Receiver:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
     _connections: set[socket.socket] = field(default_factory=set)
+    tls: TlsFiles | None = None  # serve HTTPS with this certificate (cdc_relay.local.kafka_security)
 
     @property
     def url(self) -> str:
-        return f"http://{HOST}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{HOST}:{self.port}"
 
     def start(self) -> Receiver:
         self.stalled.set()
@@ -81,7 +85,11 @@ class Receiver:
                 self._handle()
 
             def _handle(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                length = int(self.headers.get("Content-Length", "0"))
+                body = self.rfile.read(length)
+                if len(body) < length:  # the sender died mid-request: nothing was received
+                    self.close_connection = True
+                    return
                 receiver.stalled.wait()
                 status = receiver.status_for(self.path)
                 seen = Seen(self.command, self.path, {k.lower(): v for k, v in self.headers.items()},
@@ -102,6 +110,10 @@ class Receiver:
 
         self._server = ThreadingHTTPServer((HOST, self.port), Handler)
         self._server.daemon_threads = True
+        if self.tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(self.tls.keystore)
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
 

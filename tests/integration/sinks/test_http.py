@@ -1,5 +1,6 @@
 """``--sink http`` end to end against a real HTTP server the tests run: both modes, batches,
-kill -9, an outage (503 + Retry-After, a closed port, a stall), a refused event, the signature, doctor.
+kill -9, an outage (503 + Retry-After, a closed port, a stall), a refused event, the signature,
+HTTPS with a CA file, doctor.
 
 An HTTP receiver drops nothing by itself: a replay after a crash is a second request with
 the same ``Idempotency-Key`` (docs/sinks.md), so the tests assert that every event
@@ -11,14 +12,16 @@ from __future__ import annotations
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import psycopg
 import pytest
 
+from cdc_relay.local.kafka_security import make_tls
 from cdc_relay.outbox import emit
 from tests.integration.sinks import scenarios
 from tests.integration.sinks.http_support import Receiver, to_msgs
-from tests.integration.wal_support import init_db, write_workload
+from tests.integration.wal_support import assert_contract, init_db, write_workload
 from tests.support import Msg, init_outbox, run_cli
 
 
@@ -109,7 +112,7 @@ def test_poll_mode_puts_batches_of_envelopes_one_event_per_aggregate_each(
         expected = write_workload(db, transactions=10, seed=4, max_events=20)
         messages = scenarios.everything(receiver, expected.ids)
         assert relay.stop(signal.SIGTERM) == 0, relay.stderr
-    scenarios.assert_contract(messages, expected, topic_prefix)
+    assert_contract(messages, expected, topic_prefix)
     requests = server.delivered()
     assert all(s.method == "PUT" and s.headers["idempotency-key"].startswith("sha256:")
                for s in requests)
@@ -149,6 +152,27 @@ def test_doctor_checks_the_receivers_origin_and_the_secret(
     server.stop()
     down = run_cli(*base, "--brokers", server.url + "/hooks/{aggregate_type}")
     assert "FAIL  broker: http" in down.stdout and down.returncode == 1, down.stdout
+
+
+@pytest.mark.slow
+def test_https_with_the_receivers_ca_delivers_and_without_it_doctor_names_the_fix(
+        db: str, tmp_path: Path, topic_prefix: str) -> None:
+    tls = make_tls(tmp_path / "tls")
+    server = Receiver(tls=tls).start()
+    try:
+        receiver = HttpReceiver(server, topic_prefix, "--sink-config", f"tls_ca_file={tls.ca}")
+        init_db(db)
+        with scenarios.start("poll", db, receiver) as relay:
+            expected = write_workload(db, transactions=3, seed=2, max_events=5)
+            messages = scenarios.everything(receiver, expected.ids)
+            assert relay.stop(signal.SIGTERM) == 0, relay.stderr
+        assert_contract(messages, expected, topic_prefix)
+        untrusted = run_cli("doctor", "--dsn", db, "--mode", "poll", "--sink", "http",
+                            "--brokers", server.url + "/hooks/{topic}")
+        assert "FAIL  broker: http" in untrusted.stdout, untrusted.stdout
+        assert "tls_ca_file" in untrusted.stdout
+    finally:
+        server.stop()
 
 
 def test_bad_templates_and_a_missing_secret_variable_are_refused_at_start_up() -> None:

@@ -22,7 +22,7 @@ from cdc_relay.outbox import emit
 from tests.integration.sinks import scenarios
 from tests.integration.sinks.kinesis_support import KinesisReader, kinesis_args
 from tests.integration.sinks.support import poll_rows
-from tests.integration.wal_support import AGGREGATE_TYPES, init_db, write_workload
+from tests.integration.wal_support import AGGREGATE_TYPES, assert_contract, init_db, write_workload
 from tests.support import Msg, init_outbox, run_cli, wait_for
 
 
@@ -87,7 +87,7 @@ def test_both_modes_put_the_contract_keyed_by_aggregate_in_order_and_dead_letter
             wait_for(lambda: any(row[0] == big and row[3] for row in poll_rows(db)), timeout=60,
                      message="the row dead-lettered")
         assert relay.stop(signal.SIGTERM) == 0, relay.stderr
-    scenarios.assert_contract(messages, expected, topic_prefix)
+    assert_contract(messages, expected, topic_prefix)
     assert big not in scenarios.ids_of(messages)
     if mode == "run":
         assert b"message too large" in letter.headers["error"] and letter.value is None
@@ -129,7 +129,7 @@ def test_a_missing_stream_holds_its_events_until_it_exists_and_dead_letters_none
         kinesis.create("invoice")
         messages = scenarios.everything(receiver, expected.ids)
         assert relay.stop(signal.SIGTERM) == 0, relay.stderr
-    scenarios.assert_contract(messages, expected, topic_prefix)
+    assert_contract(messages, expected, topic_prefix)
     assert receiver.dead_letters() == []
 
 
