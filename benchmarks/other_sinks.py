@@ -1,9 +1,9 @@
-"""The RabbitMQ, NATS and SQS side of the benchmark: names of the run's own, and counting consumers.
+"""The RabbitMQ, NATS and SQS side of the benchmark (Redis, HTTP, Kinesis: batching_sinks.py).
 
 The wal-rabbitmq and wal-nats modes publish to a throwaway RabbitMQ or NATS server of the
 run's own (cdc_relay.local.message_brokers), where the run declares its exchange and queues,
 or its stream; wal-sqs starts a moto server of its own
-(cdc_relay.local.moto_sqs) with the run's FIFO queues. ``count_process_rabbitmq``,
+(cdc_relay.local.moto_server) with the run's FIFO queues. ``count_process_rabbitmq``,
 ``count_process_nats`` and ``count_process_sqs`` run in spawned children like
 ``kafka_side.count_process`` and stamp the same shared values: the first receipt and the
 ``expected``-th distinct event id (SQS: the queue's message count, see the function).
@@ -25,8 +25,12 @@ from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Event
 from typing import Any
 
+from benchmarks.batching_sinks import http_side, kinesis_side, redis_side
 from cdc_relay.local.message_brokers import NatsServer, RabbitMqServer
-from cdc_relay.local.moto_sqs import MOTO_ENV, MotoServer
+from cdc_relay.local.moto_server import MOTO_ENV, MotoServer
+
+# wal-redis, wal-http, wal-kinesis: benchmarks/batching_sinks.py
+_BATCHING = {"redis": redis_side, "http": http_side, "kinesis": kinesis_side}
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,10 @@ class SinkSide:
 def machine_sink(sink: str, topics: list[str]) -> Iterator[SinkSide]:
     """Set up the run's own exchange/queues or stream name; clean them up afterwards."""
     run_id = uuid.uuid4().hex[:8]
+    if sink in _BATCHING:
+        with _BATCHING[sink](topics) as (brokers, args, counter, counter_args):
+            yield SinkSide(brokers, args, counter, counter_args)
+        return
     if sink == "sqs":
         with sqs_side(topics) as side:
             yield side

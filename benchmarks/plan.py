@@ -23,6 +23,10 @@ wal-rabbitmq   ``--plugin wal2json --no-trigger``          ``run --plugin wal2js
 wal-nats       ``--plugin wal2json --no-trigger``          ``run --plugin wal2json --sink nats``
 wal-sqs        ``--plugin wal2json --no-trigger``          ``run --plugin wal2json --sink sqs``
                                                            (moto's server; only when named)
+wal-redis,     ``--plugin wal2json --no-trigger``          ``run --plugin wal2json --sink redis``
+wal-http,                                                  (``http``, ``kinesis``): a redis-server,
+wal-kinesis                                                an HTTP receiver, moto's server of the
+                                                           run's own; only when named
 wal-*-eos      as the plugin's WAL mode                    ``run --exactly-once --txn-interval
                                                            100ms`` (``-eos-20ms``, ``-eos-500ms``:
                                                            other intervals; not in the default set)
@@ -60,7 +64,7 @@ class Mode:
     init_args: tuple[str, ...]
     relay_args: tuple[str, ...]
     module: str = "cdc_relay"  # what ``python -m`` runs: the relay, or a baseline
-    sink: str = "kafka"  # kafka | rabbitmq | nats | sqs (benchmarks/other_sinks.py)
+    sink: str = "kafka"  # kafka | rabbitmq | nats | sqs | redis | http | kinesis (other_sinks.py)
 
     @property
     def is_relay(self) -> bool:
@@ -92,6 +96,8 @@ MODES: dict[str, Mode] = {m.name: m for m in (
          ("run", "--plugin", "wal2json"), sink="nats"),
     Mode("wal-sqs", "wal", "wal2json", ("--plugin", "wal2json", "--no-trigger"),
          ("run", "--plugin", "wal2json"), sink="sqs"),
+    *(Mode(f"wal-{sink}", "wal", "wal2json", ("--plugin", "wal2json", "--no-trigger"),
+           ("run", "--plugin", "wal2json"), sink=sink) for sink in ("redis", "http", "kinesis")),
     *(Mode(f"wal-{plugin}-eos{suffix}", "wal", plugin, ("--plugin", plugin, "--no-trigger"),
            ("run", "--plugin", plugin, "--exactly-once", "--checkpoint-topic", "bench.checkpoints",
             "--txn-interval", interval))
@@ -102,10 +108,11 @@ MODES: dict[str, Mode] = {m.name: m for m in (
     Mode("debezium-embedded-poll10", "wal", "pgoutput", ("--plugin", "pgoutput", "--no-trigger"),
          ("--poll-interval-ms", "10"), module="benchmarks.debezium"),
 )}
-# A full or quick run measures these; the other exactly-once intervals and wal-sqs only
-# when named.
+# A full or quick run measures these; the other exactly-once intervals, wal-sqs and the
+# modes of the sinks added with it only when named.
+NAMED_ONLY = ("wal-sqs", "wal-redis", "wal-http", "wal-kinesis")
 DEFAULT_MODES = tuple(name for name in MODES
-                      if not name.endswith(("-20ms", "-500ms")) and name != "wal-sqs")
+                      if not name.endswith(("-20ms", "-500ms")) and name not in NAMED_ONLY)
 
 FULL_EVENTS = (100_000, 200_000)  # backlog sizes: both are reported
 QUICK_EVENTS = (50_000,)

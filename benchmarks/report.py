@@ -36,10 +36,12 @@ def limit_for(mode: str, limits: dict[str, Any]) -> tuple[float, str]:
     WAL modes and Debezium embedded: the slower of pg_recvlogical with the mode's plugin
     and the bare producer.
     Polling modes read no WAL: the bare producer. WAL modes with another sink
-    (wal-rabbitmq, wal-nats, wal-sqs): pg_recvlogical wal2json (no bare producer is measured for them).
+    (wal-rabbitmq, wal-nats, wal-sqs, wal-redis, wal-http, wal-kinesis): pg_recvlogical wal2json
+    (no bare producer is measured for them).
     """
     producer = float(limits["producer_eps"])
-    if mode.startswith(("wal-rabbitmq", "wal-nats", "wal-sqs")):
+    if mode.startswith(("wal-rabbitmq", "wal-nats", "wal-sqs", "wal-redis", "wal-http",
+                        "wal-kinesis")):
         return float(limits.get("pg_recvlogical_wal2json_eps", limits["pg_recvlogical_eps"])), \
             "pg_recvlogical wal2json"
     plugin = next((p for m, p in WAL_PLUGINS.items() if mode.startswith(m)), None)

@@ -28,8 +28,9 @@ writer commits events on a fixed schedule and a consumer stamps their receipt
 The debezium-embedded modes run Debezium (benchmarks/debezium.py) where the relay
 would run, measured the same way.
 
-Modes with another sink (wal-rabbitmq, wal-nats, wal-sqs) use the machine's RabbitMQ or NATS
-(or a moto server of their own) with names of the run's own (other_sinks.py) instead of a
+Modes with another sink (wal-rabbitmq, wal-nats, wal-sqs, wal-redis, wal-http, wal-kinesis)
+use a RabbitMQ, NATS, Redis, HTTP receiver or moto server of their own with names of the
+run's own (other_sinks.py, batching_sinks.py) instead of a
 fresh broker, and measure backlog throughput only: the latency harness reads Kafka.
 
 Must not: start the cluster (the caller shares one across modes) or write output files.

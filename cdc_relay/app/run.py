@@ -93,7 +93,7 @@ class WalSettings:
     kafka: KafkaConfig
     flow: FlowConfig = field(default_factory=FlowConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
-    sink: OtherSink | None = None  # --sink rabbitmq|nats|sqs; None: the Kafka sink of ``kafka``
+    sink: OtherSink | None = None  # --sink other than kafka; None: the Kafka sink of ``kafka``
     snapshot: str = "never"  # "initial": backfill pending rows when the relay creates the slot
     exactly_once: ExactlyOnceConfig | None = None
     capture: CaptureConfig | None = None

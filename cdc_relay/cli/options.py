@@ -39,6 +39,9 @@ from cdc_relay.errors import ConfigError, ExitCode, RelayError, mask_secrets
 from cdc_relay.logs import DEFERRED_WARNINGS, JsonFormatter, setup_logging
 from cdc_relay.sink.config import SINK_KINDS, parse_nats, parse_rabbitmq
 from cdc_relay.sink.factory import OtherSink
+from cdc_relay.sink.http.config import parse_http
+from cdc_relay.sink.kinesis.config import parse_kinesis
+from cdc_relay.sink.redis.config import parse_redis
 from cdc_relay.sink.sqs.config import parse_sqs, sqs_topics
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -166,7 +169,9 @@ def columns_option(f: F) -> F:
 
 BROKERS_HELP = ("Broker address in the sink's form: HOST:PORT[,...] (kafka), "
                 "amqp://USER:PASSWORD@HOST:PORT/VHOST (rabbitmq), nats://HOST:PORT[,...] (nats), "
-                "sqs://REGION or http[s]://HOST:PORT (sqs).")
+                "sqs://REGION or http[s]://HOST:PORT (sqs), redis://HOST:PORT[/DB] (redis), "
+                "a URL template http[s]://HOST/PATH/{aggregate_type} (http), "
+                "kinesis://REGION or http[s]://HOST:PORT (kinesis).")
 
 
 def brokers_option(f: F) -> F:
@@ -176,14 +181,15 @@ def brokers_option(f: F) -> F:
 def sink_options(f: F) -> F:
     """``--sink`` and ``--sink-config`` (docs/sinks.md)."""
     f = option("--sink-config", multiple=True, metavar="KEY=VALUE",
-               help="A RabbitMQ, NATS or SQS sink setting (repeatable), e.g. exchange=outbox, "
-                    "stream=OUTBOX, region=eu-west-1; see docs/sinks.md.")(f)
+               help="A setting of a sink other than Kafka (repeatable), e.g. exchange=outbox, "
+                    "stream=OUTBOX, region=eu-west-1, maxlen=1000000; see docs/sinks.md.")(f)
     return option("--sink", type=click.Choice(list(SINK_KINDS)), default="kafka",
                   show_default=True, help="The broker to publish to.")(f)
 
 
 _ADDRESS_SINKS = (("amqp://", "rabbitmq"), ("amqps://", "rabbitmq"), ("nats://", "nats"),
-                  ("tls://", "nats"), ("sqs://", "sqs"))
+                  ("tls://", "nats"), ("sqs://", "sqs"), ("redis://", "redis"),
+                  ("rediss://", "redis"), ("kinesis://", "kinesis"))
 
 
 def sink_topics(sink: str, topic_pattern: str, dead_letter_topic: str) -> tuple[str, str]:
@@ -201,7 +207,7 @@ def sink_settings(sink: str, brokers: str, sink_config: tuple[str, ...],
     timeout_ms = int(message_timeout * 1000)
     if sink == "kafka":
         if sink_config:
-            raise ConfigError("--sink-config is for the rabbitmq, nats and sqs sinks; Kafka producer "
+            raise ConfigError("--sink-config is for the sinks other than Kafka; Kafka producer "
                               "settings go in --producer-config KEY=VALUE")
         for prefix, other in _ADDRESS_SINKS:
             if brokers.strip().lower().startswith(prefix):
@@ -216,6 +222,16 @@ def sink_settings(sink: str, brokers: str, sink_config: tuple[str, ...],
                          dead_letter_topic=dead_letter_topic, message_timeout_ms=timeout_ms,
                          header_names=[parse_header_option(h)[1] for h in header],
                          message_format=message_format)
+    if sink == "kinesis":
+        return parse_kinesis(brokers, sink_config, topic_pattern=topic_pattern,
+                             dead_letter_topic=dead_letter_topic, message_timeout_ms=timeout_ms)
+    if sink == "http":
+        return parse_http(brokers, sink_config, message_timeout_ms=timeout_ms,
+                          header_names=[parse_header_option(h)[1] for h in header])
+    if sink == "redis":
+        return parse_redis(brokers, sink_config, topic_pattern=topic_pattern,
+                           dead_letter_topic=dead_letter_topic, message_timeout_ms=timeout_ms,
+                           header_names=[parse_header_option(h)[1] for h in header])
     if sink == "rabbitmq":
         return parse_rabbitmq(brokers, sink_config, dead_letter_topic=dead_letter_topic,
                               message_timeout_ms=timeout_ms)

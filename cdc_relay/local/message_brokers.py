@@ -1,6 +1,6 @@
-"""Throwaway RabbitMQ and NATS (JetStream) servers on free 127.0.0.1 ports, for tests and benchmarks.
+"""Throwaway RabbitMQ, NATS (JetStream) and Redis servers on free 127.0.0.1 ports, for tests and benchmarks.
 
-Owns starting Debian's ``rabbitmq-server`` and ``nats-server`` as processes of the caller's
+Owns starting Debian's ``rabbitmq-server``, ``nats-server`` and ``redis-server`` as processes of the caller's
 own: a temp dir each (data, logs, RabbitMQ's Erlang cookie), free ports, waiting until the
 server itself answers, and stopping the whole process group (SIGTERM, then SIGKILL).
 RabbitMQ gets an Erlang port mapper (``epmd``) of its own on a free port too, so nothing
@@ -30,7 +30,8 @@ from cdc_relay.local.registry import track, untrack
 
 RABBITMQ_SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"  # Debian's, without the su wrapper
 NATS_SERVER = "nats-server"
-_INSTALL = "apt-get install rabbitmq-server nats-server"
+REDIS_SERVER = "redis-server"
+_INSTALL = "apt-get install rabbitmq-server nats-server redis-server"
 
 
 def listening(port: int, host: str = HOST, timeout: float = 0.5) -> bool:
@@ -57,6 +58,16 @@ def _nats_answers(port: int) -> bool:
     try:
         with socket.create_connection((HOST, port), timeout=1.0) as sock:
             return sock.recv(5) == b"INFO "
+    except OSError:
+        return False
+
+
+def _redis_answers(port: int) -> bool:
+    """Whether ``port`` speaks RESP: PING gets +PONG (or -NOAUTH from a server with a password)."""
+    try:
+        with socket.create_connection((HOST, port), timeout=1.0) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(6) in (b"+PONG\r", b"-NOAUT")
     except OSError:
         return False
 
@@ -241,3 +252,31 @@ class NatsServer(_ServerProcess):
     def _answers(self, port: int) -> bool:
         return _nats_answers(port)
 
+
+
+class RedisServer(_ServerProcess):
+    """A redis-server of our own: memory only (no RDB, no AOF), its dir the temp dir; ``url``
+    is its address. ``password`` (optional) is required of every client (``requirepass``)."""
+
+    name = "Redis"
+    tmp_prefix = "cdc-relay-redis-"
+
+    def __init__(self, password: str | None = None) -> None:
+        super().__init__()
+        self.password = password
+
+    @property
+    def url(self) -> str:
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}{HOST}:{self.port}/0"
+
+    def _spawn(self, tmp: Path, port: int) -> None:
+        argv = [_require(REDIS_SERVER, self.name), "--port", str(port), "--bind", HOST,
+                "--save", "", "--appendonly", "no", "--dir", str(tmp), "--daemonize", "no",
+                "--protected-mode", "no"]
+        if self.password:
+            argv += ["--requirepass", self.password]
+        self._popen(argv, clean_env())
+
+    def _answers(self, port: int) -> bool:
+        return _redis_answers(port)

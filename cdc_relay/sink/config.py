@@ -21,7 +21,8 @@ from urllib.parse import urlsplit
 from cdc_relay.config import parse_duration, parse_producer_config
 from cdc_relay.errors import ConfigError, ExitCode, mask_secrets
 
-SINK_KINDS = ("kafka", "rabbitmq", "nats", "sqs")  # sqs: sink/sqs/config.py
+# sqs, redis, http, kinesis: their own config modules (sink/<name>/config.py)
+SINK_KINDS = ("kafka", "rabbitmq", "nats", "sqs", "redis", "http", "kinesis")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 

@@ -1,8 +1,8 @@
-"""Picking the sink: ``--sink kafka|rabbitmq|nats|sqs`` -> a SinkFactory, and the doctor's probe.
+"""Picking the sink: ``--sink kafka|rabbitmq|nats|sqs|redis|...`` -> a SinkFactory, and doctor's probe.
 
 The composition roots (app/run.py, app/poll.py) and doctor call this instead of a
-sink module, so they never import a broker client themselves. The RabbitMQ, NATS and
-SQS clients are optional extras: they are imported only here, on demand, and a missing one
+sink module, so they never import a broker client themselves. The RabbitMQ, NATS, SQS,
+Redis, HTTP and Kinesis clients are optional extras: they are imported only here, on demand, and a missing one
 is a ConfigError naming the ``pip install`` to run (one line, exit 2), not a traceback.
 Must not hold state or start I/O: it only chooses and builds.
 """
@@ -17,25 +17,31 @@ from cdc_relay.config import KafkaConfig
 from cdc_relay.errors import ConfigError
 from cdc_relay.sink.base import SinkFactory
 from cdc_relay.sink.config import NatsConfig, RabbitMqConfig, SinkProbe
+from cdc_relay.sink.http.config import HttpConfig
+from cdc_relay.sink.kinesis.config import KinesisConfig
+from cdc_relay.sink.redis.config import RedisConfig
 from cdc_relay.sink.sqs.config import SqsConfig
 
 # Sink configs other than Kafka's; None in the settings means "the Kafka sink".
-OtherSink = RabbitMqConfig | NatsConfig | SqsConfig
+OtherSink = RabbitMqConfig | NatsConfig | SqsConfig | RedisConfig | HttpConfig | KinesisConfig
+_NAMES: tuple[tuple[type, str], ...] = ((RabbitMqConfig, "rabbitmq"), (NatsConfig, "nats"),
+                                        (SqsConfig, "sqs"), (RedisConfig, "redis"),
+                                        (HttpConfig, "http"), (KinesisConfig, "kinesis"))
 
 # name -> (client library, pip extra, module)
 _EXTRAS = {"rabbitmq": ("pika", "rabbitmq", "cdc_relay.sink.rabbitmq"),
            "nats": ("nats", "nats", "cdc_relay.sink.nats"),
-           "sqs": ("boto3", "sqs", "cdc_relay.sink.sqs.sink")}
+           "sqs": ("boto3", "sqs", "cdc_relay.sink.sqs.sink"),
+           "redis": ("redis", "redis", "cdc_relay.sink.redis.sink"),
+           "http": ("httpx", "http", "cdc_relay.sink.http.sink"),
+           "kinesis": ("boto3", "kinesis", "cdc_relay.sink.kinesis.sink")}
 
 
 def sink_name(other: OtherSink | None) -> str:
-    """``kafka``, ``rabbitmq``, ``nats`` or ``sqs``: the sink's name in logs and metrics."""
-    if isinstance(other, RabbitMqConfig):
-        return "rabbitmq"
-    if isinstance(other, NatsConfig):
-        return "nats"
-    if isinstance(other, SqsConfig):
-        return "sqs"
+    """``kafka``, ``rabbitmq``, ``nats``, ``sqs``, ...: the sink's name in logs and metrics."""
+    for kind, name in _NAMES:
+        if isinstance(other, kind):
+            return name
     return "kafka"
 
 
@@ -45,7 +51,7 @@ def sink_module(name: str) -> ModuleType:
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        if exc.name is not None and exc.name.split(".")[0] in (client, "botocore"):
+        if exc.name is not None and exc.name.split(".")[0] in (client, "botocore", "httpcore"):
             raise ConfigError(f"the {name} sink needs the {client} client library, which is not "
                               f"installed: pip install 'cdc-relay[{extra}]'") from exc
         raise
@@ -65,6 +71,6 @@ def make_sink_factory(kafka: KafkaConfig, other: OtherSink | None) -> SinkFactor
 
 
 def probe_sink(other: OtherSink, timeout: float) -> list[SinkProbe]:
-    """The doctor's reachability and permission findings for a RabbitMQ, NATS or SQS sink."""
+    """The doctor's reachability and permission findings for a sink other than Kafka."""
     found: list[SinkProbe] = sink_module(sink_name(other)).probe(other, timeout)
     return found

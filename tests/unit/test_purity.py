@@ -42,7 +42,7 @@ PURE_MODULES = (
     "cdc_relay.sink.transactions",
     "cdc_relay.sink.sqs.config",
     "cdc_relay.sink.sqs.entries",
-    "cdc_relay.sink.sqs.batches",
+    "cdc_relay.sink.batches",
     "cdc_relay.wal.exactly_once.checkpoint",
     "cdc_relay.wal.exactly_once.txn_policy",
     "cdc_relay.wal.stream.delivery",

@@ -16,7 +16,7 @@ from cdc_relay.cli.options import sink_settings, sink_topics
 from cdc_relay.errors import ConfigError
 from cdc_relay.model import Message
 from cdc_relay.sink.base import Cause, Delivery, ErrorKind, collect
-from cdc_relay.sink.sqs.batches import MAX_ENTRIES, Pending, Planner
+from cdc_relay.sink.batches import MAX_ENTRIES, Pending, Planner
 from cdc_relay.sink.sqs.config import (
     DEFAULT_DEAD_LETTER_QUEUE,
     DEFAULT_QUEUE_PATTERN,

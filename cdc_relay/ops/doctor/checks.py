@@ -28,6 +28,9 @@ from cdc_relay.model import (
 )
 from cdc_relay.ops.verdicts import Check, Verdict
 from cdc_relay.sink.config import NatsConfig, RabbitMqConfig, SinkProbe
+from cdc_relay.sink.http.config import HttpConfig
+from cdc_relay.sink.kinesis.config import KinesisConfig
+from cdc_relay.sink.redis.config import RedisConfig
 from cdc_relay.sink.sqs.config import SqsConfig
 
 DEFAULT_LIBRARIES = ("pgoutput", "test_decoding")  # output_plugin_libraries' default
@@ -47,7 +50,9 @@ class DoctorSettings:
     plugin_from_slot: bool = False  # no --plugin: an existing slot's plugin, as run does
     kafka: KafkaConfig | None = None
     broker_timeout: float = 10.0
-    sink: RabbitMqConfig | NatsConfig | SqsConfig | None = None  # --sink rabbitmq|nats|sqs
+    # --sink other than kafka (sink/factory.py's OtherSink)
+    sink: (RabbitMqConfig | NatsConfig | SqsConfig | RedisConfig | HttpConfig | KinesisConfig
+           | None) = None
     standby_dsn: str | None = None  # --standby-dsn: check its copy of the slot (failover)
 
 

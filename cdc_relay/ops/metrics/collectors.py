@@ -307,7 +307,7 @@ class PollCollector:
 
 
 class SinkInfoCollector:
-    """``cdc_relay_sink_info{sink="kafka|rabbitmq|nats|sqs"} 1``: which broker this relay publishes to."""
+    """``cdc_relay_sink_info{sink="kafka|rabbitmq|..."} 1``: which broker this relay publishes to."""
 
     def __init__(self, sink: str) -> None:
         self._sink = sink

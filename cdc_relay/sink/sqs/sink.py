@@ -6,7 +6,7 @@ event counts as delivered only when a SendMessageBatch reply lists its entry und
 ``Successful`` (docs/design.md, the acknowledgement invariant). What goes into a batch
 (at most 10 entries of one queue within its MaximumMessageSize, one entry per message
 group at a time, a failed entry holding back the later ones of its group) is
-sink/sqs/batches.py's; what an entry holds (body, attributes, group and deduplication
+sink/batches.py's; what an entry holds (body, attributes, group and deduplication
 ids) is sink/sqs/entries.py's.
 
 Outcomes (docs/sinks.md, Amazon SQS):
@@ -49,8 +49,8 @@ from cdc_relay.sink.base import (
     Sink,
     SinkFactory,
 )
+from cdc_relay.sink.batches import Pending, Planner
 from cdc_relay.sink.config import SinkProbe
-from cdc_relay.sink.sqs.batches import Pending, Planner
 from cdc_relay.sink.sqs.client import (
     MISSING,
     create_queue_command,

@@ -1,6 +1,6 @@
-"""Fixtures of the RabbitMQ, NATS and SQS sink tests: the services, names of the test's own.
+"""Fixtures of the sink tests other than Kafka's: the services, names of the test's own.
 
-RabbitMQ and NATS are throwaway servers of the session's own (of each xdist worker), on free
+RabbitMQ, NATS and Redis are throwaway servers of the session's own (of each xdist worker), on free
 ports, stopped after it (cdc_relay.local.message_brokers); every test still uses names from
 its ``topic_prefix`` and deletes them. SQS is moto's server, started and stopped the same
 way. One that cannot be started skips its tests on a developer's machine, and fails them in
@@ -14,14 +14,16 @@ from collections.abc import Iterator
 import pytest
 
 from cdc_relay.errors import LocalServiceError
-from cdc_relay.local.message_brokers import NatsServer, RabbitMqServer
-from cdc_relay.local.moto_sqs import MOTO_ENV, MotoServer
+from cdc_relay.local.message_brokers import NatsServer, RabbitMqServer, RedisServer
+from cdc_relay.local.moto_server import MOTO_ENV, MotoServer
+from tests.integration.sinks.redis_support import RedisReader
 from tests.integration.sinks.sqs_support import SqsReader
 from tests.integration.sinks.support import RabbitReader, delete_stream
 from tests.support import skip_or_fail_in_ci
 
 
-def _serving(server: RabbitMqServer | NatsServer) -> Iterator[RabbitMqServer | NatsServer]:
+def _serving(server: RabbitMqServer | NatsServer | RedisServer
+             ) -> Iterator[RabbitMqServer | NatsServer | RedisServer]:
     """``server`` started for the session and stopped after it; skipped (failed in CI) if it
     cannot start."""
     try:
@@ -109,6 +111,21 @@ def moto_url(moto: MotoServer) -> str:
 def sqs(moto_url: str, topic_prefix: str) -> Iterator[SqsReader]:
     """A reader of this test's own queues on moto; the queues are deleted afterwards."""
     reader = SqsReader(moto_url, topic_prefix)
+    try:
+        yield reader
+    finally:
+        reader.close()
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RabbitMqServer | NatsServer | RedisServer]:
+    yield from _serving(RedisServer())
+
+
+@pytest.fixture
+def redis_reader(redis_server: RedisServer, topic_prefix: str) -> Iterator[RedisReader]:
+    """A reader of this test's own streams; they are deleted afterwards."""
+    reader = RedisReader(redis_server.url, topic_prefix)
     try:
         yield reader
     finally:

@@ -16,9 +16,9 @@ import orjson
 import psycopg
 import pytest
 
-from cdc_relay.local import moto_sqs
+from cdc_relay.local import moto_server
 from cdc_relay.local.helpers import free_port, listens_on
-from cdc_relay.local.moto_sqs import MotoServer
+from cdc_relay.local.moto_server import MotoServer
 from cdc_relay.outbox import emit
 from tests.integration.sinks.sqs_support import SqsReader, ids_of, sqs_args
 from tests.integration.sinks.support import poll_rows
@@ -213,7 +213,7 @@ def test_a_moto_server_never_passes_off_another_servers_port_as_its_own(
     # Parallel workers pick free ports too: the first port offered here is the session's
     # server's, so the new one must notice it answers there with another's voice.
     offered = iter([moto.port])
-    monkeypatch.setattr(moto_sqs, "free_port", lambda: next(offered, None) or free_port())
+    monkeypatch.setattr(moto_server, "free_port", lambda: next(offered, None) or free_port())
     second = MotoServer().start()
     try:
         assert second.port != moto.port
@@ -231,7 +231,7 @@ def test_doctor_and_run_find_the_region_in_either_aws_variable_alone(
     for key in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
-    monkeypatch.setenv(variable, moto_sqs.MOTO_ENV[variable])
+    monkeypatch.setenv(variable, moto_server.MOTO_ENV[variable])
     doctor = run_cli("doctor", "--dsn", db, "--brokers", moto_url, *sqs_args(topic_prefix))
     assert "PASS  broker: sqs" in doctor.stdout, doctor.stdout + doctor.stderr
     assert "no AWS region" not in doctor.stdout + doctor.stderr

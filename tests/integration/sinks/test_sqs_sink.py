@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from cdc_relay.errors import AccessRefused, BrokerError
-from cdc_relay.local.moto_sqs import MotoServer
+from cdc_relay.local.moto_server import MotoServer
 from cdc_relay.model import Message
 from cdc_relay.sink.base import Cause, Delivery, ErrorKind, ProduceRejected, collect
 from cdc_relay.sink.sqs.config import parse_sqs

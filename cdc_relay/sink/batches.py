@@ -1,9 +1,11 @@
-"""Which entries go into the next SendMessageBatch: the SQS sink's ordering rules, with no I/O.
+"""Which entries go into the next batch of a batching sink: the ordering rules, with no I/O.
 
-Entries wait per queue in produce order. ``take`` fills a batch of one queue with up to 10
-entries within the queue's byte limit (its MaximumMessageSize: 256 KiB by default, up to
-1 MiB), round-robin over the queues, under one rule that keeps an aggregate's order on
-a FIFO queue (docs/sinks.md, Amazon SQS):
+The SQS, Redis, HTTP and Kinesis sinks send batches (SendMessageBatch, a pipeline of XADDs,
+a request, PutRecords) from sender threads; this planner decides what each batch holds.
+Entries wait per queue (an SQS queue, a Redis stream, a URL, a Kinesis stream) in produce
+order. ``take`` fills a batch of one queue with up to ``max_entries`` entries within the
+queue's byte limit (SQS: its MaximumMessageSize), round-robin over the queues, under one
+rule that keeps an aggregate's order (docs/sinks.md):
 
     a message group is *busy* while one of its entries is in a batch awaiting its reply,
     and an entry is never taken while an earlier entry of its group waits.
@@ -12,20 +14,22 @@ So a batch holds at most one entry per group, and entries of one group are sent 
 batch after the other, each only once the previous one succeeded (or was given up as
 permanent). An entry that failed and will be tried again goes back to its place (its
 sequence number) with a time before which it is not taken: the later entries of its group
-wait for it, other groups go on. Entries of a standard queue (no group) are never held
-back by one another.
+wait for it, other groups go on. Entries without a group (an SQS standard queue) are never held
+back by one another. ``take`` may be told to skip queues (``allowed``: the HTTP sink's
+per-host limit).
 
 A scan looks at most ``SCAN_LIMIT`` waiting entries of a queue, so a queue full of one busy
-group costs little per batch. Must not: do I/O, or know boto3 (sink/sqs/sink.py does).
+group costs little per batch. Must not: do I/O, or know a client library (the sinks do).
 """
 
 from __future__ import annotations
 
 import bisect
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-MAX_ENTRIES = 10  # SendMessageBatch's limit
+MAX_ENTRIES = 10  # SendMessageBatch's limit: the default
 SCAN_LIMIT = 512
 
 
@@ -50,6 +54,7 @@ class Planner:
 
     waiting: dict[str, list[Pending]] = field(default_factory=dict)
     busy: set[tuple[str, str]] = field(default_factory=set)
+    max_entries: int = MAX_ENTRIES
     _turns: deque[str] = field(default_factory=deque)  # queues with waiting entries, round-robin
 
     def add(self, entry: Pending) -> None:
@@ -64,15 +69,19 @@ class Planner:
         """Entries not in a batch."""
         return sum(len(q) for q in self.waiting.values())
 
-    def take(self, now: float, limit_of: dict[str, int], default_limit: int) -> list[Pending]:
+    def take(self, now: float, limit_of: dict[str, int], default_limit: int,
+             allowed: Callable[[str], bool] | None = None) -> list[Pending]:
         """The next batch (one queue's entries, oldest first), or [] when none is ready.
 
-        ``limit_of`` gives a queue's byte limit once known, else ``default_limit`` applies.
-        The taken entries' groups are busy until ``settle``.
+        ``limit_of`` gives a queue's byte limit once known, else ``default_limit`` applies;
+        a queue for which ``allowed`` says False is skipped this time. The taken entries'
+        groups are busy until ``settle``.
         """
         for _ in range(len(self._turns)):
             queue = self._turns[0]
             self._turns.rotate(-1)
+            if allowed is not None and not allowed(queue):
+                continue
             batch = self._fill(queue, now, limit_of.get(queue, default_limit))
             if batch:
                 return batch
@@ -96,7 +105,7 @@ class Planner:
             room -= entry.size
             if group is not None:
                 blocked.add(group)
-            if len(taken) == MAX_ENTRIES:
+            if len(taken) == self.max_entries:
                 break
         batch = [waiting[i] for i in taken]
         for i in reversed(taken):

@@ -1,9 +1,9 @@
-"""A throwaway SQS-speaking server (moto's, ``moto_server``) on 127.0.0.1 for tests and benchmarks.
+"""A throwaway AWS-speaking server (moto's ``moto_server``: SQS, Kinesis) on 127.0.0.1, for tests.
 
 Owns starting ``moto_server -H 127.0.0.1 -p PORT`` as a subprocess on a free port, waiting
 until it answers, and stopping it (SIGTERM, then SIGKILL); its log goes to a temp file.
 Everything is in memory: a restart loses every queue. moto's gaps that matter to the
-relay are listed in docs/sinks.md (Amazon SQS, testing against moto).
+relay are listed in docs/sinks.md (Amazon SQS and Amazon Kinesis, testing against moto).
 
 Must not: touch a process it did not start, or import boto3 (callers bring their own client).
 """
