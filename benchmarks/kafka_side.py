@@ -58,6 +58,19 @@ def create_topics(bootstrap: str, names: list[str], partitions: int = PARTITIONS
                 raise RuntimeError(f"cannot create topic {name}: {exc}") from exc
 
 
+def warm_up(bootstrap: str, topic: str = "bench.warmup") -> None:
+    """One idempotent message through a fresh broker, so its start is over before a measurement.
+
+    Apache Kafka answers a fresh broker's first producer-id request with "coordinator load
+    in progress" for a moment: without this, that moment would be charged to the first
+    mode measured on it (its *first event*), though no running broker has it.
+    """
+    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_SETTINGS, "log_level": 3})
+    producer.produce(topic, b"warm-up", key=b"warm-up")
+    if producer.flush(60):
+        raise RuntimeError(f"the broker at {bootstrap} did not ack a warm-up message in 60 s")
+
+
 def _consumer(bootstrap: str, topic: str) -> tuple[Consumer, list[Message]]:
     """An assigned consumer from the beginning of ``topic``, and what its first fetch got.
 
