@@ -75,7 +75,7 @@ def _ints(text: str, what: str, minimum: int) -> tuple[int, ...]:
 def build_plan(out: Path, quick: bool, smoke: bool, modes: str | None, events: str | None,
                rates: str | None, duration: float | None, warmup: float | None,
                relay_producer_config: tuple[str, ...], rounds: int | None = None,
-               broker: str = DEFAULT_BROKER) -> Plan:
+               broker: str = DEFAULT_BROKER, broker_warmup: int = 1) -> Plan:
     """The Plan from the command line: full by default, then --quick/--smoke, then overrides
     (``--broker`` is not one: it names the broker, not the workload)."""
     label = "smoke" if smoke else "quick" if quick else "full"
@@ -96,7 +96,7 @@ def build_plan(out: Path, quick: bool, smoke: bool, modes: str | None, events: s
                 duration=duration if duration is not None else base[2],
                 warmup=warmup if warmup is not None else base[3],
                 floor_rate=min(1_000, max(chosen_rates)), label=label, relay_extra=extra,
-                broker=broker)
+                broker=broker, broker_warmup=broker_warmup)
 
 
 @click.group()
@@ -119,6 +119,9 @@ def main() -> None:
               help=f"The Kafka broker every measurement runs against, a fresh one each: kafka "
                    f"(Apache Kafka {KAFKA_VERSION}, single-node KRaft; needs Java 17+) or tansu "
                    f"(memory only, no JVM).")
+@click.option("--broker-warmup", type=click.IntRange(1), default=1, hidden=True, metavar="N",
+              help="Messages produced and consumed through each fresh broker before a mode "
+                   "(more: a warm JVM).")
 @click.option("--smoke", is_flag=True, hidden=True, help="Tiny run for the smoke test.")
 @click.option("--rates", default=None, hidden=True, help="Insert rates, e.g. 100,1000.")
 @click.option("--duration", type=click.FloatRange(0.5), default=None, hidden=True,
@@ -127,11 +130,11 @@ def main() -> None:
 @click.option("--relay-producer-config", multiple=True, hidden=True, metavar="KEY=VALUE",
               help="Passed to every relay as --producer-config.")
 def run(out: Path, quick: bool, modes: str | None, events: str | None, rounds: int | None,
-        broker: str, smoke: bool, rates: str | None, duration: float | None, warmup: float | None,
-        relay_producer_config: tuple[str, ...]) -> None:
+        broker: str, broker_warmup: int, smoke: bool, rates: str | None, duration: float | None,
+        warmup: float | None, relay_producer_config: tuple[str, ...]) -> None:
     """Measure limits, backlog throughput and latency; write DIR/results.json and report.md."""
     plan = build_plan(out, quick, smoke, modes, events, rates, duration, warmup,
-                      relay_producer_config, rounds, broker)
+                      relay_producer_config, rounds, broker, broker_warmup)
     plan, skipped = without_unavailable(plan)
     workdir = out / "logs"
     workdir.mkdir(parents=True, exist_ok=True)
@@ -141,7 +144,8 @@ def run(out: Path, quick: bool, modes: str | None, events: str | None, rounds: i
                  "rounds": plan.rounds, "rates": list(plan.rates),
                  "duration": plan.duration, "warmup": plan.warmup, "floor_rate": plan.floor_rate,
                  "modes": [m.name for m in plan.modes], "fetch_wait_max_ms": FETCH_WAIT_MS,
-                 "relay_extra_args": list(plan.relay_extra), "broker": plan.broker},
+                 "relay_extra_args": list(plan.relay_extra), "broker": plan.broker,
+                 "broker_warmup": plan.broker_warmup},
         "command": shlex.join(["python", "-m", "benchmarks", *sys.argv[1:]]),
         "started_at": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "load_start": load_average(), "rounds": [], "errors": [], "skipped": skipped,

@@ -78,3 +78,10 @@ def broker_label(results: dict[str, Any]) -> str:
     if isinstance(broker, dict) and broker.get("label"):
         return str(broker["label"])
     return str((results.get("machine") or {}).get("broker", "tansu"))
+
+
+def broker_short(results: dict[str, Any]) -> str:
+    """``Kafka`` or ``Tansu``: a run's broker in a table header."""
+    broker = results.get("broker")
+    kind = broker.get("kind") if isinstance(broker, dict) else TANSU
+    return {KAFKA: "Kafka", TANSU: "Tansu"}.get(str(kind), str(kind))

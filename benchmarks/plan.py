@@ -148,6 +148,7 @@ class Plan:
     label: str = "full"
     relay_extra: tuple[str, ...] = field(default=())  # extra args for every relay process
     broker: str = "kafka"  # benchmarks/brokers.py: kafka (Apache Kafka 4.1) or tansu
+    broker_warmup: int = 1  # messages through each fresh broker before a mode (kafka_side.warm_up)
 
     @property
     def events(self) -> int:

@@ -133,7 +133,7 @@ class ModeRun:
             with new_broker(self.plan.broker) as broker:
                 create_topics(broker.bootstrap, [f"bench.{BACKLOG}", "bench.probe",
                                                  *(f"bench.lat{r}" for r in self.plan.rates)])
-                warm_up(broker.bootstrap)
+                warm_up(broker.bootstrap, self.plan.broker_warmup)
                 self.broker_pid = broker.pid
                 try:
                     yield broker.bootstrap

@@ -25,6 +25,9 @@ def test_apache_kafka_is_the_default_and_tansu_the_other_choice() -> None:
     assert plan.broker == "kafka"
     tansu = build_plan(Path("/tmp/x"), True, False, None, None, None, None, None, (), broker="tansu")
     assert tansu.broker == "tansu" and tansu.label == "quick", "the broker is no custom workload"
+    assert plan.broker_warmup == 1, "one message gets a fresh broker's start over"
+    warm = build_plan(Path("/tmp/x"), True, False, None, None, None, None, None, (), broker_warmup=50_000)
+    assert warm.broker_warmup == 50_000
 
 
 def test_a_fresh_broker_of_each_kind_is_not_started_yet() -> None:

@@ -160,13 +160,15 @@ def test_another_runs_figures_go_beside_this_ones(results: dict[str, Any]) -> No
     part = text.split("**Apache Kafka 4.1.2 beside tansu 0.6.0**")[1]
     assert "(100,000-event backlog; the tansu 0.6.0 run: `" in part
     header = [c.strip() for c in part.splitlines()[2].strip("|").split("|")]
-    assert header[1:3] == ["events/s Apache Kafka 4.1.2", "events/s tansu 0.6.0"]
+    assert header[1:3] == ["events/s Kafka", "events/s Tansu"]
     assert _row(part, "wal-pgoutput")[1:3] == ["35,000", "70,000"]
     assert _row(part, "wal-pgoutput")[3:9] == ["16.0 / 30.0", "16.0 / 30.0", "9.3", "9.3",
                                                "20.0", "5.0"]
     assert _row(part, "bare producer")[7:9] == ["12.5", "-"]
     assert _row(part, "broker floor (linger.ms=5)")[3] == "8.0 / 20.0"
     assert "beside" not in section(kafka), "nothing beside unless asked"
+    again = beside_table(kafka, _on_kafka(results))
+    assert "| mode | events/s this run | events/s " in again, "two runs on one broker kind"
 
 
 def test_runs_with_no_backlog_size_in_common_say_so(results: dict[str, Any]) -> None:
