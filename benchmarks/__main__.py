@@ -25,6 +25,7 @@ from typing import Any
 import click
 
 from benchmarks import debezium, message_check
+from benchmarks.brokers import BROKERS, DEFAULT_BROKER, KAFKA_VERSION, describe
 from benchmarks.headline import message_check as message_check_line
 from benchmarks.headline import update_readme
 from benchmarks.instructions import PLUGINS
@@ -73,8 +74,10 @@ def _ints(text: str, what: str, minimum: int) -> tuple[int, ...]:
 
 def build_plan(out: Path, quick: bool, smoke: bool, modes: str | None, events: str | None,
                rates: str | None, duration: float | None, warmup: float | None,
-               relay_producer_config: tuple[str, ...], rounds: int | None = None) -> Plan:
-    """The Plan from the command line: full by default, then --quick/--smoke, then overrides."""
+               relay_producer_config: tuple[str, ...], rounds: int | None = None,
+               broker: str = DEFAULT_BROKER, broker_warmup: int = 1) -> Plan:
+    """The Plan from the command line: full by default, then --quick/--smoke, then overrides
+    (``--broker`` is not one: it names the broker, not the workload)."""
     label = "smoke" if smoke else "quick" if quick else "full"
     base = {"full": (FULL_EVENTS, FULL_RATES, FULL_DURATION, 1.0, ",".join(DEFAULT_MODES), FULL_ROUNDS),
             "quick": (QUICK_EVENTS, QUICK_RATES, QUICK_DURATION, 1.0, ",".join(DEFAULT_MODES),
@@ -92,7 +95,8 @@ def build_plan(out: Path, quick: bool, smoke: bool, modes: str | None, events: s
                 rounds=rounds if rounds is not None else base[5], rates=chosen_rates,
                 duration=duration if duration is not None else base[2],
                 warmup=warmup if warmup is not None else base[3],
-                floor_rate=min(1_000, max(chosen_rates)), label=label, relay_extra=extra)
+                floor_rate=min(1_000, max(chosen_rates)), label=label, relay_extra=extra,
+                broker=broker, broker_warmup=broker_warmup)
 
 
 @click.group()
@@ -111,6 +115,13 @@ def main() -> None:
 @click.option("--rounds", type=click.IntRange(1), default=None,
               help=f"Repeat every measurement N times; figures are medians with min-max "
                    f"(full: {FULL_ROUNDS}, --quick: {QUICK_ROUNDS}).")
+@click.option("--broker", type=click.Choice(BROKERS), default=DEFAULT_BROKER, show_default=True,
+              help=f"The Kafka broker every measurement runs against, a fresh one each: kafka "
+                   f"(Apache Kafka {KAFKA_VERSION}, single-node KRaft; needs Java 17+) or tansu "
+                   f"(memory only, no JVM).")
+@click.option("--broker-warmup", type=click.IntRange(1), default=1, hidden=True, metavar="N",
+              help="Messages produced and consumed through each fresh broker before a mode "
+                   "(more: a warm JVM).")
 @click.option("--smoke", is_flag=True, hidden=True, help="Tiny run for the smoke test.")
 @click.option("--rates", default=None, hidden=True, help="Insert rates, e.g. 100,1000.")
 @click.option("--duration", type=click.FloatRange(0.5), default=None, hidden=True,
@@ -119,11 +130,11 @@ def main() -> None:
 @click.option("--relay-producer-config", multiple=True, hidden=True, metavar="KEY=VALUE",
               help="Passed to every relay as --producer-config.")
 def run(out: Path, quick: bool, modes: str | None, events: str | None, rounds: int | None,
-        smoke: bool, rates: str | None, duration: float | None, warmup: float | None,
-        relay_producer_config: tuple[str, ...]) -> None:
+        broker: str, broker_warmup: int, smoke: bool, rates: str | None, duration: float | None,
+        warmup: float | None, relay_producer_config: tuple[str, ...]) -> None:
     """Measure limits, backlog throughput and latency; write DIR/results.json and report.md."""
     plan = build_plan(out, quick, smoke, modes, events, rates, duration, warmup,
-                      relay_producer_config, rounds)
+                      relay_producer_config, rounds, broker, broker_warmup)
     plan, skipped = without_unavailable(plan)
     workdir = out / "logs"
     workdir.mkdir(parents=True, exist_ok=True)
@@ -133,7 +144,8 @@ def run(out: Path, quick: bool, modes: str | None, events: str | None, rounds: i
                  "rounds": plan.rounds, "rates": list(plan.rates),
                  "duration": plan.duration, "warmup": plan.warmup, "floor_rate": plan.floor_rate,
                  "modes": [m.name for m in plan.modes], "fetch_wait_max_ms": FETCH_WAIT_MS,
-                 "relay_extra_args": list(plan.relay_extra)},
+                 "relay_extra_args": list(plan.relay_extra), "broker": plan.broker,
+                 "broker_warmup": plan.broker_warmup},
         "command": shlex.join(["python", "-m", "benchmarks", *sys.argv[1:]]),
         "started_at": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "load_start": load_average(), "rounds": [], "errors": [], "skipped": skipped,
@@ -147,10 +159,11 @@ def run(out: Path, quick: bool, modes: str | None, events: str | None, rounds: i
         with progress, PostgresCluster(settings={"full_page_writes": "on"}) as cluster:
             cluster.require_plugin("wal2json")
             meter.add_root(postmaster_pid(cluster.data_dir))
-            results["machine"] = machine_info(cluster)
+            results["machine"] = machine_info(cluster, plan.broker)
+            results["broker"] = describe(plan.broker, results["machine"]["tansu"])
             if any(m.is_debezium for m in plan.modes):
                 progress.phase("message check", "cdc-relay and Debezium relay one sample")
-                results["message_check"] = message_check.run(cluster, workdir)
+                results["message_check"] = message_check.run(cluster, workdir, plan.broker)
                 progress.result(message_check_line(results))
             for number in range(1, plan.rounds + 1):
                 progress.result(f"round {number} of {plan.rounds}")
@@ -218,8 +231,9 @@ def _measure(plan: Plan, cluster: PostgresCluster, progress: Progress, workdir: 
             limits[f"pg_recvlogical_{plugin}_pg_cpu_s"] = round(r["pg_cpu_s"], 2)
             limits[f"pg_recvlogical_{plugin}_foreign_cpu_s"] = r["foreign_cpu_s"]
         limits["pg_recvlogical_eps"] = limits["pg_recvlogical_wal2json_eps"]
-        producer = producer_limit(events, progress, workdir)
+        producer = producer_limit(events, progress, workdir, plan.broker)
         limits["producer_eps"] = round(producer["eps"], 1)
+        limits["producer_broker_cpu_us_per_event"] = producer["broker_cpu_us_per_event"]
         limits["producer_seconds"] = round(producer["seconds"], 3)
         limits["producer_foreign_cpu_s"] = producer["foreign_cpu_s"]
     for rate in plan.rates:
@@ -283,20 +297,29 @@ def instructions(out: Path, events: int, plugins: str) -> None:
 @click.option("--readme", type=click.Path(dir_okay=False, exists=True, path_type=Path),
               default=None, help="Also rewrite this README's headline section "
                                  "(benchmarks/README.md) from the run.")
-def report(directory: Path, readme: Path | None) -> None:
+@click.option("--beside", type=click.Path(file_okay=False, exists=True, path_type=Path),
+              default=None, help="Another run's directory (e.g. the same modes with --broker tansu): "
+                                 "its figures go beside this run's in the README's headline.")
+def report(directory: Path, readme: Path | None, beside: Path | None) -> None:
     """Redraw report.md and the plots from DIRECTORY/results.json."""
-    try:
-        results = json.loads((directory / "results.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise click.ClickException(f"cannot read {directory / 'results.json'}: {exc}") from exc
+    results = _read_results(directory)
+    other = _read_results(beside) if beside is not None else None
     if readme is not None:  # first: a README without its markers fails before anything is drawn
         try:
-            update_readme(readme, results)
+            update_readme(readme, results, other)
         except ValueError as exc:
             raise click.ClickException(str(exc)) from exc
         click.echo(f"wrote the headline of {readme}")
     write_all(results, directory)
     click.echo(f"wrote {directory / 'report.md'}")
+
+
+def _read_results(directory: Path) -> dict[str, Any]:
+    try:
+        loaded: dict[str, Any] = json.loads((directory / "results.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(f"cannot read {directory / 'results.json'}: {exc}") from exc
+    return loaded
 
 
 if __name__ == "__main__":

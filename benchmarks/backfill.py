@@ -1,8 +1,10 @@
 """Backfill benchmark: ``run --snapshot initial`` on a pending backlog vs streaming the same backlog.
 
-``python -m benchmarks.backfill [--events 200000] [--plugin wal2json] [--out DIR]``
+``python -m benchmarks.backfill [--events 200000] [--plugin wal2json] [--broker kafka|tansu]
+[--out DIR]``
 
-Three scenarios, each on a fresh database and a fresh broker, ``--events`` rows of ~200 B
+Three scenarios, each on a fresh database and a fresh broker (``--broker``: Apache Kafka
+4.1 by default, or Tansu; benchmarks/brokers.py), ``--events`` rows of ~200 B
 (1,000 aggregates, transactions of 1,000), start-up included (relay start → the last
 distinct id counted by a consumer in a child process):
 
@@ -30,6 +32,7 @@ from typing import Any
 import psycopg
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+from benchmarks.brokers import BROKERS, DEFAULT_BROKER, new_broker
 from benchmarks.kafka_side import PARTITIONS, count_process, create_topics
 from benchmarks.machine import load_average
 from benchmarks.procs import (
@@ -43,7 +46,6 @@ from benchmarks.procs import (
     wait_event,
 )
 from benchmarks.workload import AGGREGATES, payload
-from cdc_relay.local.broker import Broker
 from cdc_relay.local.postgres import PostgresCluster
 
 TOPIC = "bf.order"
@@ -101,14 +103,14 @@ def _relay_args(dsn: str, bootstrap: str, plugin: str, snapshot: str) -> list[st
 
 
 def scenario(cluster: PostgresCluster, name: str, events: int, plugin: str,
-             work: Path) -> dict[str, Any]:
+             work: Path, broker_kind: str = DEFAULT_BROKER) -> dict[str, Any]:
     """One scenario on a fresh database and broker; see the module docstring."""
     dsn = cluster.create_database(f"bench_{name}")
     log = work / f"{name}.log"
     init = ["init", "--dsn", dsn, "--plugin", plugin, "--no-trigger"]
     run_cli(init if name == "streaming" else [*init, "--no-slot"], log)
     _fill(dsn, events)
-    with Broker() as broker:
+    with new_broker(broker_kind) as broker:
         create_topics(broker.bootstrap, [TOPIC])
         received, first_at, done_at = CTX.Value("q", 0), CTX.Value("d", 0.0), CTX.Value("d", 0.0)
         ready, stop = CTX.Event(), CTX.Event()
@@ -119,7 +121,8 @@ def scenario(cluster: PostgresCluster, name: str, events: int, plugin: str,
         args = _relay_args(dsn, broker.bootstrap, plugin, snapshot)
         started = time.time()
         relay = RelayProcess(args, log)
-        result: dict[str, Any] = {"scenario": name, "events": events, "plugin": plugin}
+        result: dict[str, Any] = {"scenario": name, "events": events, "plugin": plugin,
+                                  "broker": broker_kind}
         if name == "crash":
             while _rows_done(dsn) < events // 2:
                 relay.check_alive()
@@ -161,6 +164,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/out"))
     parser.add_argument("--scenarios", default="backfill,streaming,crash")
     parser.add_argument("--repeat", type=int, default=1, help="runs per scenario (medians)")
+    parser.add_argument("--broker", default=DEFAULT_BROKER, choices=BROKERS,
+                        help="the Kafka broker (benchmarks/brokers.py), a fresh one per scenario")
     options = parser.parse_args()
     options.out.mkdir(parents=True, exist_ok=True)
     byte_compile(*code_under_test())  # relays start as installed ones (benchmarks/procs.py)
@@ -169,7 +174,8 @@ def main() -> None:
             PostgresCluster(settings={"full_page_writes": "on"}) as cluster:
         for _ in range(options.repeat):  # interleaved, so load drifts hit every scenario
             for name in options.scenarios.split(","):
-                results.append(scenario(cluster, name, options.events, options.plugin, Path(tmp)))
+                results.append(scenario(cluster, name, options.events, options.plugin, Path(tmp),
+                                        options.broker))
                 print(json.dumps(results[-1]), flush=True)
     (options.out / "backfill.json").write_text(json.dumps(results, indent=2))
     medians = [_median([r for r in results if r["scenario"] == name])

@@ -58,6 +58,33 @@ def create_topics(bootstrap: str, names: list[str], partitions: int = PARTITIONS
                 raise RuntimeError(f"cannot create topic {name}: {exc}") from exc
 
 
+def warm_up(bootstrap: str, messages: int = 1, topic: str = "bench.warmup") -> None:
+    """``messages`` relay-like messages through a fresh broker and back, before a measurement.
+
+    One is enough to get the broker's start over: Apache Kafka answers a fresh broker's
+    first producer-id request with "coordinator load in progress" for a moment, which
+    would otherwise be charged to the mode measured on it (its *first event*), though no
+    running broker has it. More (``--broker-warmup``) also let a fresh JVM compile its
+    produce and fetch paths first, as a long-running broker has.
+    """
+    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_SETTINGS, "log_level": 3})
+    producer.produce(topic, b"warm-up", key=b"warm-up")
+    for n in range(messages - 1):
+        key, value, headers = _message(n)
+        while True:
+            try:
+                producer.produce(topic, value, key=key, headers=headers)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        producer.poll(0)
+    if producer.flush(120):
+        raise RuntimeError(f"the broker at {bootstrap} did not ack {messages:,} warm-up "
+                           "message(s) in 120 s")
+    if messages > 1:  # and read back: the fetch path warms too
+        collect(bootstrap, topic, messages)
+
+
 def _consumer(bootstrap: str, topic: str) -> tuple[Consumer, list[Message]]:
     """An assigned consumer from the beginning of ``topic``, and what its first fetch got.
 

@@ -7,7 +7,8 @@
   wall time from start to exit). One slot per plugin, both created before the preload.
 * ``producer_limit``: a bare confluent-kafka idempotent producer with the relay's
   producer settings sends N relay-like messages (same size, key and headers) to a fresh
-  broker: the broker's and librdkafka's speed with a tight Python loop.
+  broker: the broker's and librdkafka's speed with a tight Python loop, and the broker's
+  own CPU per message (what the broker costs with nothing of the relay's around it).
 * ``broker_floor``: bare producer → consumer latency at a fixed rate, on the same kind
   of topic for as long as a mode's latency phase: the floor under every end-to-end
   latency figure of this broker (whose fetches get slower as a partition grows).
@@ -25,6 +26,7 @@ from typing import Any
 
 import psycopg
 
+from benchmarks.brokers import new_broker
 from benchmarks.kafka_side import (
     create_topics,
     floor_producer_process,
@@ -33,13 +35,12 @@ from benchmarks.kafka_side import (
 from benchmarks.latency import measure
 from benchmarks.plan import EVENTS_PER_BACKLOG_TXN, Plan
 from benchmarks.procs import CTX, finish, run_cli, spawn
-from benchmarks.procstat import postmaster_pid, tree_cpu_seconds
+from benchmarks.procstat import cpu_seconds, postmaster_pid, tree_cpu_seconds
 from benchmarks.progress import Progress
 from benchmarks.workload import TABLE, preload
 from cdc_relay.config import TableRef
 from cdc_relay.decoding.pgoutput import plugin_options as pgoutput_options
 from cdc_relay.decoding.wal2json import plugin_options as wal2json_options
-from cdc_relay.local.broker import Broker
 from cdc_relay.local.postgres import PostgresCluster
 
 _PUBLICATION = "bench_limits"
@@ -115,13 +116,17 @@ def _drain(cluster: PostgresCluster, dsn: str, slot: str, options: list[tuple[st
     return {"eps": events / seconds, "seconds": seconds, "pg_cpu_s": cpu}
 
 
-def producer_limit(events: int, progress: Progress, workdir: Path) -> dict[str, Any]:
-    """A bare idempotent producer's rate for ``events`` relay-like messages, on a fresh broker."""
+def producer_limit(events: int, progress: Progress, workdir: Path,
+                   broker_kind: str) -> dict[str, Any]:
+    """A bare idempotent producer's rate for ``events`` relay-like messages, on a fresh
+    broker of ``broker_kind`` (benchmarks/brokers.py); the broker's CPU per message too."""
     progress.phase("limits", f"bare producer, {events:,}", events)
-    with Broker() as broker:
+    with new_broker(broker_kind) as broker:
         create_topics(broker.bootstrap, ["bench.limit"])
         sent = CTX.Value("q", 0)
         out = workdir / "producer-limit.pkl"
+        assert broker.pid is not None  # started
+        broker_from = cpu_seconds(broker.pid)
         proc = spawn(producer_limit_process, broker.bootstrap, "bench.limit", events,
                      str(out), sent)
         try:
@@ -130,23 +135,28 @@ def producer_limit(events: int, progress: Progress, workdir: Path) -> dict[str, 
                 time.sleep(0.1)
         finally:
             finish(proc)
+        # The producer's whole life (connect, warm-up message, N messages): a little more
+        # than its timed span, the same for every run.
+        broker_cpu = cpu_seconds(broker.pid) - broker_from
         if proc.exitcode != 0:
             raise RuntimeError(f"the bare producer failed (exit {proc.exitcode})")
     result: dict[str, Any] = pickle.loads(out.read_bytes())
+    result["broker_cpu_us_per_event"] = round(broker_cpu / events * 1e6, 2)
     if result["acked"] != events:
         raise RuntimeError(f"the bare producer had {result['failed']} failed deliveries")
     result["eps"] = events / result["seconds"]
     result["foreign_cpu_s"] = progress.phase_foreign()
-    progress.result(f"limit bare producer: {result['eps']:,.0f} events/s ({result['seconds']:.2f} s)")
+    progress.result(f"limit bare producer: {result['eps']:,.0f} events/s ({result['seconds']:.2f} s), "
+                    f"broker CPU {result['broker_cpu_us_per_event']:.1f} µs/event")
     return result
 
 
 def broker_floor(plan: Plan, progress: Progress, workdir: Path, rate: int,
                  linger_ms: int) -> dict[str, Any]:
-    """Bare producer → consumer latency at ``rate`` msg/s on a fresh broker."""
+    """Bare producer → consumer latency at ``rate`` msg/s on a fresh broker of the plan's kind."""
     progress.phase("broker-floor", f"linger.ms={linger_ms} at {rate}/s",
                    int(rate * (plan.warmup + plan.duration)))
-    with Broker() as broker:
+    with new_broker(plan.broker) as broker:
         topic = f"bench.floor{rate}-linger{linger_ms}"
         create_topics(broker.bootstrap, [topic])
         stats = measure(progress, broker.bootstrap, topic, floor_producer_process,

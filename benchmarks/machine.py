@@ -14,6 +14,7 @@ import confluent_kafka
 import psycopg
 
 import cdc_relay
+from benchmarks.brokers import DEFAULT_BROKER, describe
 from cdc_relay.local.helpers import tansu_binary
 from cdc_relay.local.postgres import PostgresCluster
 
@@ -41,8 +42,10 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def machine_info(cluster: PostgresCluster) -> dict[str, Any]:
-    """Hardware and software versions (the cluster must be running)."""
+def machine_info(cluster: PostgresCluster, broker: str = DEFAULT_BROKER) -> dict[str, Any]:
+    """Hardware and software versions (the cluster must be running); ``broker`` is the run's
+    kind (benchmarks/brokers.py): ``broker`` names it, ``tansu`` is Tansu's version line."""
+    tansu = _first_line([str(tansu_binary()), "--version"])
     wal2json = _first_line(["dpkg-query", "-W", "-f", "${Version}",
                             f"postgresql-{cluster.version}-wal2json"])
     return {
@@ -60,7 +63,8 @@ def machine_info(cluster: PostgresCluster) -> dict[str, Any]:
         "librdkafka": confluent_kafka.libversion()[0],
         "confluent_kafka": confluent_kafka.__version__,
         "psycopg": psycopg.__version__,
-        "broker": _first_line([str(tansu_binary()), "--version"]),
+        "broker": describe(broker, tansu)["label"],
+        "tansu": tansu,
         "cdc_relay": cdc_relay.__version__,
         "git_commit": _first_line(["git", "-C", str(Path(__file__).parent), "rev-parse", "--short",
                                    "HEAD"]),

@@ -4,7 +4,8 @@ Once per run with a debezium-embedded mode: a fresh database initialised as for
 wal-pgoutput, a second pgoutput slot for Debezium, ``SAMPLE`` outbox events (the
 benchmark's own plus payloads and keys with quotes, control characters and non-ASCII
 text), then cdc-relay (``run --plugin pgoutput``, its defaults: the raw format) and
-Debezium embedded (benchmarks/debezium.py) each relay them to a fresh broker. Every
+Debezium embedded (benchmarks/debezium.py) each relay them to a fresh broker of the run's
+kind (benchmarks/brokers.py). Every
 event's key, value, headers and partition (4 per topic: the Java client's murmur2
 against the relay's) must be equal; the result (``results.json``:
 ``message_check``) says how many were and shows the first difference.
@@ -21,11 +22,11 @@ from typing import Any
 
 import psycopg
 
+from benchmarks.brokers import new_broker
 from benchmarks.kafka_side import collect, create_topics
 from benchmarks.procs import RelayProcess
 from benchmarks.procs import run_cli as run_relay_cli
 from benchmarks.workload import TABLE, rows
-from cdc_relay.local.broker import Broker
 from cdc_relay.local.postgres import PostgresCluster
 from cdc_relay.outbox import insert_statement
 
@@ -56,9 +57,9 @@ def compare(relay: Found, debezium: Found) -> dict[str, Any]:
     return {"sample": len(relay), "equal": equal, "first_difference": first}
 
 
-def _relayed(args: list[str], log: Path, module: str, expected: int) -> Found:
+def _relayed(args: list[str], log: Path, module: str, expected: int, broker_kind: str) -> Found:
     """Run one relay on a fresh broker until ``expected`` events are in; what arrived."""
-    with Broker() as broker:
+    with new_broker(broker_kind) as broker:
         create_topics(broker.bootstrap, [TOPIC])
         proc = RelayProcess([*args, "--brokers", broker.bootstrap,
                              "--topic-pattern", "bench.{aggregate_type}"], log, module=module)
@@ -68,7 +69,7 @@ def _relayed(args: list[str], log: Path, module: str, expected: int) -> Found:
             proc.stop()
 
 
-def run(cluster: PostgresCluster, workdir: Path) -> dict[str, Any]:
+def run(cluster: PostgresCluster, workdir: Path, broker_kind: str) -> dict[str, Any]:
     """The check's result for results.json (``error`` instead when it could not run)."""
     name = "bench_message_check"
     dsn = cluster.create_database(name)
@@ -80,9 +81,9 @@ def run(cluster: PostgresCluster, workdir: Path) -> dict[str, Any]:
             with conn.transaction():
                 conn.cursor().executemany(insert_statement(TABLE), _events())
         relay = _relayed(["run", "--dsn", dsn, "--plugin", "pgoutput", "--log-level", "warning"],
-                         workdir / "message-check-relay.log", "cdc_relay", SAMPLE)
+                         workdir / "message-check-relay.log", "cdc_relay", SAMPLE, broker_kind)
         debezium = _relayed(["--dsn", dsn, "--slot", _SLOT], workdir / "message-check-debezium.log",
-                            "benchmarks.debezium", SAMPLE)
+                            "benchmarks.debezium", SAMPLE, broker_kind)
         return compare(relay, debezium)
     except (RuntimeError, psycopg.Error) as exc:
         print(f"message check failed: {exc}", file=sys.stderr)

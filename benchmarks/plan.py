@@ -1,7 +1,8 @@
 """What a benchmark run does: the relay modes compared and the workload sizes.
 
 A ``Mode`` is how ``cdc-relay`` is initialised and started for one column of the
-report; a ``Plan`` is one run's workload (backlog size, insert rates, durations).
+report; a ``Plan`` is one run's workload (backlog size, insert rates, durations) and the
+Kafka broker it runs against (benchmarks/brokers.py).
 Pure values: nothing here starts a process.
 
 Modes use the relay's shipped defaults except for what names the mode:
@@ -153,6 +154,8 @@ class Plan:
     floor_rate: int = 1_000
     label: str = "full"
     relay_extra: tuple[str, ...] = field(default=())  # extra args for every relay process
+    broker: str = "kafka"  # benchmarks/brokers.py: kafka (Apache Kafka 4.1) or tansu
+    broker_warmup: int = 1  # messages through each fresh broker before a mode (kafka_side.warm_up)
 
     @property
     def events(self) -> int:

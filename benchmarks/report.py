@@ -145,11 +145,13 @@ def limits_table(results: Results) -> str:
         label = f" ({int(size):,} events)" if per_size else ""
         rows += [[f"pg_recvlogical {p}{label}", spread(limits, f"pg_recvlogical_{p}_eps"),
                   _fmt(limits.get(f"pg_recvlogical_{p}_pg_cpu_s", nan), 2),
-                  _fmt(limits.get(f"pg_recvlogical_{p}_foreign_cpu_s", nan), 1)]
+                  "-", _fmt(limits.get(f"pg_recvlogical_{p}_foreign_cpu_s", nan), 1)]
                  for p in ("wal2json", "pgoutput") if f"pg_recvlogical_{p}_eps" in limits]
         rows.append([f"bare idempotent producer{label}", spread(limits, "producer_eps"), "-",
+                     _cpu(limits, "producer_broker_cpu_us_per_event"),
                      _fmt(limits.get("producer_foreign_cpu_s", nan), 1)])
-    return _table(["limit", "events/s", "PG CPU s", "other procs CPU s"], rows)
+    return _table(["limit", "events/s", "PG CPU s", "broker CPU µs/event", "other procs CPU s"],
+                  rows)
 
 
 # (mode, target ratio to its limit overall, target ratio steady)
@@ -339,14 +341,20 @@ def _cost_plot(results: Results, out: Path) -> str:
     largest = max(t["events"] for t in results["throughput"])
     rows = [t for t in results["throughput"] if t["events"] == largest]
     modes = [t["mode"] for t in rows]
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    fig, axes = plt.subplots(1, 4, figsize=(18, 4))
     for ax, key, title in ((axes[0], "pg_cpu_us_per_event", "PostgreSQL CPU µs / event"),
                            (axes[1], "wal_bytes_per_event", "extra WAL bytes / event"),
-                           (axes[2], "relay_cpu_us_per_event", "relay CPU µs / event")):
-        ax.bar(modes, [t.get(key, 0) for t in rows], color="#756bb1")
+                           (axes[2], "relay_cpu_us_per_event", "relay CPU µs / event"),
+                           (axes[3], "broker_cpu_us_per_event", "broker CPU µs / event")):
+        ax.bar(modes, [_number(t.get(key)) for t in rows], color="#756bb1")
         ax.set_title(title)
         ax.tick_params(axis="x", labelrotation=30)
     return _save(fig, out, "cost_per_event.png")
+
+
+def _number(value: Any) -> float:
+    """A bar's height: 0 for a figure that was not read (None, NaN)."""
+    return float(value) if isinstance(value, int | float) and not math.isnan(value) else 0.0
 
 
 def _save(fig: Any, out: Path, name: str) -> str:

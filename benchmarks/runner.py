@@ -1,8 +1,11 @@
 """One mode of the benchmark: backlog throughput, then latency at each insert rate.
 
-For a mode: a fresh broker (the local one never frees memory) and a fresh database in
+For a mode: a fresh broker of the plan's kind (benchmarks/brokers.py: Apache Kafka, or
+Tansu, which never frees memory) and a fresh database in
 the shared cluster; ``cdc-relay init`` with the mode's options; topics created up front
-so consumers are assigned before the first message.
+so consumers are assigned before the first message, and one idempotent message through the
+broker (``warm_up``: a fresh Apache Kafka's first producer id waits for its coordinator,
+which no running broker does).
 
 **Backlog throughput.** Preload N events (100 per transaction), ``VACUUM ANALYZE`` and
 ``CHECKPOINT`` (so autovacuum does not wake up mid-run and polling's first update of each
@@ -46,7 +49,8 @@ from typing import Any
 
 import psycopg
 
-from benchmarks.kafka_side import count_process, create_topics
+from benchmarks.brokers import new_broker
+from benchmarks.kafka_side import count_process, create_topics, warm_up
 from benchmarks.latency import measure
 from benchmarks.other_sinks import machine_sink
 from benchmarks.plan import EVENTS_PER_BACKLOG_TXN, Mode, Plan
@@ -54,7 +58,6 @@ from benchmarks.procs import CTX, RelayProcess, finish, run_cli, spawn, wait_eve
 from benchmarks.procstat import cpu_seconds, postmaster_pid, tree_cpu_seconds
 from benchmarks.progress import Progress
 from benchmarks.workload import TABLE, Backlog, preload, rate_writer, rows
-from cdc_relay.local.broker import Broker
 from cdc_relay.local.postgres import PostgresCluster
 from cdc_relay.outbox import insert_statement
 
@@ -125,11 +128,13 @@ class ModeRun:
 
     @contextlib.contextmanager
     def _broker(self) -> Iterator[str]:
-        """A fresh Kafka broker with the run's topics, or the machine's RabbitMQ / NATS."""
+        """A fresh Kafka broker (the plan's kind) with the run's topics, or the machine's
+        RabbitMQ / NATS."""
         if self.mode.sink == "kafka":
-            with Broker() as broker:
+            with new_broker(self.plan.broker) as broker:
                 create_topics(broker.bootstrap, [f"bench.{BACKLOG}", "bench.probe",
                                                  *(f"bench.lat{r}" for r in self.plan.rates)])
+                warm_up(broker.bootstrap, self.plan.broker_warmup)
                 self.broker_pid = broker.pid
                 try:
                     yield broker.bootstrap

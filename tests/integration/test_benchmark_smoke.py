@@ -3,7 +3,8 @@
 No figure is asserted (benchmarks are not tests): only that ``python -m benchmarks run``
 exits 0 and that results.json has the documented shape, report.md its sections, and the
 plots exist; and that ``python -m benchmarks instructions`` counts a relay under
-callgrind. The harness starts its own PostgreSQL cluster and brokers.
+callgrind. The harness starts its own PostgreSQL cluster and brokers: Apache Kafka 4.1,
+the benchmarks' default (``--broker kafka``), a fresh one per measurement.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def _is_float(value: object) -> bool:
 
 def test_smoke_run_writes_results_report_and_plots(tmp_path: Path) -> None:
     out = tmp_path / "bench"
-    done = subprocess.run([sys.executable, "-m", "benchmarks", "run", "--smoke", "--out", str(out)],
+    done = subprocess.run([sys.executable, "-m", "benchmarks", "run", "--smoke", "--broker", "kafka",
+                           "--out", str(out)],
                           cwd=REPO, capture_output=True, text=True, timeout=480, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
 
@@ -39,6 +41,9 @@ def test_smoke_run_writes_results_report_and_plots(tmp_path: Path) -> None:
     assert list(results["limits"]) == ["500"], "limits are measured per backlog size"
     assert _is_float(results["limits"]["500"]["pg_recvlogical_eps"])
     assert _is_float(results["limits"]["500"]["producer_eps"])
+    assert _is_float(results["limits"]["500"]["producer_broker_cpu_us_per_event"])
+    assert (results["broker"]["kind"], results["broker"]["version"]) == ("kafka", "4.1.2")
+    assert results["plan"]["broker"] == "kafka"
     assert len(results["rounds"]) == 1 and results["throughput"][0]["rounds"] == 1
 
     assert [t["mode"] for t in results["throughput"]] == MODES
@@ -63,6 +68,7 @@ def test_smoke_run_writes_results_report_and_plots(tmp_path: Path) -> None:
         assert section in report
     assert "- wal-wal2json, 500 events: " in report, "the targets are checked per backlog size"
     assert "| wal-wal2json | " in report.split("## Machine")[0], "the headline's WAL table"
+    assert "- **Broker**: Apache Kafka 4.1.2, single-node KRaft" in report
     for plot in ("throughput.png", "latency_cdf_wal-wal2json.png", "latency_cdf_poll-notify.png"):
         assert (out / plot).stat().st_size > 1000, plot
 

@@ -12,7 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from benchmarks.__main__ import main
-from benchmarks.headline import BEGIN, END, section, update_readme
+from benchmarks.brokers import describe
+from benchmarks.headline import BEGIN, END, beside_table, section, update_readme
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "bench_results.json"
 
@@ -45,12 +46,17 @@ def test_the_wal_table_puts_cdc_relay_next_to_debezium_and_pg_recvlogical(
     text = section(results)
     relay = _row(text, "wal-pgoutput")
     assert relay[1:4] == ["70,000", "0.58 x pg_recvlogical pgoutput", "10.00 x"]
-    assert relay[4:8] == ["0.36", "16.0 / 30.0", "9.3", "51"]
+    assert relay[4:10] == ["0.36", "16.0 / 30.0", "9.3", "10.0", "5.0", "51"], \
+        "relay, PostgreSQL and broker CPU per event side by side"
     debezium = _row(text, "debezium-embedded")
     assert debezium[1:4] == ["7,000", "0.06 x pg_recvlogical pgoutput", "1.00 x"]
-    assert debezium[7] == "829"
+    assert debezium[9] == "829"
     server = _row(text, "pg_recvlogical pgoutput (the server's rate)")
     assert server[1] == "120,000" and server[3] == "17.14 x"
+    producer = _row(text, "bare producer (the broker's rate)")
+    assert producer[1:3] == ["240,000", "(the yardstick)"] and producer[8] == "-", \
+        "an older run did not read the broker's CPU under the bare producer"
+    assert server[7] == "10.0", "the walsender's CPU per event under pg_recvlogical"
     assert "20 events relayed by both" in text and "identical key, value, headers" in text
 
 
@@ -125,3 +131,48 @@ def test_report_command_refuses_a_readme_without_markers_in_one_line(tmp_path: P
     done = CliRunner().invoke(main, ["report", str(run_dir), "--readme", str(readme)])
     assert done.exit_code == 1
     assert "has no headline markers" in done.output and "Traceback" not in done.output
+
+
+def _on_kafka(results: dict[str, Any]) -> dict[str, Any]:
+    """The fixture as a run on Apache Kafka (``--broker kafka``) with other figures."""
+    kafka = copy.deepcopy(results)
+    kafka["broker"] = describe("kafka")
+    kafka["command"] = "python -m benchmarks run --broker kafka"
+    kafka["limits"]["100000"]["producer_broker_cpu_us_per_event"] = 12.5
+    for t in kafka["throughput"]:
+        t["eps"] = t["eps"] / 2
+        t["broker_cpu_us_per_event"] = 20.0
+    return kafka
+
+
+def test_the_headline_names_the_broker_it_ran_on(results: dict[str, Any]) -> None:
+    kafka = _on_kafka(results)
+    text = section(kafka)
+    assert "- **Broker**: Apache Kafka 4.1.2, single-node KRaft" in text
+    assert "memory only" not in text
+    assert _row(text, "bare producer (the broker's rate)")[8] == "12.5"
+    assert _row(text, "wal-pgoutput")[8] == "20.0"
+
+
+def test_another_runs_figures_go_beside_this_ones(results: dict[str, Any]) -> None:
+    kafka = _on_kafka(results)
+    text = section(kafka, beside=results)
+    part = text.split("**Apache Kafka 4.1.2 beside tansu 0.6.0**")[1]
+    assert "(100,000-event backlog; the tansu 0.6.0 run: `" in part
+    header = [c.strip() for c in part.splitlines()[2].strip("|").split("|")]
+    assert header[1:3] == ["events/s Kafka", "events/s Tansu"]
+    assert _row(part, "wal-pgoutput")[1:3] == ["35,000", "70,000"]
+    assert _row(part, "wal-pgoutput")[3:9] == ["16.0 / 30.0", "16.0 / 30.0", "9.3", "9.3",
+                                               "20.0", "5.0"]
+    assert _row(part, "bare producer")[7:9] == ["12.5", "-"]
+    assert _row(part, "broker floor (linger.ms=5)")[3] == "8.0 / 20.0"
+    assert "beside" not in section(kafka), "nothing beside unless asked"
+    again = beside_table(kafka, _on_kafka(results))
+    assert "| mode | events/s this run | events/s " in again, "two runs on one broker kind"
+
+
+def test_runs_with_no_backlog_size_in_common_say_so(results: dict[str, Any]) -> None:
+    other = copy.deepcopy(results)
+    for t in other["throughput"]:
+        t["events"] = 50_000
+    assert beside_table(results, other) == "No backlog size was measured by both runs."
