@@ -18,6 +18,7 @@ Must not: produce, or decide what happens to a failed event.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -45,6 +46,8 @@ _STRATEGIES = {"topic": topic_subject_name_strategy, "record": record_subject_na
                "topic-record": topic_record_subject_name_strategy}
 _CLIENT_DEFAULTS = {"timeout": 10}  # seconds per request: a hung registry is retried, not awaited
 _HTTP_MODULES = ("httpx", "httpx2", "httpcore", "httpcore2", "h11")
+# The key's JSON Schema; ``$schema`` named, as Apicurio recognises JSON Schema content by it.
+_JSON_STRING = '{"$schema":"http://json-schema.org/draft-07/schema#","type":"string"}'
 Serializer = Callable[[Any, SerializationContext], bytes | None]
 
 
@@ -67,6 +70,8 @@ def _serializer_conf(config: RegistryConfig) -> dict[str, Any]:
 def new_client(config: RegistryConfig) -> SchemaRegistryClient:
     """confluent-kafka's client for ``config`` (auth, TLS pass through); ConfigError if it
     refuses a setting."""
+    for name in _HTTP_MODULES:  # one INFO line per request otherwise: the relay says what matters
+        logging.getLogger(name).setLevel(logging.WARNING)
     settings: dict[str, Any] = {**_CLIENT_DEFAULTS, **config.client_config, "url": config.url}
     for key in ("timeout", "max.retries", "retries.wait.ms", "retries.max.wait.ms", "cache.capacity",
                 "cache.latest.ttl.sec"):
@@ -127,7 +132,7 @@ class Encoder:
         if self.config.message_format == "json-schema":
             from confluent_kafka.schema_registry.json_schema import JSONSerializer
 
-            key = JSONSerializer('{"type":"string"}', self.client, conf=conf)
+            key = JSONSerializer(_JSON_STRING, self.client, conf=conf)
             return key
         return StringSerializer("utf_8")
 
