@@ -5,7 +5,6 @@ with confluent-kafka's own deserializers (docs/messages.md, schema registry)."""
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -127,7 +126,7 @@ def test_polling_mode_registers_under_the_chosen_subject_name_strategy(
         db: str, broker: ApacheKafka, schema_registry: ApicurioRegistry, topic_prefix: str,
         tmp_path: Path, strategy: str, subject: str) -> None:
     init_outbox(db, "--no-slot")
-    (good,) = emit_events(db, ("o-1", "OrderCreated", GOOD))
+    emit_events(db, ("o-1", "OrderCreated", GOOD))
     topic = f"{topic_prefix}.order"
     args = registry_args(schema_registry, "avro", str(tmp_path))
     schema_file(tmp_path, "avro")
