@@ -162,7 +162,10 @@ def parse_columns(text: str | None) -> OutboxColumns:
 
 
 _TOPIC_FIELDS = ("aggregate_type", "event_type", "table", "schema")
-MESSAGE_FORMATS = ("raw", "debezium-json", "debezium-json-schemaless", *CLOUDEVENTS_FORMATS)
+# Encoded by the Kafka sink through a schema registry (cdc_relay/sink/registry, docs/messages.md).
+REGISTRY_FORMATS = ("avro", "json-schema", "protobuf")
+MESSAGE_FORMATS = ("raw", "debezium-json", "debezium-json-schemaless", *CLOUDEVENTS_FORMATS,
+                   *REGISTRY_FORMATS)
 _HEADER_NAME_RE = re.compile(r"^[\x21-\x7e]{1,249}$")
 # Header names the router itself writes: a --header must not shadow them.
 RESERVED_HEADERS = ("id", "event_type", "aggregate_type", "traceparent", "tracestate",
@@ -275,15 +278,73 @@ def parse_producer_config(items: tuple[str, ...] | list[str]) -> dict[str, str]:
     return result
 
 
+SUBJECT_STRATEGIES = ("topic", "record", "topic-record")
+# --schema-registry-config keys for the serializers; every other key is the client's.
+SERIALIZER_KEYS = ("auto.register.schemas", "normalize.schemas", "use.latest.version")
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryConfig:
+    """``--message-format avro|json-schema|protobuf`` through a schema registry (docs/messages.md).
+
+    ``url``: the Confluent-compatible API (``--schema-registry``); ``client_config``: the
+    rest of confluent-kafka's SchemaRegistryClient settings (auth, TLS), ``serializer_config``
+    theirs (``auto.register.schemas``...), both from ``--schema-registry-config KEY=VALUE``;
+    ``subject_strategy``: ``topic`` (TopicNameStrategy), ``record``, ``topic-record``;
+    ``value_schemas``: (event type, schema file) pairs, or ("", directory) for a directory
+    of ``<event type>.<ext>`` files; ``dead_letter_topic``: sent as the router made it.
+    """
+
+    url: str
+    message_format: str
+    client_config: dict[str, str] = field(default_factory=dict)
+    serializer_config: dict[str, str] = field(default_factory=dict)
+    subject_strategy: str = "topic"
+    value_schemas: tuple[tuple[str, str], ...] = ()
+    dead_letter_topic: str = "outbox.dead-letters"
+
+    def __post_init__(self) -> None:
+        if self.message_format not in REGISTRY_FORMATS:
+            raise ConfigError(f"--schema-registry goes with --message-format "
+                              f"{'|'.join(REGISTRY_FORMATS)}, not {self.message_format!r}")
+        if not self.url.strip():
+            raise ConfigError("--message-format avro|json-schema|protobuf needs --schema-registry URL "
+                              "(the Confluent-compatible API, e.g. http://host:8080/apis/ccompat/v7)")
+        if self.subject_strategy not in SUBJECT_STRATEGIES:
+            raise ConfigError(f"unknown subject name strategy {self.subject_strategy!r}: use "
+                              + ", ".join(SUBJECT_STRATEGIES))
+        if not self.value_schemas:
+            raise ConfigError(f"--message-format {self.message_format} needs --value-schema "
+                              "EVENT_TYPE=FILE (repeatable) or --value-schema DIRECTORY")
+
+
+def split_registry_config(items: tuple[str, ...] | list[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """``--schema-registry-config KEY=VALUE`` items as (client settings, serializer settings)."""
+    client: dict[str, str] = {}
+    serializer: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"invalid schema registry setting {item!r}: expected KEY=VALUE, "
+                              "e.g. basic.auth.user.info=USER:PASSWORD")
+        key = key.strip()
+        (serializer if key in SERIALIZER_KEYS else client)[key] = value.strip()
+    return client, serializer
+
+
 @dataclass(frozen=True, slots=True)
 class KafkaConfig:
-    """The Kafka sink: brokers and librdkafka properties (docs/design.md, the message contract)."""
+    """The Kafka sink: brokers and librdkafka properties (docs/design.md, the message contract).
+
+    ``schema_registry``: set for the registry formats (avro, json-schema, protobuf).
+    """
 
     brokers: str
     producer_config: dict[str, str] = field(default_factory=dict)
     # Far below librdkafka's 300 s default: a timed-out message means "replay from the
     # slot with a new producer" (docs/design.md, failure rules).
     message_timeout_ms: int = 30_000
+    schema_registry: RegistryConfig | None = None
 
     def __post_init__(self) -> None:
         if not self.brokers.strip():

@@ -20,8 +20,11 @@ for Debezium keep working and the Java producer's partitioner (murmur2 of the
 * ``debezium-json-schemaless``: ``JsonConverter`` with ``schemas.enable=false``: each is
   a JSON string, ``"<aggregate id>"`` and ``"<payload JSON text>"``.
 
-The CloudEvents formats (``cloudevents``, ``cloudevents-structured``) have the raw key
-here; their headers and envelope need the whole event: cdc_relay/cloudevents.py.
+The registry formats (``avro``, ``json-schema``, ``protobuf``) have the raw key and value
+here: the Kafka sink encodes them through the schema registry (cdc_relay/sink/registry),
+and a dead letter keeps these raw bytes. The CloudEvents formats (``cloudevents``,
+``cloudevents-structured``) have the raw key here; their headers and envelope need the
+whole event: cdc_relay/cloudevents.py.
 
 JSON strings are escaped as Jackson (which JsonConverter uses) escapes them: ``"`` and
 ``\\`` with a backslash, ``\\b \\t \\n \\f \\r`` short, other characters below U+0020 as
@@ -89,6 +92,9 @@ _KEYS: dict[str, Callable[[str], bytes]] = {
     "cloudevents-structured": _raw_key,
     "debezium-json": _schema_key,
     "debezium-json-schemaless": json_string,
+    "avro": _raw_key,
+    "json-schema": _raw_key,
+    "protobuf": _raw_key,
 }
 _VALUES: dict[str, Callable[[bytes], bytes]] = {
     "raw": _raw_value,
@@ -96,6 +102,9 @@ _VALUES: dict[str, Callable[[bytes], bytes]] = {
     "cloudevents-structured": _raw_value,
     "debezium-json": _schema_value,
     "debezium-json-schemaless": _schemaless_value,
+    "avro": _raw_value,
+    "json-schema": _raw_value,
+    "protobuf": _raw_value,
 }
 
 

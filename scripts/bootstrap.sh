@@ -15,6 +15,8 @@
 #     that need a missing one skip;
 #   * a Java runtime and Maven if missing, and Apache Kafka's jars from Maven Central
 #     (cdc_relay.local.apache_kafka: ~/.cache/cdc-relay/kafka, or $CDC_RELAY_KAFKA_CACHE);
+#   * Apicurio Registry's distribution from Maven Central (cdc_relay.local.apicurio:
+#     ~/.cache/cdc-relay/apicurio, or $CDC_RELAY_APICURIO_CACHE);
 #   * valgrind (`python -m benchmarks instructions`), from Debian's package, as root.
 # Idempotent and non-interactive: `make test`, `make demo`, `make bench` and CI run it.
 # What is in place is checked in a second or two; the Python install, PostgreSQL 18's and
@@ -230,3 +232,7 @@ done
 # --- Apache Kafka's jars (4.1 and 3.9) from Maven Central into the cache, and a formatted
 # KRaft storage template per version (cdc_relay.local.apache_kafka): a second when cached.
 "$VENV/bin/python" -m cdc_relay.local.apache_kafka fetch
+
+# --- Apicurio Registry (the schema-registry tests) from Maven Central into the cache
+# (cdc_relay.local.apicurio: ~/.cache/cdc-relay/apicurio, or $CDC_RELAY_APICURIO_CACHE).
+"$VENV/bin/python" -m cdc_relay.local.apicurio fetch

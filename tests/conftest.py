@@ -29,6 +29,7 @@ from hypothesis import HealthCheck, settings
 
 from cdc_relay import accel
 from cdc_relay.local.apache_kafka import KAFKA_3_9, ApacheKafka
+from cdc_relay.local.apicurio import ApicurioRegistry
 from cdc_relay.local.broker import Broker
 from cdc_relay.local.postgres import PostgresCluster
 from tests.databases import Databases
@@ -49,7 +50,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                                  item.get_closest_marker("integration") is not None))
 
 
-S = TypeVar("S", PostgresCluster, Broker, ApacheKafka)
+S = TypeVar("S", PostgresCluster, Broker, ApacheKafka, ApicurioRegistry)
 
 
 def _running(service: S) -> Iterator[S]:
@@ -93,6 +94,19 @@ def pg_cluster() -> Iterator[PostgresCluster]:
 def broker() -> Iterator[ApacheKafka]:
     """Apache Kafka 4.1 (single-node KRaft) for the whole session."""
     yield from _running(ApacheKafka())
+
+
+@pytest.fixture(scope="session")
+def schema_registry() -> Iterator[ApicurioRegistry]:
+    """Apicurio Registry (in-memory storage) for the whole session: its Confluent-compatible
+    API at ``.ccompat_url`` (cdc_relay.local.apicurio)."""
+    yield from _running(ApicurioRegistry())
+
+
+@pytest.fixture
+def private_schema_registry() -> Iterator[ApicurioRegistry]:
+    """An Apicurio Registry of this test's own, to stop and start mid-stream."""
+    yield from _running(ApicurioRegistry())
 
 
 @pytest.fixture(scope="session")

@@ -31,6 +31,7 @@ from cdc_relay.cli.options import (
     plugin_option,
     publication_option,
     pure_python_option,
+    registry_config,
     router_config,
     sink_options,
     sink_settings,
@@ -50,6 +51,7 @@ from cdc_relay.config import (
     TableRef,
     parse_producer_config,
 )
+from cdc_relay.errors import ConfigError
 from cdc_relay.logs import setup_logging
 from cdc_relay.runtime import tune_gc
 
@@ -139,6 +141,8 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
         pure_python: bool,
         message_format: str, header: tuple[str, ...], partition_column: str | None,
         cloudevents_source: str, snapshot: str,
+        schema_registry: str | None, schema_registry_config: tuple[str, ...],
+        subject_name_strategy: str, value_schema: tuple[str, ...],
         metrics_port: int | None, metrics_host: str, log_level: str, log_format: str,
         exactly_once: ExactlyOnceConfig | None, capture: CaptureConfig | None,
         continuity: dict[str, Any], standby_dsn: str | None) -> int:
@@ -152,6 +156,12 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
     other = sink_settings(sink, brokers, sink_config, producer_config, topic_pattern=topic_pattern,
                           dead_letter_topic=dead_letter_topic, message_timeout=message_timeout,
                           header=header, message_format=message_format)
+    registry = registry_config(message_format, schema_registry, schema_registry_config,
+                               subject_name_strategy, value_schema, sink=sink,
+                               dead_letter_topic=dead_letter_topic)
+    if registry is not None and (exactly_once is not None or capture is not None):
+        raise ConfigError(f"--message-format {message_format} is for the outbox without "
+                          "--exactly-once and --capture (not yet supported: docs/messages.md)")
     settings = WalSettings(
         replication=ReplicationConfig(dsn=dsn, slot=slot, plugin=plugin or "pgoutput",
                                       plugin_from_slot=plugin is None, publication=publication,
@@ -160,7 +170,7 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
         router=router_config(topic_pattern, dead_letter_topic, message_format, header,
                              partition_column, cloudevents_source),
         kafka=KafkaConfig(brokers=brokers, producer_config=parse_producer_config(producer_config),
-                          message_timeout_ms=int(message_timeout * 1000)),
+                          message_timeout_ms=int(message_timeout * 1000), schema_registry=registry),
         flow=FlowConfig(max_inflight_events=max_inflight),
         metrics=MetricsConfig(port=metrics_port, host=metrics_host, standby_dsn=standby_dsn),
         sink=other,
@@ -210,6 +220,8 @@ def poll(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_
          no_notify: bool, strict_order: bool, no_pipeline: bool, pure_python: bool,
          message_format: str, header: tuple[str, ...],
          partition_column: str | None, cloudevents_source: str, poll_snapshot: str | None,
+         schema_registry: str | None, schema_registry_config: tuple[str, ...],
+         subject_name_strategy: str, value_schema: tuple[str, ...],
          metrics_port: int | None,
          metrics_host: str, log_level: str, log_format: str) -> int:
     """Polling mode: claim outbox rows (SKIP LOCKED), publish them, mark them processed."""
@@ -226,6 +238,9 @@ def poll(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_
     other = sink_settings(sink, brokers, sink_config, producer_config, topic_pattern=topic_pattern,
                           dead_letter_topic=dead_letter_topic, message_timeout=message_timeout,
                           header=header, message_format=message_format)
+    registry = registry_config(message_format, schema_registry, schema_registry_config,
+                               subject_name_strategy, value_schema, sink=sink,
+                               dead_letter_topic=dead_letter_topic)
     settings = PollSettings(
         poll=PollConfig(dsn=dsn, batch_size=batch_size, interval=interval,
                         max_attempts=max_attempts, backoff_base=backoff_base,
@@ -235,7 +250,7 @@ def poll(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_
         router=router_config(topic_pattern, dead_letter_topic, message_format, header,
                              partition_column, cloudevents_source),
         kafka=KafkaConfig(brokers=brokers, producer_config=parse_producer_config(producer_config),
-                          message_timeout_ms=int(message_timeout * 1000)),
+                          message_timeout_ms=int(message_timeout * 1000), schema_registry=registry),
         metrics=MetricsConfig(port=metrics_port, host=metrics_host),
         sink=other,
     )

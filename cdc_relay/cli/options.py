@@ -26,13 +26,17 @@ from cdc_relay.cli.config_file import load_config_file as load_config_file  # re
 from cdc_relay.cloudevents import DEFAULT_SOURCE as DEFAULT_CLOUDEVENTS_SOURCE
 from cdc_relay.config import (
     MESSAGE_FORMATS,
+    REGISTRY_FORMATS,
+    SUBJECT_STRATEGIES,
     CredentialsConfig,
     OutboxConfig,
+    RegistryConfig,
     RouterConfig,
     TableRef,
     parse_columns,
     parse_duration,
     parse_header_option,
+    split_registry_config,
     validate_identifier,
 )
 from cdc_relay.errors import ConfigError, ExitCode, RelayError, mask_secrets
@@ -254,8 +258,24 @@ def kafka_options(f: F) -> F:
 
 
 def message_options(f: F) -> F:
-    """``--message-format``, ``--header``, ``--partition-column``, ``--cloudevents-source``
-    (docs/messages.md)."""
+    """``--message-format``, ``--header``, ``--partition-column``, ``--cloudevents-source``,
+    and the schema registry's ``--schema-registry``, ``--schema-registry-config``,
+    ``--subject-name-strategy``, ``--value-schema`` (docs/messages.md)."""
+    f = option("--value-schema", multiple=True, metavar="EVENT_TYPE=FILE|DIRECTORY",
+               help="The value schema of an event type (repeatable): .avsc (avro), .json "
+                    "(json-schema), .desc FileDescriptorSet[#package.Message] (protobuf); or "
+                    "a directory of <event type>.<ext> files.")(f)
+    f = option("--subject-name-strategy", type=click.Choice(list(SUBJECT_STRATEGIES)),
+               default="topic", show_default=True,
+               help="Registry subjects: topic (<topic>-value), record (the record's full "
+                    "name), topic-record (<topic>-<record name>).")(f)
+    f = option("--schema-registry-config", multiple=True, metavar="KEY=VALUE",
+               help="confluent-kafka SchemaRegistryClient setting (repeatable): "
+                    "basic.auth.user.info, bearer.auth.*, ssl.ca.location...; or "
+                    "auto.register.schemas=false.")(f)
+    f = option("--schema-registry", default=None, metavar="URL", envvar="CDC_RELAY_SCHEMA_REGISTRY",
+               help="Schema registry (Confluent-compatible API) for --message-format "
+                    "avro|json-schema|protobuf.")(f)
     f = option("--cloudevents-source", default=DEFAULT_CLOUDEVENTS_SOURCE, show_default=True,
                metavar="URI", help="The source attribute of the cloudevents formats; "
                                    "placeholders {database}, {schema}, {table}.")(f)
@@ -267,7 +287,29 @@ def message_options(f: F) -> F:
                   show_default=True,
                   help="Key/value serialization: raw (Debezium StringConverter), debezium-json "
                        "(JsonConverter with schemas), debezium-json-schemaless, cloudevents "
-                       "(binary mode: ce_* headers), cloudevents-structured (JSON envelope).")(f)
+                       "(binary mode: ce_* headers), cloudevents-structured (JSON envelope), "
+                       "avro, json-schema, protobuf (through --schema-registry).")(f)
+
+
+def registry_config(message_format: str, url: str | None, settings: tuple[str, ...],
+                    subject_strategy: str, value_schema: tuple[str, ...], *, sink: str,
+                    dead_letter_topic: str) -> RegistryConfig | None:
+    """The RegistryConfig of the schema-registry options; None for the other formats."""
+    if message_format not in REGISTRY_FORMATS:
+        if url or settings or value_schema:
+            raise ConfigError("--schema-registry, --schema-registry-config and --value-schema go "
+                              "with --message-format avro|json-schema|protobuf")
+        return None
+    if sink != "kafka":
+        raise ConfigError(f"--message-format {message_format} is for the Kafka sink (not {sink})")
+    schemas = []
+    for item in value_schema:
+        event_type, sep, path = item.partition("=")
+        schemas.append((event_type.strip(), path.strip()) if sep else ("", item.strip()))
+    client, serializer = split_registry_config(settings)
+    return RegistryConfig(url=url or "", message_format=message_format, client_config=client,
+                          serializer_config=serializer, subject_strategy=subject_strategy,
+                          value_schemas=tuple(schemas), dead_letter_topic=dead_letter_topic)
 
 
 def router_config(topic_pattern: str, dead_letter_topic: str, message_format: str = "raw",

@@ -52,7 +52,7 @@ from cdc_relay.sink.base import (
 
 log = logging.getLogger("cdc_relay.relay")
 
-_TOPIC_CAUSES = (Cause.TOPIC_MISSING, Cause.TOPIC_FORBIDDEN)
+_TOPIC_CAUSES = (Cause.TOPIC_MISSING, Cause.TOPIC_FORBIDDEN, Cause.REGISTRY)
 _ROOM_WAIT = 0.05  # seconds a full producer queue is served before the next attempt
 
 

@@ -145,7 +145,7 @@ def settle(events: Sequence[OutboxEvent], results: Sequence[Result], *, strict: 
                       topic_reasons)
 
 
-_TOPIC_CAUSES = (Cause.TOPIC_MISSING, Cause.TOPIC_FORBIDDEN)
+_TOPIC_CAUSES = (Cause.TOPIC_MISSING, Cause.TOPIC_FORBIDDEN, Cause.REGISTRY)
 
 
 def _topic_trouble(result: Result) -> bool:

@@ -18,7 +18,8 @@ can act without knowing the broker:
 ``Cause`` says more where a loop acts on it: ``TOO_LARGE`` (PERMANENT: the dead letter is
 sent without the payload), ``TOPIC_MISSING`` / ``TOPIC_FORBIDDEN`` (RETRIABLE: broker
 trouble about the topic - a topic not created yet, a brief ACL glitch - never a reason to
-dead-letter the event).
+dead-letter the event), ``REGISTRY`` (RETRIABLE: the schema registry is unreachable or
+lacks the schema: the event waits like one whose topic is missing).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class Cause(enum.Enum):
     TOO_LARGE = "too_large"
     TOPIC_MISSING = "topic_missing"
     TOPIC_FORBIDDEN = "topic_authorization"
+    REGISTRY = "schema_registry"
 
 
 @dataclass(frozen=True, slots=True)

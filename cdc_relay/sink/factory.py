@@ -64,10 +64,26 @@ def make_sink_factory(kafka: KafkaConfig, other: OtherSink | None) -> SinkFactor
     if other is None:
         from cdc_relay.sink.kafka.sink import kafka_sink_factory
 
-        return kafka_sink_factory(kafka, logger=logger)
+        if kafka.schema_registry is None:
+            return kafka_sink_factory(kafka, logger=logger)
+        return _registry_factory(kafka_sink_factory(kafka, logger=logger), kafka, logger)
     module = sink_module(name)
     factory: SinkFactory = getattr(module, f"{name}_sink_factory")(other, logger=logger)
     return factory
+
+
+def _registry_factory(inner: SinkFactory, kafka: KafkaConfig, logger: logging.Logger) -> SinkFactory:
+    """The Kafka sinks of ``inner`` encoding through the schema registry (docs/messages.md);
+    confluent-kafka's registry extras missing: a one-line ConfigError."""
+    assert kafka.schema_registry is not None
+    try:
+        from cdc_relay.sink.registry.encoder import Encoder
+        from cdc_relay.sink.registry.sink import registry_sink_factory
+    except ImportError as exc:
+        raise ConfigError(f"--message-format {kafka.schema_registry.message_format} needs "
+                          f"confluent-kafka's schema registry extras ({exc.name} is missing): "
+                          "pip install 'cdc-relay[registry]'") from exc
+    return registry_sink_factory(inner, Encoder(kafka.schema_registry), logger)
 
 
 def probe_sink(other: OtherSink, timeout: float) -> list[SinkProbe]:

@@ -56,7 +56,7 @@ def test_bad_header_option_is_a_config_error(text: str) -> None:
 
 
 @pytest.mark.parametrize(("config", "match"), [
-    ({"message_format": "avro"}, "unknown message format"),
+    ({"message_format": "thrift"}, "unknown message format"),
     ({"header_columns": (("tenant", "id"),)}, "set by the relay"),
     ({"header_columns": (("a", "x"), ("b", "x"))}, "given twice"),
     ({"partition_column": "no-such thing"}, "--partition-column"),
