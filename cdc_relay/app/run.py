@@ -21,6 +21,7 @@ from contextlib import AbstractContextManager, closing, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from cdc_relay.app.capture import check_capture
 from cdc_relay.config import (
     CaptureConfig,
     ExactlyOnceConfig,
@@ -100,7 +101,11 @@ class WalSettings:
 
     def __post_init__(self) -> None:
         if self.capture is not None:
-            check_capture(self)
+            check_capture(self.capture, plugin=self.replication.plugin,
+                          plugin_from_slot=self.replication.plugin_from_slot,
+                          exactly_once=self.exactly_once is not None, snapshot=self.snapshot,
+                          other_sink=self.sink is not None,
+                          message_format=self.router.message_format)
         if self.snapshot not in ("initial", "never"):
             raise ConfigError(f"unknown --snapshot {self.snapshot!r}: use initial or never")
         if self.snapshot == "initial" and self.exactly_once is not None:
@@ -110,28 +115,6 @@ class WalSettings:
         if self.sink is not None and self.exactly_once is not None:
             raise ConfigError("--exactly-once needs Kafka transactions: it works with --sink kafka "
                               "only (RabbitMQ, NATS and SQS stay at least once, docs/sinks.md)")
-
-
-def check_capture(settings: WalSettings) -> None:
-    """ConfigError for what ``--capture`` does not support yet (docs/table-cdc.md)."""
-    from cdc_relay.capture.selection import Selection
-
-    capture = settings.capture
-    assert capture is not None
-    Selection.parse(capture.tables)
-    repl = settings.replication
-    if repl.plugin == "wal2json" and not repl.plugin_from_slot:
-        raise ConfigError("--capture needs --plugin pgoutput for now (wal2json's capture is "
-                          "not done yet: docs/table-cdc.md)")
-    refused = [(settings.exactly_once is not None, "--exactly-once"),
-               (settings.snapshot == "initial", "--snapshot initial"),
-               (settings.sink is not None, "a sink other than Kafka"),
-               (settings.router.message_format.startswith("cloudevents"),
-                "--message-format " + settings.router.message_format)]
-    for refuse, what in refused:
-        if refuse:
-            raise ConfigError(f"--capture cannot be combined with {what} yet "
-                              "(docs/table-cdc.md, what is not supported yet)")
 
 
 def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
@@ -357,7 +340,8 @@ def _startup_checks(settings: WalSettings) -> _Checked:
         if settings.capture is not None:  # the publication first: pgoutput needs it at the slot's start
             from cdc_relay.app.capture import prepare_capture
 
-            captured = prepare_capture(conn, settings.capture, repl.publication, repl.plugin)
+            captured = prepare_capture(conn, settings.capture.tables, repl.publication,
+                                       repl.plugin)
         outbox = settings.outbox
         partitioned = False
         if settings.capture is None or settings.capture.outbox:

@@ -6,6 +6,9 @@ and their types, but not what Debezium's schema also says - nullability (``optio
 the primary key (the message key; the Relation's key flags are the replica identity's),
 column defaults (``default``) and an enum's labels (``allowed``).
 
+``identity_problem`` is the verdict on a replica identity that ``run``, ``init`` and
+``doctor`` report.
+
 Must not: do I/O (the PostgreSQL edge fills these), or interpret values (capture/types.py).
 """
 
@@ -46,3 +49,17 @@ class TableShape:
     def qualified(self) -> str:
         """``schema.table``."""
         return f"{self.schema}.{self.name}"
+
+
+def identity_problem(shape: TableShape) -> str | None:
+    """Why UPDATE/DELETE on the table fail once it is in a publication that publishes them,
+    with the fix; None when its replica identity is fine."""
+    if shape.replica_identity == "n":
+        return (f"{shape.qualified} has REPLICA IDENTITY NOTHING: once it is in the publication, "
+                f"UPDATE and DELETE on it fail. Fix: ALTER TABLE {shape.qualified} REPLICA "
+                "IDENTITY DEFAULT (with a primary key) or FULL")
+    if shape.replica_identity == "d" and not shape.key:
+        return (f"{shape.qualified} has no primary key and REPLICA IDENTITY DEFAULT: once it is "
+                f"in the publication, UPDATE and DELETE on it fail. Fix: add a primary key, or "
+                f"ALTER TABLE {shape.qualified} REPLICA IDENTITY FULL")
+    return None

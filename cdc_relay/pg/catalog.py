@@ -2,9 +2,10 @@
 
 Owns the catalog queries of table CDC: expanding ``--capture`` patterns into existing
 tables, a table's shape (columns with type, typmod, NOT NULL, default, enum labels;
-primary key order; replica identity; capture/shape.py), and the checks ``init`` and
-``doctor`` report: a replica identity that makes UPDATE/DELETE fail once the table is in
-a publication that publishes them, and a missing SELECT privilege.
+primary key order; replica identity; capture/shape.py), and the facts ``init`` and
+``doctor`` report: the SELECT privilege, ownership (adding a table to a publication needs
+it) and what the publication covers. The verdict on a replica identity is pure
+(capture/shape.py, ``identity_problem``).
 
 Must not: change anything (the publication is wal/slot/setup.py's), or interpret values.
 """
@@ -83,25 +84,48 @@ def _column(row: tuple[Any, ...]) -> ColumnShape:
                        tuple(labels) if enum and labels is not None else None)
 
 
-def identity_problem(shape: TableShape) -> str | None:
-    """Why UPDATE/DELETE on the table fail or lose ``before`` once it is captured, or None."""
-    if shape.replica_identity == "n":
-        return (f"{shape.qualified} has REPLICA IDENTITY NOTHING: once it is in the publication, "
-                f"UPDATE and DELETE on it fail. Fix: ALTER TABLE {shape.qualified} REPLICA "
-                "IDENTITY DEFAULT (with a primary key) or FULL")
-    if shape.replica_identity == "d" and not shape.key:
-        return (f"{shape.qualified} has no primary key and REPLICA IDENTITY DEFAULT: once it is "
-                f"in the publication, UPDATE and DELETE on it fail. Fix: add a primary key, or "
-                f"ALTER TABLE {shape.qualified} REPLICA IDENTITY FULL")
-    return None
-
-
 def lacks_select(conn: psycopg.Connection[Any], schema: str, table: str) -> bool:
     """True when the current role may not SELECT the table (the catalog reads and a later
     snapshot need it)."""
-    row = conn.execute("SELECT has_table_privilege(%s, 'SELECT')",
-                       (_ident(schema, table),)).fetchone()
+    try:
+        row = conn.execute("SELECT has_table_privilege(%s, 'SELECT')",
+                           (_ident(schema, table),)).fetchone()
+    except psycopg.Error as exc:
+        raise translate_error(exc, f"reading the privileges on {schema}.{table}") from exc
     return not (row and row[0])
+
+
+_PUBLICATION = """
+SELECT p.puballtables, p.pubupdate AND p.pubdelete,
+       (SELECT array_agg(t.schemaname || '.' || t.tablename) FROM pg_publication_tables t
+        WHERE t.pubname = p.pubname)
+FROM pg_publication p WHERE p.pubname = %s"""
+
+
+def publication_coverage(conn: psycopg.Connection[Any],
+                         publication: str) -> tuple[bool, frozenset[str]] | None:
+    """The publication as captured tables need it: (publishes updates and deletes, the
+    ``schema.table`` names it includes); None when it does not exist. A FOR ALL TABLES
+    publication includes every table (``{"*"}``)."""
+    try:
+        row = conn.execute(_PUBLICATION, (publication,)).fetchone()
+    except psycopg.Error as exc:
+        raise translate_error(exc, f"reading publication {publication!r}") from exc
+    if row is None:
+        return None
+    return bool(row[1]), frozenset(["*"] if row[0] else row[2] or ())
+
+
+def owns(conn: psycopg.Connection[Any], schema: str, table: str) -> bool:
+    """True when the current role owns the table (or is a superuser): adding it to a
+    publication needs that."""
+    try:
+        row = conn.execute("SELECT pg_has_role(c.relowner, 'USAGE') OR r.rolsuper FROM pg_class c,"
+                           " pg_roles r WHERE c.oid = to_regclass(%s) AND r.rolname = current_user",
+                           (_ident(schema, table),)).fetchone()
+    except psycopg.Error as exc:
+        raise translate_error(exc, f"reading the owner of {schema}.{table}") from exc
+    return bool(row and row[0])
 
 
 class CatalogLookup:
