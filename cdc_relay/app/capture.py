@@ -10,7 +10,6 @@ room). Like run.py, it imports PostgreSQL-side modules inside its functions only
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -30,7 +29,6 @@ if TYPE_CHECKING:
     from cdc_relay.pg.schema import Outcome
     from cdc_relay.wal.stream.session import Decoder
 
-log = logging.getLogger("cdc_relay")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,16 +61,14 @@ def check_capture(capture: CaptureConfig, *, plugin: str, plugin_from_slot: bool
 
 def prepare_capture(conn: psycopg.Connection[Any], tables_option: str, publication: str,
                     plugin: str) -> CaptureSetup:
-    """The captured tables exist (ConfigError else), their problems are logged, and the
-    publication publishes their changes - before the slot is made."""
+    """The captured tables exist (ConfigError else), their problems are found (the caller
+    reports them), and the publication publishes their changes - before the slot is made."""
     from cdc_relay.wal.slot.setup import ensure_capture_publication
 
     if plugin != "pgoutput":
         raise ConfigError("--capture needs --plugin pgoutput for now (the slot uses "
                           f"{plugin}; docs/table-cdc.md)")
     shapes, problems = capture_tables(conn, tables_option)
-    for problem in problems:
-        log.warning("%s", problem)
     outcome = ensure_capture_publication(conn, publication, sorted(shapes))
     return CaptureSetup(shapes, problems, outcome)
 

@@ -342,6 +342,8 @@ def _startup_checks(settings: WalSettings) -> _Checked:
 
             captured = prepare_capture(conn, settings.capture.tables, repl.publication,
                                        repl.plugin)
+            for problem in captured.problems:
+                log.warning("%s", problem)
         outbox = settings.outbox
         partitioned = False
         if settings.capture is None or settings.capture.outbox:

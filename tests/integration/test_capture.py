@@ -142,3 +142,48 @@ def test_capture_refuses_wal2json_and_missing_tables_in_one_line(db: str, broker
     missing = run_cli(*common, "--plugin", "pgoutput", "--capture", "public.nope")
     assert missing.returncode == 2, missing.stderr
     assert "public.nope does not exist" in missing.stderr
+
+
+def test_init_capture_adds_the_tables_and_reports_their_problems_and_doctor_checks_them(
+        db: str) -> None:
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("CREATE TABLE customers (id int PRIMARY KEY, name text);"
+                     "CREATE TABLE events_log (at timestamptz, what text)")
+    before = run_cli("doctor", "--dsn", db, "--capture", "public.customers,public.events_log",
+                     "--format", "json")
+    verdicts = {c["name"]: c for c in json.loads(before.stdout)}
+    assert verdicts["captured tables: publication"]["verdict"] == "warn"
+    assert verdicts["replica identity"]["verdict"] == "fail"
+    assert "ALTER TABLE public.events_log REPLICA IDENTITY FULL" in verdicts["replica identity"]["fix"]
+    result = run_cli("init", "--dsn", db, "--slot", "cdc_relay", "--plugin", "pgoutput",
+                     "--capture", "public.customers,public.events_log")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert ("captured tables (2, inserts, updates and deletes published): public.customers, "
+            "public.events_log") in lines
+    assert any(line.startswith("warning: public.events_log has no primary key") for line in lines)
+    with psycopg.connect(db) as conn:
+        published = conn.execute(
+            "SELECT tablename FROM pg_publication_tables WHERE pubname = 'cdc_relay_outbox'"
+            " ORDER BY 1").fetchall()
+        flags = conn.execute("SELECT pubinsert, pubupdate, pubdelete FROM pg_publication"
+                             " WHERE pubname = 'cdc_relay_outbox'").fetchone()
+    assert [r[0] for r in published] == ["customers", "events_log", "outbox_events"]
+    assert flags == (True, True, True)
+    after = run_cli("doctor", "--dsn", db, "--capture", "public.customers,public.events_log",
+                    "--format", "json")
+    verdicts = {c["name"]: c for c in json.loads(after.stdout)}
+    assert verdicts["captured tables: publication"]["verdict"] == "pass"
+    assert verdicts["captured tables"]["detail"] == "2: public.customers, public.events_log"
+    assert after.returncode == 1  # the replica identity still fails
+
+
+def test_doctor_capture_fails_a_missing_table_and_init_refuses_it(db: str) -> None:
+    result = run_cli("doctor", "--dsn", db, "--capture", "public.nope")
+    assert result.returncode == 1
+    assert any(line.startswith("FAIL  captured tables") and "public.nope does not exist" in line
+               for line in result.stdout.splitlines()), result.stdout
+    refused = run_cli("init", "--dsn", db, "--slot", "cdc_relay", "--plugin", "pgoutput",
+                      "--capture", "public.nope")
+    assert refused.returncode == 2
+    assert "captured table public.nope does not exist" in refused.stderr
