@@ -108,8 +108,9 @@ def capture_decoder(outbox: Decoder, capture: CaptureConfig, router: RouterConfi
     assert isinstance(outbox, PgOutputDecoder)
     options = CodecOptions(capture.prefix, router.message_format == "debezium-json",
                            capture.placeholder)
-    return CaptureDecoder(outbox, Selection.parse(capture.tables),
-                          CatalogLookup(dsn, setup.shapes), options)
+    catalog = CatalogLookup(dsn, setup.shapes)
+    return CaptureDecoder(outbox, Selection.parse(capture.tables), catalog, options,
+                          catalog.types)
 
 
 def make_capture_router(capture: CaptureConfig, dsn: str) -> CaptureRouter:

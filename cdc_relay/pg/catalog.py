@@ -33,6 +33,12 @@ FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
 LEFT JOIN pg_type e ON e.oid = t.typelem
 LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
 WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum"""
+_TYPE = """
+SELECT '', t.oid, %(typmod)s, format_type(t.oid, %(typmod)s), false, NULL, t.typelem, t.typtype,
+       e.typtype,
+       (SELECT array_agg(enumlabel ORDER BY enumsortorder) FROM pg_enum
+        WHERE enumtypid = CASE WHEN t.typtype = 'e' THEN t.oid ELSE t.typelem END)
+FROM pg_type t LEFT JOIN pg_type e ON e.oid = t.typelem WHERE t.oid = %(oid)s"""
 _KEY = """
 SELECT a.attname FROM pg_index i, unnest(i.indkey) WITH ORDINALITY k(attnum, n)
 JOIN pg_attribute a ON a.attnum = k.attnum
@@ -74,6 +80,16 @@ def table_shape(conn: psycopg.Connection[Any], schema: str, table: str) -> Table
     except psycopg.Error as exc:
         raise translate_error(exc, f"reading the catalog of {schema}.{table}") from exc
     return TableShape(schema, table, columns, key, str(row[0]))
+
+
+def type_facts(conn: psycopg.Connection[Any], oid: int, typmod: int) -> ColumnShape | None:
+    """A type's name, array element and enum labels by OID (a column without a name);
+    None when no such type exists."""
+    try:
+        row = conn.execute(_TYPE, {"oid": oid, "typmod": typmod}).fetchone()
+    except psycopg.Error as exc:
+        raise translate_error(exc, f"reading the catalog of type {oid}") from exc
+    return None if row is None else _column(row)
 
 
 def _column(row: tuple[Any, ...]) -> ColumnShape:
@@ -129,22 +145,32 @@ def owns(conn: psycopg.Connection[Any], schema: str, table: str) -> bool:
 
 
 class CatalogLookup:
-    """The capture decoder's ``shapes``: the start-up shapes, and the catalog (on a
-    connection of its own, opened when first needed) for a table they lack or whose
-    columns changed."""
+    """The capture decoder's ``shapes`` and ``types``: the start-up shapes, and the catalog
+    (on a connection of its own, opened when first needed) for a table whose Relation
+    message changed; a type's facts by OID, read once."""
 
     def __init__(self, dsn: str, shapes: dict[tuple[str, str], TableShape]) -> None:
         self._dsn = dsn
         self._shapes = dict(shapes)
         self._conn: psycopg.Connection[Any] | None = None
+        self._types: dict[tuple[int, int], ColumnShape | None] = {}
 
     def __call__(self, schema: str, table: str) -> TableShape | None:
         """The shape: a start-up one once, the catalog's from then on."""
         shape = self._shapes.pop((schema, table), None)
         if shape is not None:
             return shape
+        return table_shape(self._connection(), schema, table)
+
+    def types(self, oid: int, typmod: int) -> ColumnShape | None:
+        """The facts of type ``oid`` (capture/shape.py, ``TypeLookup``)."""
+        if (oid, typmod) not in self._types:
+            self._types[(oid, typmod)] = type_facts(self._connection(), oid, typmod)
+        return self._types[(oid, typmod)]
+
+    def _connection(self) -> psycopg.Connection[Any]:
         from cdc_relay.pg.db import connect
 
         if self._conn is None or self._conn.closed or self._conn.broken:
             self._conn = connect(self._dsn, autocommit=True)
-        return table_shape(self._conn, schema, table)
+        return self._conn

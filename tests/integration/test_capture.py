@@ -187,3 +187,55 @@ def test_doctor_capture_fails_a_missing_table_and_init_refuses_it(db: str) -> No
                       "--capture", "public.nope")
     assert refused.returncode == 2
     assert "captured table public.nope does not exist" in refused.stderr
+
+
+DDL_WORKLOAD = [
+    "INSERT INTO shapes VALUES (1, 'ada', 'x', 5)",
+    "ALTER TABLE shapes ADD COLUMN c text DEFAULT 'dflt'",
+    "INSERT INTO shapes VALUES (2, 'bob', 'y', 6, 'new')",
+    "ALTER TABLE shapes DROP COLUMN b",
+    "UPDATE shapes SET n = 7 WHERE id = 2",
+    "ALTER TABLE shapes ALTER COLUMN n TYPE bigint",
+    "INSERT INTO shapes VALUES (3, 'cy', 9000000000, NULL)",
+    "ALTER TABLE shapes RENAME COLUMN name TO full_name",
+    "INSERT INTO shapes VALUES (4, 'di', 1, 'z')",
+    "DELETE FROM shapes WHERE id = 1",
+]
+
+
+def test_schema_changes_mid_stream_each_event_has_the_shape_of_its_moment(
+        db: str, broker: object, topic_prefix: str) -> None:
+    """The DDL is all done before the relay reads the first change, so the catalog it reads
+    is the last shape: the events still take each moment's from the Relation messages."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("CREATE TABLE shapes (id int PRIMARY KEY, name text, b text, n int)")
+    init_db(db, plugin="pgoutput")
+    assert run_cli("init", "--dsn", db, "--slot", "cdc_relay", "--plugin", "pgoutput",
+                   "--capture", "public.shapes").returncode == 0
+    with psycopg.connect(db, autocommit=True) as conn:
+        for statement in DDL_WORKLOAD:
+            conn.execute(statement)
+    bootstrap = broker.bootstrap  # type: ignore[attr-defined]
+    topic = f"{topic_prefix}.public.shapes"
+    relay = start_relay(db, bootstrap, topic_prefix, plugin="pgoutput",
+                        extra=("--capture", "public.shapes", "--capture-prefix", topic_prefix,
+                               "--message-format", "debezium-json", "--no-outbox"))
+    try:
+        with KafkaCollector(bootstrap, topic_prefix) as collector:
+            got = collector.collect(until=lambda ms: len([m for m in ms if m.topic == topic]) >= 7,
+                                    timeout=60)
+    finally:
+        relay.stop()
+    events = [json.loads(m.value) for m in got if m.topic == topic and m.value is not None]
+    assert [e["payload"]["after"] for e in events[:5]] == [
+        {"id": 1, "name": "ada", "b": "x", "n": 5},
+        {"id": 2, "name": "bob", "b": "y", "n": 6, "c": "new"},
+        {"id": 2, "name": "bob", "n": 7, "c": "new"},
+        {"id": 3, "name": "cy", "n": 9_000_000_000, "c": "dflt"},  # NULL: the default
+        {"id": 4, "full_name": "di", "n": 1, "c": "z"},
+    ]
+    types = [{f["field"]: f["type"] for f in e["schema"]["fields"][1]["fields"]} for e in events]
+    assert types[0] == {"id": "int32", "name": "string", "b": "string", "n": "int32"}
+    assert types[2]["n"] == "int32" and types[3]["n"] == "int64"
+    assert events[5]["payload"]["op"] == "d"
+    assert events[5]["payload"]["before"] == {"id": 1, "full_name": None, "n": None, "c": "dflt"}
