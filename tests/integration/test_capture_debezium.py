@@ -6,7 +6,8 @@ and two relays (``debezium-json`` and ``debezium-json-schemaless``, slots of the
 read the same WAL: capture_workload/workload.sql over the tables of setup.sql - every
 type of this slice with NULLs and edge values (NaN, the infinities, -0, leap day, BC,
 time zones, empty arrays, defaults), each REPLICA IDENTITY, a key change, unchanged TOAST
-values of text, arrays, bytea and jsonb. Events are compared one by one, key and value,
+values of text, arrays, bytea and jsonb, and schema changes between changes of one table
+(ADD/DROP COLUMN, a type change, a rename, a typmod change). Events are compared one by one, key and value,
 field order included, ignoring only what names the moment of processing (the top-level
 ``ts_ms``/``ts_us``/``ts_ns``) or the instance (``source.version``, ``source.name``, the
 topic prefix); the schemaless relay is compared with Debezium's ``payload``.
@@ -32,7 +33,7 @@ pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).parent / "capture_workload"
 TABLES = ["t_types", "t_default", "t_full", "t_index", "t_nothing", "t_nopk", "t_toast", "t_e",
-          "t_toast2", "t_full_nopk", "t_pk2"]
+          "t_toast2", "t_full_nopk", "t_pk2", "t_ddl"]
 
 
 def _unavailable() -> str | None:
