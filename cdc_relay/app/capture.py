@@ -10,25 +10,35 @@ room). Like run.py, it imports PostgreSQL-side modules inside its functions only
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cdc_relay import __version__
 from cdc_relay.capture.decoder import CaptureDecoder, CodecOptions
-from cdc_relay.capture.envelope import SourceInfo
+from cdc_relay.capture.envelope import SourceInfo, TableCodec
 from cdc_relay.capture.route import CaptureRouter
 from cdc_relay.capture.selection import Selection
 from cdc_relay.capture.shape import TableShape, identity_problem
-from cdc_relay.config import CaptureConfig, RouterConfig
+from cdc_relay.config import CaptureConfig, FlowConfig, ReplicationConfig, RouterConfig
 from cdc_relay.errors import ConfigError
+
+log = logging.getLogger("cdc_relay")
 
 if TYPE_CHECKING:
     import psycopg
 
     from cdc_relay.pg.schema import Outcome
+    from cdc_relay.routing import Router
+    from cdc_relay.sink.base import SinkFactory
+    from cdc_relay.wal.backfill.loop import BackfillStats
+    from cdc_relay.wal.backfill.tables import TableSnapshot
     from cdc_relay.wal.stream.session import Decoder
 
+
+
+SnapshotParts = tuple["Router", "SinkFactory", "FlowConfig", "BackfillStats"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +60,7 @@ def check_capture(capture: CaptureConfig, *, plugin: str, plugin_from_slot: bool
         raise ConfigError("--capture needs --plugin pgoutput for now (wal2json's capture is "
                           "not done yet: docs/table-cdc.md)")
     refused = [(exactly_once, "--exactly-once"),
-               (snapshot == "initial", "--snapshot initial"),
+               (snapshot == "initial" and not capture.outbox, "--snapshot initial and --no-outbox"),
                (other_sink, "a sink other than Kafka"),
                (message_format.startswith("cloudevents"), "--message-format " + message_format)]
     for refuse, what in refused:
@@ -119,3 +129,30 @@ def make_capture_router(capture: CaptureConfig, dsn: str) -> CaptureRouter:
 
     info = SourceInfo(f"cdc-relay-{__version__}", capture.prefix, dsn_database(dsn))
     return CaptureRouter(info, tombstones=capture.tombstones, clock_ns=time.time_ns)
+
+
+def table_snapshot(capture: CaptureConfig, router_config: RouterConfig, dsn: str,
+                   setup: CaptureSetup, parts: SnapshotParts) -> TableSnapshot:
+    """``--snapshot initial``: the captured tables' snapshot, their codecs in the order
+    Debezium snapshots them (by schema and table name)."""
+    from cdc_relay.wal.backfill.tables import TableSnapshot
+
+    schemas = router_config.message_format == "debezium-json"
+    codecs = [TableCodec(shape, tuple(c.name for c in shape.columns), capture.prefix, schemas,
+                         capture.placeholder) for _, shape in sorted(setup.shapes.items())]
+    return TableSnapshot(codecs, make_capture_router(capture, dsn), *parts)
+
+
+def capture_snapshot(capture: CaptureConfig, router_config: RouterConfig,
+                     repl: ReplicationConfig, parts: SnapshotParts
+                     ) -> tuple[CaptureSetup, TableSnapshot]:
+    """``--capture --snapshot initial``: the captured tables in the publication (before the
+    cut-over may create the slot, which needs them there), their problems logged, and
+    their snapshot's parts."""
+    from cdc_relay.pg.db import connect
+
+    with connect(repl.dsn, autocommit=True, application_name="cdc-relay") as conn:
+        setup = prepare_capture(conn, capture.tables, repl.publication, repl.plugin)
+    for problem in setup.problems:
+        log.warning("%s", problem)
+    return setup, table_snapshot(capture, router_config, repl.dsn, setup, parts)

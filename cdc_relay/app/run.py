@@ -386,18 +386,24 @@ def _backfill_then_stream(settings: WalSettings, stop: threading.Event) -> int:
     router = _router(settings)
     sink_factory = make_sink_factory(settings.kafka, settings.sink)
     stats, backfill = RelayStats(), BackfillStats()
+    captured = tables = None
+    if settings.capture is not None:
+        from cdc_relay.app.capture import capture_snapshot
+
+        captured, tables = capture_snapshot(settings.capture, settings.router, repl,
+                                            (router, sink_factory, settings.flow, backfill))
     _log_start(settings)
     with _serve_metrics(settings.metrics, stats, dsn=repl.dsn, slot=repl.slot, backfill=backfill,
                         sink=sink_name(settings.sink)):
         if not backfill_before_streaming(repl=repl, outbox=settings.outbox, router=router,
                                          sink_factory=sink_factory, flow=settings.flow,
-                                         stats=backfill, stop=stop):
+                                         stats=backfill, stop=stop, tables=tables):
             log.info("stopped during the backfill: nothing streamed")
             return ExitCode.OK
         setup = ensure_replication(repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
                                    publication=repl.publication, failover=repl.failover_slot)
         relay = build_wal_relay(settings, partitioned=setup.partitioned, router=router,
-                                sink_factory=sink_factory, stats=stats)
+                                sink_factory=sink_factory, stats=stats, capture=captured)
         relay.run(stop)
     return _stopped(stats, repl.slot, sink_name(settings.sink),
                     Republished("by the backfill", backfill.published, backfill.dead_lettered))

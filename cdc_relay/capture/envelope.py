@@ -185,11 +185,12 @@ def _field(column: ColumnShape) -> _Field:
 
 
 def source_block(info: SourceInfo, codec: TableCodec, *, commit_us: int, last_commit: int | None,
-                 lsn: int, xid: int | None) -> dict[str, Any]:
-    """The ``source`` struct of a streamed change, in Debezium's field order."""
+                 lsn: int, xid: int | None, snapshot: str = "false") -> dict[str, Any]:
+    """The ``source`` struct of a change (``snapshot`` ``"false"``) or a snapshot's row, in
+    Debezium's field order."""
     return {
         "version": info.version, "connector": "postgresql", "name": info.name,
-        "ts_ms": commit_us // 1000, "snapshot": "false", "db": info.db,
+        "ts_ms": commit_us // 1000, "snapshot": snapshot, "db": info.db,
         "sequence": dumps([None if last_commit is None else str(int(last_commit)), str(lsn)]).decode(),
         "ts_us": commit_us, "ts_ns": commit_us * 1000,
         "schema": codec.shape.schema, "table": codec.shape.name, "txId": xid, "lsn": lsn,

@@ -8,7 +8,7 @@ import psycopg
 
 from cdc_relay.outbox import emit
 from tests.integration.wal_support import confirmed_flush, current_wal, init_db, start_relay
-from tests.support import KafkaCollector, Msg, run_cli, wait_for
+from tests.support import KafkaCollector, Msg, init_outbox, run_cli, wait_for
 
 TABLES = """
 CREATE TABLE customers (id int PRIMARY KEY, name text, note text);
@@ -239,3 +239,35 @@ def test_schema_changes_mid_stream_each_event_has_the_shape_of_its_moment(
     assert types[2]["n"] == "int32" and types[3]["n"] == "int64"
     assert events[5]["payload"]["op"] == "d"
     assert events[5]["payload"]["before"] == {"id": 1, "full_name": None, "n": None, "c": "dflt"}
+
+
+def test_snapshot_initial_publishes_existing_rows_as_read_events_then_streams(
+        db: str, broker: object, topic_prefix: str) -> None:
+    init_outbox(db, "--no-slot")  # the relay creates the slot, exporting its snapshot
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("CREATE TABLE a (id int PRIMARY KEY, v text); CREATE TABLE b (id int PRIMARY KEY)")
+        conn.execute("INSERT INTO a VALUES (1, 'x'), (2, 'y'), (3, 'z'); INSERT INTO b VALUES (9)")
+        emit(conn, "customer", "1", "CustomerCreated", {"id": 1})
+    bootstrap = broker.bootstrap  # type: ignore[attr-defined]
+    relay = start_relay(db, bootstrap, topic_prefix, plugin="pgoutput", extra=(
+        "--capture", "public.a,public.b", "--capture-prefix", topic_prefix,
+        "--snapshot", "initial"))
+    try:
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute("UPDATE a SET v = 'x2' WHERE id = 1")
+            conn.execute("INSERT INTO b VALUES (10)")
+        with KafkaCollector(bootstrap, topic_prefix) as collector:
+            got = collector.collect(until=lambda ms: len(_payloads(ms, f"{topic_prefix}.public.a"))
+                                    >= 4 and len(_payloads(ms, f"{topic_prefix}.public.b")) >= 2
+                                    and any(m.topic.endswith(".customer") for m in ms), timeout=60)
+    finally:
+        relay.stop()
+    a = [p for p in _payloads(got, f"{topic_prefix}.public.a") if p is not None]
+    b = [p for p in _payloads(got, f"{topic_prefix}.public.b") if p is not None]
+    marks = [(p["op"], p["source"]["snapshot"], p["after"]["id"]) for p in a + b]  # type: ignore[index]
+    assert marks == [("r", "first", 1), ("r", "true", 2), ("r", "last_in_data_collection", 3),
+                     ("u", "false", 1), ("r", "last", 9), ("c", "false", 10)]
+    assert a[0]["before"] is None and a[3]["after"] == {"id": 1, "v": "x2"}
+    lsn = a[0]["source"]["lsn"]  # type: ignore[index]
+    assert all(p["source"]["lsn"] == lsn for p in a[:3] + b[:1])  # type: ignore[index]
+    assert a[3]["source"]["lsn"] > lsn  # type: ignore[index,operator]

@@ -77,7 +77,7 @@ def test_a_missing_publication_or_one_for_all_tables() -> None:
 
 @pytest.mark.parametrize(("kwargs", "refused"), [
     ({"exactly_once": True}, "--exactly-once"),
-    ({"snapshot": "initial"}, "--snapshot initial"),
+    ({"snapshot": "initial"}, "--snapshot initial and --no-outbox"),
     ({"other_sink": True}, "a sink other than Kafka"),
     ({"message_format": "cloudevents-structured"}, "--message-format cloudevents-structured"),
     ({"plugin": "wal2json"}, "needs --plugin pgoutput"),
@@ -89,4 +89,11 @@ def test_what_capture_does_not_support_yet_is_refused_in_one_line(
                                    "other_sink": False, "message_format": "debezium-json",
                                    **kwargs}
     with pytest.raises(ConfigError, match=refused):
-        check_capture(CaptureConfig("public.t", "shop"), **settings)  # type: ignore[arg-type]
+        check_capture(CaptureConfig("public.t", "shop", outbox=False),
+                      **settings)  # type: ignore[arg-type]
+
+
+def test_a_snapshot_of_captured_tables_beside_the_outbox_is_accepted() -> None:
+    check_capture(CaptureConfig("public.t", "shop"), plugin="pgoutput", plugin_from_slot=False,
+                  exactly_once=False, snapshot="initial", other_sink=False,
+                  message_format="debezium-json")

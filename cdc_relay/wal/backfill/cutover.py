@@ -37,6 +37,7 @@ from cdc_relay.wal.backfill.loop import Backfill, BackfillStats, BackfillTimings
 from cdc_relay.wal.backfill.rows import RowMarker, SnapshotReader
 from cdc_relay.wal.backfill.snapshot import SlotSnapshot, create_slot_exporting_snapshot
 from cdc_relay.wal.backfill.state import StateStore, read_record
+from cdc_relay.wal.backfill.tables import TableSnapshot
 from cdc_relay.wal.slot import continuity
 from cdc_relay.wal.slot.setup import ensure_publication
 
@@ -94,9 +95,13 @@ def _refusal(slot: str, table: str) -> ConfigError:
 def backfill_before_streaming(*, repl: ReplicationConfig, outbox: OutboxConfig, router: Router,
                               sink_factory: SinkFactory, flow: FlowConfig, stats: BackfillStats,
                               stop: threading.Event,
-                              timings: BackfillTimings | None = None) -> bool:
+                              timings: BackfillTimings | None = None,
+                              tables: TableSnapshot | None = None) -> bool:
     """Run the backfill if one is due (see the module docstring).
 
+    ``tables`` (``--capture``): the captured tables' rows are published as ``op: r`` events
+    in the same snapshot, after the outbox's rows and before the record says done (they
+    must be in the publication already).
     True when streaming may start; False when ``stop`` was set first (the backfill stays
     unfinished and the next start redoes it).
     """
@@ -128,7 +133,7 @@ def backfill_before_streaming(*, repl: ReplicationConfig, outbox: OutboxConfig, 
                 record.consistent_point)
             return run_backfill(store, None, repl=repl, outbox=outbox, router=router,
                              sink_factory=sink_factory, flow=flow, stats=stats, stop=stop,
-                             timings=timings)
+                             timings=timings, tables=tables)
         loss = continuity.loss_reason(None, continuity.read_record(
             conn, outbox.table.schema, repl.slot), continuity.identity(conn)[0])
         if loss is not None:  # the slot existed: a backfill would not cover what it lost
@@ -145,7 +150,7 @@ def backfill_before_streaming(*, repl: ReplicationConfig, outbox: OutboxConfig, 
             failover=exported.snapshot.failover, horizon_xid=horizon)
         return run_backfill(store, exported.snapshot, exported_close=exported.close, repl=repl,
                          outbox=outbox, router=router, sink_factory=sink_factory, flow=flow,
-                         stats=stats, stop=stop, timings=timings)
+                         stats=stats, stop=stop, timings=timings, tables=tables)
 
 
 def wait_for_lock(store: StateStore, slot: str, stop: threading.Event, *,
@@ -166,13 +171,17 @@ def run_backfill(store: StateStore, snapshot: SlotSnapshot | None, *, repl: Repl
                  outbox: OutboxConfig, router: Router, sink_factory: SinkFactory,
                  flow: FlowConfig, stats: BackfillStats, stop: threading.Event,
                  timings: BackfillTimings, exported_close: Any = None,
-                 horizon_xid: int | None = None) -> bool:
+                 horizon_xid: int | None = None, tables: TableSnapshot | None = None) -> bool:
     """Publish the pending rows of ``snapshot`` (a fresh snapshot when None) and mark them;
-    with ``horizon_xid``, only those of transactions at or after it (a recovery)."""
+    with ``horizon_xid``, only those of transactions at or after it (a recovery); then the
+    captured ``tables``' rows, read in the same snapshot (imported before the export ends)."""
     reader = SnapshotReader(repl.dsn, outbox, snapshot.snapshot_name if snapshot else None,
                             horizon_xid=horizon_xid)
+    table_reader = None
     try:
         try:
+            if tables is not None:
+                table_reader = tables.open(snapshot, repl.dsn)
             total = reader.open()
         finally:
             if exported_close is not None:
@@ -193,8 +202,13 @@ def run_backfill(store: StateStore, snapshot: SlotSnapshot | None, *, repl: Repl
                             stats=stats).run(stop)
         finally:
             marker.close()
+        if done and table_reader is not None and tables is not None:
+            reader.close()  # the outbox's snapshot is no longer needed
+            done = tables.publish(table_reader, stop)
     finally:
         reader.close()
+        if table_reader is not None:
+            table_reader.close()
     if not done:
         log.warning("backfill stopped at %d of %d rows; the next start with --snapshot initial "
                     "redoes it", stats.rows_done, stats.rows_total)
