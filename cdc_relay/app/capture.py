@@ -19,7 +19,7 @@ from cdc_relay import __version__
 from cdc_relay.capture.decoder import CaptureDecoder, CodecOptions
 from cdc_relay.capture.envelope import SourceInfo, TableCodec
 from cdc_relay.capture.route import CaptureRouter
-from cdc_relay.capture.selection import Selection
+from cdc_relay.capture.selection import Selection, in_option_order
 from cdc_relay.capture.shape import TableShape, identity_problem
 from cdc_relay.config import CaptureConfig, FlowConfig, ReplicationConfig, RouterConfig
 from cdc_relay.errors import ConfigError
@@ -134,12 +134,13 @@ def make_capture_router(capture: CaptureConfig, dsn: str) -> CaptureRouter:
 def table_snapshot(capture: CaptureConfig, router_config: RouterConfig, dsn: str,
                    setup: CaptureSetup, parts: SnapshotParts) -> TableSnapshot:
     """``--snapshot initial``: the captured tables' snapshot, their codecs in the order
-    Debezium snapshots them (by schema and table name)."""
+    Debezium snapshots them (``--capture``'s, as its ``table.include.list``)."""
     from cdc_relay.wal.backfill.tables import TableSnapshot
 
     schemas = router_config.message_format == "debezium-json"
-    codecs = [TableCodec(shape, tuple(c.name for c in shape.columns), capture.prefix, schemas,
-                         capture.placeholder) for _, shape in sorted(setup.shapes.items())]
+    codecs = [TableCodec(setup.shapes[t], tuple(c.name for c in setup.shapes[t].columns),
+                         capture.prefix, schemas, capture.placeholder)
+              for t in in_option_order(capture.tables, setup.shapes)]
     return TableSnapshot(codecs, make_capture_router(capture, dsn), *parts)
 
 
