@@ -79,8 +79,8 @@ def _setup(dsn: str) -> None:
     init_outbox(dsn, "--slot", "cdc_relay", "--plugin", "pgoutput", "--capture", "public.items")
 
 
-def _relay(dsn: str, bootstrap: str, prefix: str, *extra: str) -> CliProcess:
-    return start_relay(dsn, bootstrap, prefix, plugin="pgoutput",
+def _relay(dsn: str, bootstrap: str, prefix: str, *extra: str, wait: bool = True) -> CliProcess:
+    return start_relay(dsn, bootstrap, prefix, plugin="pgoutput", wait=wait,
                        extra=("--capture", "public.items", "--capture-prefix", prefix, *extra))
 
 
@@ -183,3 +183,46 @@ def test_a_captured_table_survives_a_broker_killed_and_started_again(
         assert relay.running(), relay.stderr
         assert relay.stop() == 0
     _assert_nothing_lost(messages, topic_prefix, outbox, items)
+
+
+def test_a_table_snapshot_killed_mid_way_is_redone_and_the_stream_follows(
+        db: str, broker: Broker, topic_prefix: str) -> None:
+    """kill -9 during ``--snapshot initial``: the next start redoes the snapshot (a fresh
+    one) and then streams; every row arrives as an ``r`` at least once, every change made
+    meanwhile arrives, and each key's last arrival is the row as it is."""
+    rows = 40_000
+    init_outbox(db, "--no-slot")
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("CREATE TABLE items (id int PRIMARY KEY, seq int NOT NULL, note text)")
+        conn.execute("INSERT INTO items SELECT g, 0, 'initial' FROM generate_series(1, %s) g",
+                     (rows,))
+    extra = ("--snapshot", "initial", "--max-inflight", "100")
+    with KafkaCollector(broker.bootstrap, topic_prefix) as collector:
+        relay = _relay(db, broker.bootstrap, topic_prefix, *extra, wait=False)
+        collector.collect(until=_more_than(500, topic_prefix), timeout=60)
+        assert relay.kill() == -9
+        with psycopg.connect(db, autocommit=True) as conn:
+            state = conn.execute("SELECT state FROM public.cdc_relay_backfill").fetchone()
+            assert state == ("running",), "the snapshot finished before the kill"
+            conn.execute("UPDATE items SET seq = 1, note = 'changed' WHERE id % 100 = 0")
+        with _relay(db, broker.bootstrap, topic_prefix, *extra, wait=False) as again:
+            def done(messages: list[Msg]) -> bool:
+                last = _last_arrivals(messages, topic_prefix)
+                return len(last) == rows and all(last[k]["seq"] == 1
+                                                 for k in range(100, rows + 1, 100))
+            messages = collector.collect(until=done, timeout=180)
+            assert again.stop() == 0, again.stderr
+    reads = {json.loads(m.value)["after"]["id"] for m in _captured(messages, topic_prefix)
+             if m.value and json.loads(m.value)["op"] == "r"}
+    assert reads == set(range(1, rows + 1))
+    last = _last_arrivals(messages, topic_prefix)
+    assert all(v["note"] == ("changed" if k % 100 == 0 else "initial") for k, v in last.items())
+
+
+def _last_arrivals(messages: list[Msg], prefix: str) -> dict[int, dict[str, Any]]:
+    last: dict[int, dict[str, Any]] = {}
+    for m in _captured(messages, prefix):
+        assert m.value is not None
+        after = json.loads(m.value)["after"]
+        last[after["id"]] = after
+    return last
