@@ -60,7 +60,6 @@ def check_capture(capture: CaptureConfig, *, plugin: str, plugin_from_slot: bool
         raise ConfigError("--capture needs --plugin pgoutput for now (wal2json's capture is "
                           "not done yet: docs/table-cdc.md)")
     refused = [(exactly_once, "--exactly-once"),
-               (snapshot == "initial" and not capture.outbox, "--snapshot initial and --no-outbox"),
                (other_sink, "a sink other than Kafka"),
                (message_format.startswith("cloudevents"), "--message-format " + message_format)]
     for refuse, what in refused:
@@ -141,7 +140,8 @@ def table_snapshot(capture: CaptureConfig, router_config: RouterConfig, dsn: str
     codecs = [TableCodec(setup.shapes[t], tuple(c.name for c in setup.shapes[t].columns),
                          capture.prefix, schemas, capture.placeholder)
               for t in in_option_order(capture.tables, setup.shapes)]
-    return TableSnapshot(codecs, make_capture_router(capture, dsn), *parts)
+    return TableSnapshot(codecs, make_capture_router(capture, dsn), *parts,
+                         with_outbox=capture.outbox)
 
 
 def capture_snapshot(capture: CaptureConfig, router_config: RouterConfig,

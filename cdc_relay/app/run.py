@@ -253,7 +253,8 @@ def _run_wal_once(settings: WalSettings, stop: threading.Event, recovered: Repub
             from cdc_relay.pg.message_columns import resolve_message_columns
             from cdc_relay.wal.backfill.cutover import precheck
 
-            precheck(repl, settings.outbox)  # the refusals, before anything is touched
+            with_outbox = settings.capture is None or settings.capture.outbox
+            precheck(repl, settings.outbox, outbox_rows=with_outbox)  # before anything is touched
             # The backfill reads the carried columns (and the trace columns the table has).
             return _backfill_then_stream(replace(settings, outbox=resolve_message_columns(
                 repl.dsn, settings.outbox, settings.router)), stop)
@@ -400,9 +401,12 @@ def _backfill_then_stream(settings: WalSettings, stop: threading.Event) -> int:
                                          stats=backfill, stop=stop, tables=tables):
             log.info("stopped during the backfill: nothing streamed")
             return ExitCode.OK
-        setup = ensure_replication(repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
-                                   publication=repl.publication, failover=repl.failover_slot)
-        relay = build_wal_relay(settings, partitioned=setup.partitioned, router=router,
+        partitioned = False
+        if tables is None or tables.with_outbox:
+            partitioned = ensure_replication(
+                repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
+                publication=repl.publication, failover=repl.failover_slot).partitioned
+        relay = build_wal_relay(settings, partitioned=partitioned, router=router,
                                 sink_factory=sink_factory, stats=stats, capture=captured)
         relay.run(stop)
     return _stopped(stats, repl.slot, sink_name(settings.sink),

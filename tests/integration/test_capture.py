@@ -271,3 +271,28 @@ def test_snapshot_initial_publishes_existing_rows_as_read_events_then_streams(
     lsn = a[0]["source"]["lsn"]  # type: ignore[index]
     assert all(p["source"]["lsn"] == lsn for p in a[:3] + b[:1])  # type: ignore[index]
     assert a[3]["source"]["lsn"] > lsn  # type: ignore[index,operator]
+
+
+def test_snapshot_initial_without_an_outbox_reads_the_tables_then_streams(
+        db: str, broker: object, topic_prefix: str) -> None:
+    with psycopg.connect(db, autocommit=True) as conn:  # no init: no outbox table at all
+        conn.execute("CREATE TABLE a (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO a VALUES (1, 'x'), (2, 'y')")
+    bootstrap = broker.bootstrap  # type: ignore[attr-defined]
+    extra = ("--capture", "public.a", "--capture-prefix", topic_prefix, "--no-outbox",
+             "--snapshot", "initial")
+    topic = f"{topic_prefix}.public.a"
+    relay = start_relay(db, bootstrap, topic_prefix, plugin="pgoutput", extra=extra)
+    try:
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute("DELETE FROM a WHERE id = 2")
+        with KafkaCollector(bootstrap, topic_prefix) as collector:
+            got = collector.collect(until=lambda ms: len(_payloads(ms, topic)) >= 4, timeout=60)
+        assert relay.stop() == 0, relay.stderr
+    finally:
+        relay.stop()
+    again = start_relay(db, bootstrap, topic_prefix, plugin="pgoutput", extra=extra)
+    assert again.stop() == 0, again.stderr  # a restart: the snapshot is done, it streams
+    events = [(p["op"], p["source"]["snapshot"]) for p in _payloads(got, topic) if p]  # type: ignore[index]
+    assert events == [("r", "first"), ("r", "last"), ("d", "false")]
+    assert "backfill of slot cdc_relay finished" in again.stderr

@@ -77,7 +77,6 @@ def test_a_missing_publication_or_one_for_all_tables() -> None:
 
 @pytest.mark.parametrize(("kwargs", "refused"), [
     ({"exactly_once": True}, "--exactly-once"),
-    ({"snapshot": "initial"}, "--snapshot initial and --no-outbox"),
     ({"other_sink": True}, "a sink other than Kafka"),
     ({"message_format": "cloudevents-structured"}, "--message-format cloudevents-structured"),
     ({"plugin": "wal2json"}, "needs --plugin pgoutput"),
@@ -93,7 +92,8 @@ def test_what_capture_does_not_support_yet_is_refused_in_one_line(
                       **settings)  # type: ignore[arg-type]
 
 
-def test_a_snapshot_of_captured_tables_beside_the_outbox_is_accepted() -> None:
-    check_capture(CaptureConfig("public.t", "shop"), plugin="pgoutput", plugin_from_slot=False,
-                  exactly_once=False, snapshot="initial", other_sink=False,
-                  message_format="debezium-json")
+@pytest.mark.parametrize("outbox", [True, False])
+def test_a_snapshot_of_captured_tables_is_accepted_with_or_without_the_outbox(outbox: bool) -> None:
+    check_capture(CaptureConfig("public.t", "shop", outbox=outbox), plugin="pgoutput",
+                  plugin_from_slot=False, exactly_once=False, snapshot="initial",
+                  other_sink=False, message_format="debezium-json")

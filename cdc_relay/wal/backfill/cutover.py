@@ -71,13 +71,15 @@ def check_backfill_table(conn: psycopg.Connection[Any], dsn: str, outbox: Outbox
             "(with the same --columns) to add them, or use --snapshot never")
 
 
-def precheck(repl: ReplicationConfig, outbox: OutboxConfig) -> None:
-    """The refusals, before anything is touched or logged: columns, a slot with no record.
+def precheck(repl: ReplicationConfig, outbox: OutboxConfig, *, outbox_rows: bool = True) -> None:
+    """The refusals, before anything is touched or logged: columns (``outbox_rows`` False:
+    ``--no-outbox``, no table to check), a slot with no record.
 
     The decision itself is taken again under the lock (``backfill_before_streaming``).
     """
     with connect(repl.dsn, autocommit=True, application_name="cdc-relay backfill") as conn:
-        check_backfill_table(conn, repl.dsn, outbox)
+        if outbox_rows:
+            check_backfill_table(conn, repl.dsn, outbox)
         if slot_info(conn, repl.slot) is not None:
             record = read_record(conn, outbox.table, repl.slot)
             if record is None or record.table != str(outbox.table):
@@ -100,14 +102,17 @@ def backfill_before_streaming(*, repl: ReplicationConfig, outbox: OutboxConfig, 
     """Run the backfill if one is due (see the module docstring).
 
     ``tables`` (``--capture``): the captured tables' rows are published as ``op: r`` events
-    in the same snapshot, after the outbox's rows and before the record says done (they
-    must be in the publication already).
+    in the same snapshot, after the outbox's rows (none with ``--no-outbox``:
+    ``tables.with_outbox`` False) and before the record says done (the tables must be in
+    the publication already).
     True when streaming may start; False when ``stop`` was set first (the backfill stays
     unfinished and the next start redoes it).
     """
     timings = timings or BackfillTimings()
+    outbox_rows = tables is None or tables.with_outbox
     with connect(repl.dsn, autocommit=True, application_name="cdc-relay backfill") as conn:
-        check_backfill_table(conn, repl.dsn, outbox)
+        if outbox_rows:
+            check_backfill_table(conn, repl.dsn, outbox)
         store = StateStore(conn, outbox.table, repl.slot)
         if not wait_for_lock(store, repl.slot, stop):
             return False
@@ -139,7 +144,7 @@ def backfill_before_streaming(*, repl: ReplicationConfig, outbox: OutboxConfig, 
         if loss is not None:  # the slot existed: a backfill would not cover what it lost
             raise continuity.slot_lost(loss, continuity.read_record(
                 conn, outbox.table.schema, repl.slot))
-        if repl.plugin == "pgoutput":
+        if repl.plugin == "pgoutput" and outbox_rows:
             ensure_publication(conn, outbox.table, repl.publication)  # before the slot exists
         store.begin()
         horizon = continuity.oldest_running(conn)
@@ -177,12 +182,13 @@ def run_backfill(store: StateStore, snapshot: SlotSnapshot | None, *, repl: Repl
     captured ``tables``' rows, read in the same snapshot (imported before the export ends)."""
     reader = SnapshotReader(repl.dsn, outbox, snapshot.snapshot_name if snapshot else None,
                             horizon_xid=horizon_xid)
+    outbox_rows = tables is None or tables.with_outbox
     table_reader = None
     try:
         try:
             if tables is not None:
                 table_reader = tables.open(snapshot, repl.dsn)
-            total = reader.open()
+            total = reader.open() if outbox_rows else 0
         finally:
             if exported_close is not None:
                 exported_close()  # imported (or failed): the export is no longer needed
@@ -192,19 +198,23 @@ def run_backfill(store: StateStore, snapshot: SlotSnapshot | None, *, repl: Repl
         stats.snapshot_xmin = reader.snapshot_xmin
         where = f"the slot's snapshot at {snapshot.consistent_point}" if snapshot else \
             "a fresh snapshot"
-        log.info("backfill: %d pending rows of %s in %s; streaming starts once all are "
-                 "acknowledged", total, outbox.table, where,
-                 extra={"rows_total": total, "slot": repl.slot})
-        marker = RowMarker(repl.dsn, outbox)
+        if outbox_rows:
+            log.info("backfill: %d pending rows of %s in %s; streaming starts once all are "
+                     "acknowledged", total, outbox.table, where,
+                     extra={"rows_total": total, "slot": repl.slot})
+        marker = RowMarker(repl.dsn, outbox) if outbox_rows else None
         try:
-            done = Backfill(reader=reader, store=store, mark=marker, router=router,
-                            sink_factory=sink_factory, flow=flow, timings=timings,
-                            stats=stats).run(stop)
+            done = marker is None or Backfill(
+                reader=reader, store=store, mark=marker, router=router, sink_factory=sink_factory,
+                flow=flow, timings=timings, stats=stats).run(stop)
         finally:
-            marker.close()
+            if marker is not None:
+                marker.close()
+        outbox_done = stats.rows_done
         if done and table_reader is not None and tables is not None:
             reader.close()  # the outbox's snapshot is no longer needed
             done = tables.publish(table_reader, stop)
+            stats.rows_done = outbox_done  # the record counts the outbox's rows
     finally:
         reader.close()
         if table_reader is not None:

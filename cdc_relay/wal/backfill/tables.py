@@ -81,6 +81,7 @@ class TableSnapshotReader:
         self._conn: psycopg.Connection[Any] | None = None
         self.pid = 0
         self.xid: int | None = None
+        self.total = 0  # rows to read (``open``'s answer)
 
     def open(self) -> int:
         """Begin the transaction (importing the snapshot); the number of rows to read."""
@@ -169,6 +170,7 @@ class TableSnapshot:
     sink_factory: SinkFactory
     flow: FlowConfig
     stats: BackfillStats
+    with_outbox: bool = True  # False (--no-outbox): no outbox rows to backfill first
     timings: BackfillTimings = field(default_factory=BackfillTimings)
 
     def open(self, snapshot: SlotSnapshot | None, dsn: str) -> TableSnapshotReader:
@@ -177,7 +179,7 @@ class TableSnapshot:
                                      None if snapshot is None else snapshot.snapshot_name,
                                      None if snapshot is None else snapshot.consistent_point)
         try:
-            self.stats.rows_total = reader.open()
+            reader.total = reader.open()
         except BaseException:
             reader.close()
             raise
@@ -185,6 +187,7 @@ class TableSnapshot:
 
     def publish(self, reader: TableSnapshotReader, stop: threading.Event) -> bool:
         """Every row as an ``op: r`` event; True once all are acknowledged."""
+        self.stats.rows_total, self.stats.rows_done = reader.total, 0
         return publish_tables(reader, capture=self.capture, router=self.router,
                               sink_factory=self.sink_factory, flow=self.flow, stats=self.stats,
                               stop=stop, timings=self.timings)
