@@ -161,6 +161,9 @@ class CapturedRow:
     is the change's position, ``xid`` / ``commit_us`` (microseconds since the epoch) its
     transaction's, ``last_commit`` the end of the previous transaction the stream
     delivered (None before the first): what Debezium's ``source`` block reports.
+    A snapshot's row (``run --capture --snapshot initial``) has ``op`` ``r``, the slot's
+    consistent point as ``lsn``, the moment it was read as ``commit_us`` and ``snapshot``
+    as Debezium marks it (``first``, ``true``, ``last_in_data_collection``, ...).
     """
 
     table: Any
@@ -171,6 +174,7 @@ class CapturedRow:
     xid: int | None
     commit_us: int
     last_commit: Lsn | None
+    snapshot: str = "false"
 
 
 UNCHANGED = object()  # CapturedRow: an unchanged TOASTed value (pgoutput's 'u')

@@ -1,10 +1,11 @@
 """Table CDC's part of ``run`` (``--capture``): the start-up checks and the built parts.
 
-Owns what the WAL composition root (app/run.py) adds for captured tables: expanding the
-selection into tables, reporting their replica identity, the publication (inserts,
-updates and deletes of the captured tables) before the slot, and the capture decoder and
-router the sessions use (docs/table-cdc.md; docs/design.md, the capture room). Like
-run.py, it imports PostgreSQL-side modules inside its functions only.
+Owns what the WAL composition root (app/run.py) and ``init`` add for captured tables: the
+refusal of what ``--capture`` does not support yet (``check_capture``), expanding the
+selection into tables, the problems to report (replica identity, SELECT), the publication
+(inserts, updates and deletes of the captured tables) before the slot, and the capture
+decoder and router the sessions use (docs/table-cdc.md; docs/design.md, the capture
+room). Like run.py, it imports PostgreSQL-side modules inside its functions only.
 """
 
 from __future__ import annotations
@@ -16,54 +17,95 @@ from typing import TYPE_CHECKING, Any
 
 from cdc_relay import __version__
 from cdc_relay.capture.decoder import CaptureDecoder, CodecOptions
-from cdc_relay.capture.envelope import SourceInfo
+from cdc_relay.capture.envelope import SourceInfo, TableCodec
 from cdc_relay.capture.route import CaptureRouter
-from cdc_relay.capture.selection import Selection
-from cdc_relay.capture.shape import TableShape
-from cdc_relay.config import CaptureConfig, RouterConfig
+from cdc_relay.capture.selection import Selection, in_option_order
+from cdc_relay.capture.shape import TableShape, identity_problem
+from cdc_relay.config import CaptureConfig, FlowConfig, ReplicationConfig, RouterConfig
 from cdc_relay.errors import ConfigError
+
+log = logging.getLogger("cdc_relay")
 
 if TYPE_CHECKING:
     import psycopg
 
+    from cdc_relay.pg.schema import Outcome
+    from cdc_relay.routing import Router
+    from cdc_relay.sink.base import SinkFactory
+    from cdc_relay.wal.backfill.loop import BackfillStats
+    from cdc_relay.wal.backfill.tables import TableSnapshot
     from cdc_relay.wal.stream.session import Decoder
 
-log = logging.getLogger("cdc_relay")
+
+
+SnapshotParts = tuple["Router", "SinkFactory", "FlowConfig", "BackfillStats"]
 
 
 @dataclass(frozen=True, slots=True)
 class CaptureSetup:
-    """What the start-up checks found: the captured tables' shapes, by (schema, table)."""
+    """What the start-up checks found: the captured tables' shapes, by (schema, table), the
+    problems to report (one line each, with the fix) and the publication's outcome."""
 
     shapes: dict[tuple[str, str], TableShape]
+    problems: tuple[str, ...] = ()
+    publication: Outcome | None = None  # None: not asked for
 
 
-def prepare_capture(conn: psycopg.Connection[Any], capture: CaptureConfig, publication: str,
+def check_capture(capture: CaptureConfig, *, plugin: str, plugin_from_slot: bool,
+                  exactly_once: bool, snapshot: str, other_sink: bool,
+                  message_format: str) -> None:
+    """ConfigError for what ``--capture`` does not support yet (docs/table-cdc.md)."""
+    Selection.parse(capture.tables)
+    if plugin == "wal2json" and not plugin_from_slot:
+        raise ConfigError("--capture needs --plugin pgoutput for now (wal2json's capture is "
+                          "not done yet: docs/table-cdc.md)")
+    refused = [(exactly_once, "--exactly-once"),
+               (other_sink, "a sink other than Kafka"),
+               (message_format.startswith("cloudevents"), "--message-format " + message_format)]
+    for refuse, what in refused:
+        if refuse:
+            raise ConfigError(f"--capture cannot be combined with {what} yet "
+                              "(docs/table-cdc.md, what is not supported yet)")
+
+
+def prepare_capture(conn: psycopg.Connection[Any], tables_option: str, publication: str,
                     plugin: str) -> CaptureSetup:
-    """The captured tables exist (ConfigError else), their replica identity is reported, and
-    the publication publishes their changes - before the slot is made."""
-    from cdc_relay.pg.catalog import expand, identity_problem, lacks_select, table_shape
+    """The captured tables exist (ConfigError else), their problems are found (the caller
+    reports them), and the publication publishes their changes - before the slot is made."""
     from cdc_relay.wal.slot.setup import ensure_capture_publication
 
     if plugin != "pgoutput":
         raise ConfigError("--capture needs --plugin pgoutput for now (the slot uses "
                           f"{plugin}; docs/table-cdc.md)")
-    tables = expand(conn, Selection.parse(capture.tables))
+    shapes, problems = capture_tables(conn, tables_option)
+    outcome = ensure_capture_publication(conn, publication, sorted(shapes))
+    return CaptureSetup(shapes, problems, outcome)
+
+
+def capture_tables(conn: psycopg.Connection[Any], tables_option: str,
+                   ) -> tuple[dict[tuple[str, str], TableShape], tuple[str, ...]]:
+    """The shapes of the tables ``--capture`` names (ConfigError when one is missing or
+    nothing matches) and their problems: a replica identity that makes UPDATE/DELETE fail,
+    a role that may not SELECT them."""
+    from cdc_relay.pg.catalog import expand, lacks_select, table_shape
+
+    tables = expand(conn, Selection.parse(tables_option))
     if not tables:
-        raise ConfigError(f"--capture {capture.tables!r} matches no table")
-    shapes = {}
+        raise ConfigError(f"--capture {tables_option!r} matches no table: check the schema "
+                          "name, or create the tables first")
+    shapes: dict[tuple[str, str], TableShape] = {}
+    problems: list[str] = []
     for schema, table in tables:
         shape = table_shape(conn, schema, table)
         assert shape is not None  # expand found it
         shapes[(schema, table)] = shape
         problem = identity_problem(shape)
         if problem:
-            log.warning("%s", problem, extra={"table": shape.qualified})
+            problems.append(problem)
         if lacks_select(conn, schema, table):
-            log.warning("the relay's role may not SELECT %s: GRANT SELECT ON %s TO <role>",
-                        shape.qualified, shape.qualified)
-    ensure_capture_publication(conn, publication, tables)
-    return CaptureSetup(shapes)
+            problems.append(f"the role may not SELECT {shape.qualified} (snapshots need it). "
+                            f"Fix: GRANT SELECT ON {shape.qualified} TO <the relay's role>")
+    return shapes, tuple(problems)
 
 
 def capture_decoder(outbox: Decoder, capture: CaptureConfig, router: RouterConfig, dsn: str,
@@ -75,8 +117,9 @@ def capture_decoder(outbox: Decoder, capture: CaptureConfig, router: RouterConfi
     assert isinstance(outbox, PgOutputDecoder)
     options = CodecOptions(capture.prefix, router.message_format == "debezium-json",
                            capture.placeholder)
-    return CaptureDecoder(outbox, Selection.parse(capture.tables),
-                          CatalogLookup(dsn, setup.shapes), options)
+    catalog = CatalogLookup(dsn, setup.shapes)
+    return CaptureDecoder(outbox, Selection.parse(capture.tables), catalog, options,
+                          catalog.types)
 
 
 def make_capture_router(capture: CaptureConfig, dsn: str) -> CaptureRouter:
@@ -85,3 +128,32 @@ def make_capture_router(capture: CaptureConfig, dsn: str) -> CaptureRouter:
 
     info = SourceInfo(f"cdc-relay-{__version__}", capture.prefix, dsn_database(dsn))
     return CaptureRouter(info, tombstones=capture.tombstones, clock_ns=time.time_ns)
+
+
+def table_snapshot(capture: CaptureConfig, router_config: RouterConfig, dsn: str,
+                   setup: CaptureSetup, parts: SnapshotParts) -> TableSnapshot:
+    """``--snapshot initial``: the captured tables' snapshot, their codecs in the order
+    Debezium snapshots them (``--capture``'s, as its ``table.include.list``)."""
+    from cdc_relay.wal.backfill.tables import TableSnapshot
+
+    schemas = router_config.message_format == "debezium-json"
+    codecs = [TableCodec(setup.shapes[t], tuple(c.name for c in setup.shapes[t].columns),
+                         capture.prefix, schemas, capture.placeholder)
+              for t in in_option_order(capture.tables, setup.shapes)]
+    return TableSnapshot(codecs, make_capture_router(capture, dsn), *parts,
+                         with_outbox=capture.outbox)
+
+
+def capture_snapshot(capture: CaptureConfig, router_config: RouterConfig,
+                     repl: ReplicationConfig, parts: SnapshotParts
+                     ) -> tuple[CaptureSetup, TableSnapshot]:
+    """``--capture --snapshot initial``: the captured tables in the publication (before the
+    cut-over may create the slot, which needs them there), their problems logged, and
+    their snapshot's parts."""
+    from cdc_relay.pg.db import connect
+
+    with connect(repl.dsn, autocommit=True, application_name="cdc-relay") as conn:
+        setup = prepare_capture(conn, capture.tables, repl.publication, repl.plugin)
+    for problem in setup.problems:
+        log.warning("%s", problem)
+    return setup, table_snapshot(capture, router_config, repl.dsn, setup, parts)

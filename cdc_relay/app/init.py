@@ -2,7 +2,8 @@
 
 The root of ``init`` (``init_database``): the outbox's own database objects come from
 pg/schema.py (the migrations, the NOTIFY trigger), the pgoutput publication and the
-logical replication slot from wal/slot/setup.py.
+logical replication slot from wal/slot/setup.py; with ``--capture`` the captured tables
+join the publication first and their problems are reported (app/capture.py).
 
 Each mode installs only what it uses (``mode``): WAL mode gets the slot (and, for
 pgoutput, the publication) and no NOTIFY trigger - an existing one is dropped, since it
@@ -26,6 +27,7 @@ from typing import Any
 
 import psycopg
 
+from cdc_relay.app.capture import CaptureSetup, prepare_capture
 from cdc_relay.config import OutboxConfig, TableRef
 from cdc_relay.errors import ConfigError, RelayError
 from cdc_relay.model import SlotStatus, human_bytes
@@ -63,6 +65,8 @@ class InitReport:
     mode: str = "wal"
     idle_slots: tuple[SlotStatus, ...] = ()
     plugin_note: str | None = None  # why an existing slot's plugin was used
+    captured: tuple[str, ...] = ()  # init --capture: the tables added to the publication
+    capture_problems: tuple[str, ...] = ()  # their replica identity / SELECT problems
 
     @property
     def changed(self) -> bool:
@@ -89,6 +93,10 @@ class InitReport:
             lines.append(f"replication slot {self.slot_name} ({self.plugin}): {self.slot.value}")
         if self.plugin_note:
             lines.append(self.plugin_note)
+        if self.captured:
+            lines.append(f"captured tables ({len(self.captured)}, inserts, updates and deletes "
+                         f"published): {', '.join(self.captured)}")
+        lines += [f"warning: {problem}" for problem in self.capture_problems]
         lines += [idle_slot_warning(slot) for slot in self.idle_slots]
         return lines
 
@@ -124,6 +132,7 @@ def init_database(
     mode: str | None = None,
     trace_context: bool = False,
     failover: bool = True,
+    capture: str | None = None,
 ) -> InitReport:
     """Apply pending migrations, then install what ``mode`` uses (see the module docstring).
 
@@ -135,7 +144,10 @@ def init_database(
     ``"poll"`` when ``slot`` is None, else ``"wal"``. ``notify_trigger`` overrides the
     mode's choice of trigger. ``trace_context=True`` also applies the optional migration
     0005 (the ``traceparent`` / ``tracestate`` columns); without it that migration stays
-    pending and is not reported. Idempotent: a second run changes nothing and its report
+    pending and is not reported. ``capture`` (``--capture``'s tables, WAL mode with
+    pgoutput): the tables are added to the publication, which then publishes updates and
+    deletes, before the slot is made; their replica identity and SELECT problems are
+    reported (app/capture.py). Idempotent: a second run changes nothing and its report
     says so (``changed``). Creating a slot waits for transactions already running in
     the database. Raises ConfigError for invalid names or options (before connecting),
     ServiceUnavailable / DatabaseError for PostgreSQL trouble, with the fix in the message.
@@ -145,6 +157,8 @@ def init_database(
         raise ConfigError(f"unknown mode {mode!r}: use wal or poll")
     if mode == "wal" and slot is None:
         raise ConfigError("WAL mode needs a replication slot name (--slot)")
+    if capture is not None and mode != "wal":
+        raise ConfigError("--capture needs WAL mode (init --mode wal): table CDC reads the slot")
     names = template_names(outbox)
     validate_wal_options(slot, plugin or DEFAULT_PLUGIN, publication)
     table = validated_table(outbox.table)
@@ -163,9 +177,12 @@ def init_database(
         replication = ReplicationReport(Outcome.SKIPPED, Outcome.SKIPPED)
         idle: tuple[SlotStatus, ...] = ()
         note = None
+        captured = CaptureSetup({})
         if mode == "wal" and slot is not None:
             if plugin is None:
                 plugin, note = plugin_for_slot(conn, slot)
+            if capture is not None:  # before the slot: pgoutput needs the publication then
+                captured = prepare_capture(conn, capture, publication, plugin)
             replication = _replication_or_partial(conn, table, slot, plugin, publication,
                                                   applied, version, failover=failover)
         else:
@@ -184,6 +201,8 @@ def init_database(
         mode=mode,
         idle_slots=idle,
         plugin_note=note,
+        captured=tuple(f"{schema}.{table}" for schema, table in sorted(captured.shapes)),
+        capture_problems=captured.problems,
     )
 
 

@@ -27,7 +27,8 @@ def status(dsn: str, slot: str, outbox: OutboxConfig, standby_dsn: str | None,
 
 def doctor(*, dsn: str, outbox: OutboxConfig, slot: str, plugin: str | None, publication: str,
            mode: str, kafka: KafkaConfig | None, sink: OtherSink | None, standby_dsn: str | None,
-           exactly_once: bool, checkpoint_topic: str, output_format: str) -> tuple[str, ExitCode]:
+           exactly_once: bool, checkpoint_topic: str, output_format: str,
+           capture: str | None = None) -> tuple[str, ExitCode]:
     """``doctor``: the checks as text or JSON, and the exit code they give (0, 1, 3 or 6)."""
     from cdc_relay.ops.doctor.checks import DoctorSettings
     from cdc_relay.ops.doctor.gather import run_doctor
@@ -42,6 +43,10 @@ def doctor(*, dsn: str, outbox: OutboxConfig, slot: str, plugin: str | None, pub
         from cdc_relay.ops.doctor.gather_exactly_once import run_exactly_once_checks
 
         checks += run_exactly_once_checks(dsn, slot, kafka, checkpoint_topic)
+    if capture is not None:
+        from cdc_relay.ops.doctor.gather_capture import run_capture_checks
+
+        checks += run_capture_checks(dsn, capture, publication)
     text = format_checks_json(checks) if output_format == "json" else format_checks(checks)
     return text, exit_code(checks)
 

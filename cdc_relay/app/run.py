@@ -21,6 +21,7 @@ from contextlib import AbstractContextManager, closing, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from cdc_relay.app.capture import check_capture
 from cdc_relay.config import (
     CaptureConfig,
     ExactlyOnceConfig,
@@ -100,7 +101,11 @@ class WalSettings:
 
     def __post_init__(self) -> None:
         if self.capture is not None:
-            check_capture(self)
+            check_capture(self.capture, plugin=self.replication.plugin,
+                          plugin_from_slot=self.replication.plugin_from_slot,
+                          exactly_once=self.exactly_once is not None, snapshot=self.snapshot,
+                          other_sink=self.sink is not None,
+                          message_format=self.router.message_format)
         if self.snapshot not in ("initial", "never"):
             raise ConfigError(f"unknown --snapshot {self.snapshot!r}: use initial or never")
         if self.snapshot == "initial" and self.exactly_once is not None:
@@ -110,28 +115,6 @@ class WalSettings:
         if self.sink is not None and self.exactly_once is not None:
             raise ConfigError("--exactly-once needs Kafka transactions: it works with --sink kafka "
                               "only (RabbitMQ, NATS and SQS stay at least once, docs/sinks.md)")
-
-
-def check_capture(settings: WalSettings) -> None:
-    """ConfigError for what ``--capture`` does not support yet (docs/table-cdc.md)."""
-    from cdc_relay.capture.selection import Selection
-
-    capture = settings.capture
-    assert capture is not None
-    Selection.parse(capture.tables)
-    repl = settings.replication
-    if repl.plugin == "wal2json" and not repl.plugin_from_slot:
-        raise ConfigError("--capture needs --plugin pgoutput for now (wal2json's capture is "
-                          "not done yet: docs/table-cdc.md)")
-    refused = [(settings.exactly_once is not None, "--exactly-once"),
-               (settings.snapshot == "initial", "--snapshot initial"),
-               (settings.sink is not None, "a sink other than Kafka"),
-               (settings.router.message_format.startswith("cloudevents"),
-                "--message-format " + settings.router.message_format)]
-    for refuse, what in refused:
-        if refuse:
-            raise ConfigError(f"--capture cannot be combined with {what} yet "
-                              "(docs/table-cdc.md, what is not supported yet)")
 
 
 def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
@@ -270,7 +253,8 @@ def _run_wal_once(settings: WalSettings, stop: threading.Event, recovered: Repub
             from cdc_relay.pg.message_columns import resolve_message_columns
             from cdc_relay.wal.backfill.cutover import precheck
 
-            precheck(repl, settings.outbox)  # the refusals, before anything is touched
+            with_outbox = settings.capture is None or settings.capture.outbox
+            precheck(repl, settings.outbox, outbox_rows=with_outbox)  # before anything is touched
             # The backfill reads the carried columns (and the trace columns the table has).
             return _backfill_then_stream(replace(settings, outbox=resolve_message_columns(
                 repl.dsn, settings.outbox, settings.router)), stop)
@@ -357,7 +341,10 @@ def _startup_checks(settings: WalSettings) -> _Checked:
         if settings.capture is not None:  # the publication first: pgoutput needs it at the slot's start
             from cdc_relay.app.capture import prepare_capture
 
-            captured = prepare_capture(conn, settings.capture, repl.publication, repl.plugin)
+            captured = prepare_capture(conn, settings.capture.tables, repl.publication,
+                                       repl.plugin)
+            for problem in captured.problems:
+                log.warning("%s", problem)
         outbox = settings.outbox
         partitioned = False
         if settings.capture is None or settings.capture.outbox:
@@ -400,18 +387,27 @@ def _backfill_then_stream(settings: WalSettings, stop: threading.Event) -> int:
     router = _router(settings)
     sink_factory = make_sink_factory(settings.kafka, settings.sink)
     stats, backfill = RelayStats(), BackfillStats()
+    captured = tables = None
+    if settings.capture is not None:
+        from cdc_relay.app.capture import capture_snapshot
+
+        captured, tables = capture_snapshot(settings.capture, settings.router, repl,
+                                            (router, sink_factory, settings.flow, backfill))
     _log_start(settings)
     with _serve_metrics(settings.metrics, stats, dsn=repl.dsn, slot=repl.slot, backfill=backfill,
                         sink=sink_name(settings.sink)):
         if not backfill_before_streaming(repl=repl, outbox=settings.outbox, router=router,
                                          sink_factory=sink_factory, flow=settings.flow,
-                                         stats=backfill, stop=stop):
+                                         stats=backfill, stop=stop, tables=tables):
             log.info("stopped during the backfill: nothing streamed")
             return ExitCode.OK
-        setup = ensure_replication(repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
-                                   publication=repl.publication, failover=repl.failover_slot)
-        relay = build_wal_relay(settings, partitioned=setup.partitioned, router=router,
-                                sink_factory=sink_factory, stats=stats)
+        partitioned = False
+        if tables is None or tables.with_outbox:
+            partitioned = ensure_replication(
+                repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
+                publication=repl.publication, failover=repl.failover_slot).partitioned
+        relay = build_wal_relay(settings, partitioned=partitioned, router=router,
+                                sink_factory=sink_factory, stats=stats, capture=captured)
         relay.run(stop)
     return _stopped(stats, repl.slot, sink_name(settings.sink),
                     Republished("by the backfill", backfill.published, backfill.dead_lettered))

@@ -5,9 +5,12 @@ Owns ``CaptureDecoder``, which sits in front of the outbox's PgOutputDecoder (on
 alone, untouched). Per message it reads the kind byte and:
 
 * Relation ``R``: when the table is selected (capture/selection.py), builds its
-  TableCodec from the Relation's columns and the table's shape (``shapes``: the catalog
-  as read at start-up, asked again for a table it does not know or whose columns
-  changed); always forwards the message, so the outbox decoder knows every relation id.
+  TableCodec from the shape of that moment (capture/shape.py, ``shape_at``): the
+  Relation's columns, type OIDs, typmods and replica identity, with what only the
+  catalog says (``shapes``: as read at start-up, asked again only when the table's
+  Relation differs from the last one; ``types``: a type's facts by OID) - so the events
+  after a DDL carry the new shape and those before it the old one; always forwards the
+  message, so the outbox decoder knows every relation id.
 * Begin ``B`` / Commit ``C``: notes the transaction's xid and commit time, and the end of
   the last commit (Debezium's ``sequence``); forwards (the outbox decoder returns
   Begin / Commit).
@@ -30,7 +33,7 @@ from typing import Protocol
 
 from cdc_relay.capture.envelope import TableCodec
 from cdc_relay.capture.selection import Selection
-from cdc_relay.capture.shape import TableShape
+from cdc_relay.capture.shape import RelationColumn, TableShape, TypeLookup, shape_at
 from cdc_relay.decoding.compiled import DecodeFunction
 from cdc_relay.errors import DecodeError
 from cdc_relay.model import UNCHANGED, CapturedRow, Change, Lsn
@@ -39,6 +42,7 @@ __all__ = ["CaptureDecoder", "CodecOptions"]
 
 _UINT32 = struct.Struct("!I")
 _UINT16 = struct.Struct("!H")
+_OID_TYPMOD = struct.Struct("!Ii")
 _BEGIN = struct.Struct("!QqI")  # final_lsn, commit timestamp (µs since 2000-01-01), xid
 _COMMIT = struct.Struct("!BQQq")
 _PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01 in microseconds since 1970-01-01
@@ -68,14 +72,16 @@ class CaptureDecoder:
     ``decode`` and ``reset``)."""
 
     def __init__(self, outbox: OutboxDecoder, selection: Selection, shapes: ShapeLookup,
-                 options: CodecOptions) -> None:
+                 options: CodecOptions, types: TypeLookup = lambda oid, typmod: None) -> None:
         self._outbox = outbox
         self._forward = outbox.decode
         self._selection = selection
         self._shapes = shapes
+        self._types = types
         self._options = options
         self._codecs: dict[int, TableCodec] = {}
-        self._known: dict[tuple[str, str], TableShape] = {}
+        # per table: the last Relation's (columns, replica identity) and the codec made of it
+        self._known: dict[tuple[str, str], tuple[tuple[RelationColumn, ...], str, TableCodec]] = {}
         self._xid: int | None = None
         self._commit_us = 0
         self._last_commit: Lsn | None = None
@@ -122,22 +128,27 @@ class CaptureDecoder:
         schema = namespace or "pg_catalog"
         if not self._selection.matches(schema, name):
             return
+        identity = chr(buf[pos])
         ncols = _UINT16.unpack_from(buf, pos + 1)[0]
         pos += 3
-        columns: list[tuple[str, int]] = []
+        columns: list[RelationColumn] = []
         for _ in range(ncols):
-            column, pos = _cstring(buf, pos + 1)  # skip the flags byte
-            columns.append((column, _UINT32.unpack_from(buf, pos)[0]))
-            pos += 8  # type oid, typmod
-        shape = self._known.get((schema, name))
-        if shape is None or _changed(shape, columns):
-            shape = self._shapes(schema, name)
-            if shape is None:
-                raise ValueError(f"captured table {schema}.{name} is not in the catalog")
-            self._known[(schema, name)] = shape
+            flags = buf[pos]
+            column, pos = _cstring(buf, pos + 1)
+            oid, typmod = _OID_TYPMOD.unpack_from(buf, pos)
+            columns.append(RelationColumn(column, oid, typmod, bool(flags & 1)))
+            pos += 8
+        known = self._known.get((schema, name))
+        if known is not None and known[0] == tuple(columns) and known[1] == identity:
+            self._codecs[relid] = known[2]
+            return
+        shape = shape_at(schema, name, tuple(columns), identity, self._shapes(schema, name),
+                         self._types)
         options = self._options
-        self._codecs[relid] = TableCodec(shape, tuple(c for c, _ in columns), options.prefix,
-                                         options.schemas, options.placeholder)
+        codec = TableCodec(shape, tuple(c.name for c in columns), options.prefix,
+                           options.schemas, options.placeholder)
+        self._known[(schema, name)] = (tuple(columns), identity, codec)
+        self._codecs[relid] = codec
 
     def _row(self, kind: int, buf: bytes, codec: TableCodec, lsn: Lsn) -> CapturedRow:
         pos = 5
@@ -153,11 +164,6 @@ class CaptureDecoder:
             raise ValueError(f"{len(buf) - pos} unexpected trailing bytes")
         op = "c" if kind == 0x49 else "u" if kind == 0x55 else "d"
         return CapturedRow(codec, op, new, old, lsn, self._xid, self._commit_us, self._last_commit)
-
-
-def _changed(shape: TableShape, columns: list[tuple[str, int]]) -> bool:
-    known = {column.name: column.type_oid for column in shape.columns}
-    return any(known.get(name) != oid for name, oid in columns)
 
 
 def _tuple(buf: bytes, pos: int) -> tuple[list[bytes | object | None], int]:

@@ -81,8 +81,8 @@ class _Field:
 class TableCodec:
     """One captured table's events (see the module docstring).
 
-    ``columns`` are the Relation message's column names in its order; the shape gives what
-    the Relation does not say. ``problem`` is set (and nothing can be encoded) when a
+    ``columns`` are the Relation message's column names in its order, the shape that of the
+    Relation's moment (capture/shape.py, ``shape_at``). ``problem`` is set (and nothing can be encoded) when a
     column's type has no mapping yet, or the Relation names a column the shape lacks.
     """
 
@@ -98,8 +98,8 @@ class TableCodec:
         for name in columns:
             column = by_name.get(name)
             if column is None:
-                self.problem = (f"column {name!r} of {shape.qualified} is not in the catalog "
-                                "as read at start-up (changed since?): restart the relay")
+                self.problem = (f"column {name!r} of {shape.qualified} is not in its shape "
+                                "(capture/shape.py, shape_at): a bug, please report it")
                 return
             try:
                 self._fields.append(_field(column))
@@ -185,11 +185,12 @@ def _field(column: ColumnShape) -> _Field:
 
 
 def source_block(info: SourceInfo, codec: TableCodec, *, commit_us: int, last_commit: int | None,
-                 lsn: int, xid: int | None) -> dict[str, Any]:
-    """The ``source`` struct of a streamed change, in Debezium's field order."""
+                 lsn: int, xid: int | None, snapshot: str = "false") -> dict[str, Any]:
+    """The ``source`` struct of a change (``snapshot`` ``"false"``) or a snapshot's row, in
+    Debezium's field order."""
     return {
         "version": info.version, "connector": "postgresql", "name": info.name,
-        "ts_ms": commit_us // 1000, "snapshot": "false", "db": info.db,
+        "ts_ms": commit_us // 1000, "snapshot": snapshot, "db": info.db,
         "sequence": dumps([None if last_commit is None else str(int(last_commit)), str(lsn)]).decode(),
         "ts_us": commit_us, "ts_ns": commit_us * 1000,
         "schema": codec.shape.schema, "table": codec.shape.name, "txId": xid, "lsn": lsn,

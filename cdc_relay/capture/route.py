@@ -2,6 +2,7 @@
 
 Owns ``CaptureRouter.route``: a CapturedRow → the messages to produce, in order:
 
+* a snapshot's row → ``r`` (``before`` null, ``source.snapshot`` the row's marker);
 * insert → ``c``; update → ``u`` (``before`` from the old image when pgoutput sent one);
   delete → ``d`` and, with tombstones on, a tombstone (the key, a null value);
 * an update whose old image gives another key than the new one (a primary key changed,
@@ -60,7 +61,8 @@ class CaptureRouter:
     def _events(self, row: CapturedRow, codec: TableCodec) -> list[CapturedMessage]:
         now = self._clock_ns()
         source = source_block(self._info, codec, commit_us=row.commit_us,
-                              last_commit=row.last_commit, lsn=int(row.lsn), xid=row.xid)
+                              last_commit=row.last_commit, lsn=int(row.lsn), xid=row.xid,
+                              snapshot=row.snapshot)
         old = None if row.old is None else codec.row(row.old)
         if row.op == "d":
             assert row.old is not None

@@ -8,6 +8,7 @@ tables is the PostgreSQL edge's, cdc_relay/pg/catalog.py).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from cdc_relay.config import validate_identifier
@@ -52,3 +53,16 @@ class Selection:
     def __str__(self) -> str:
         return ",".join(sorted([f"{s}.*" for s in self.schemas]
                                + [f"{s}.{t}" for s, t in self.tables]))
+
+
+def in_option_order(option: str, tables: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``tables`` in the order of the ``--capture`` items that name them - the order
+    Debezium snapshots ``table.include.list`` in - a ``schema.*`` item's by name; each once."""
+    remaining = sorted(set(tables))
+    out: list[tuple[str, str]] = []
+    for item in (part.strip() for part in option.split(",")):
+        schema, _, name = item.partition(".")
+        for table in remaining:
+            if table not in out and table[0] == schema and name in ("*", table[1]):
+                out.append(table)
+    return out + [t for t in remaining if t not in out]

@@ -1,17 +1,23 @@
 """What the capture room knows of a captured table: its columns, key and replica identity.
 
-Plain values, read from the catalog at start-up (cdc_relay/pg/catalog.py) and again when
-a Relation message shows a table changed: pgoutput's Relation message names the columns
-and their types, but not what Debezium's schema also says - nullability (``optional``),
-the primary key (the message key; the Relation's key flags are the replica identity's),
-column defaults (``default``) and an enum's labels (``allowed``).
+Plain values. The shape an event is encoded with is its moment's: ``shape_at`` takes the
+columns, their type OIDs and typmods and the replica identity from pgoutput's Relation
+message (sent before the first change after any DDL), and from the catalog only what the
+message does not say - nullability (``optional``), column defaults (``default``) and the
+primary key (the message key; the Relation's key flags are the replica identity's), by
+column name, as read when the Relation arrived (cdc_relay/pg/catalog.py), like Debezium;
+and a type's name, array element and enum labels (``allowed``), by type OID.
+
+``identity_problem`` is the verdict on a replica identity that ``run``, ``init`` and
+``doctor`` report.
 
 Must not: do I/O (the PostgreSQL edge fills these), or interpret values (capture/types.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,3 +52,60 @@ class TableShape:
     def qualified(self) -> str:
         """``schema.table``."""
         return f"{self.schema}.{self.name}"
+
+
+def identity_problem(shape: TableShape) -> str | None:
+    """Why UPDATE/DELETE on the table fail once it is in a publication that publishes them,
+    with the fix; None when its replica identity is fine."""
+    if shape.replica_identity == "n":
+        return (f"{shape.qualified} has REPLICA IDENTITY NOTHING: once it is in the publication, "
+                f"UPDATE and DELETE on it fail. Fix: ALTER TABLE {shape.qualified} REPLICA "
+                "IDENTITY DEFAULT (with a primary key) or FULL")
+    if shape.replica_identity == "d" and not shape.key:
+        return (f"{shape.qualified} has no primary key and REPLICA IDENTITY DEFAULT: once it is "
+                f"in the publication, UPDATE and DELETE on it fail. Fix: add a primary key, or "
+                f"ALTER TABLE {shape.qualified} REPLICA IDENTITY FULL")
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class RelationColumn:
+    """One column as a pgoutput Relation message describes it."""
+
+    name: str
+    type_oid: int
+    typmod: int
+    key: bool  # part of the replica identity
+
+
+TypeLookup = Callable[[int, int], ColumnShape | None]  # (type OID, typmod) -> its type facts
+
+
+def shape_at(schema: str, table: str, columns: tuple[RelationColumn, ...],
+             replica_identity: str, catalog: TableShape | None, types: TypeLookup) -> TableShape:
+    """The table at the moment of a Relation message (see the module docstring).
+
+    A column the catalog lacks by that name (dropped or renamed since) is optional without
+    a default, as Debezium makes it; the key is the catalog's primary key columns the
+    Relation has. A column whose type the catalog has changed since takes the Relation's
+    type, its name, element and labels from ``types`` (None: the OID alone, and a type
+    without a mapping is a dead letter). A table the catalog lacks (dropped since) keys on
+    the Relation's replica identity columns when that is the default one.
+    """
+    known = {} if catalog is None else {column.name: column for column in catalog.columns}
+    shaped = []
+    for column in columns:
+        found = known.get(column.name)
+        if found is not None and found.type_oid == column.type_oid:
+            shaped.append(replace(found, typmod=column.typmod))
+            continue
+        facts = types(column.type_oid, column.typmod) or ColumnShape("", column.type_oid)
+        shaped.append(replace(facts, name=column.name, type_oid=column.type_oid,
+                              typmod=column.typmod, not_null=bool(found and found.not_null),
+                              default=None if found is None else found.default))
+    names = {column.name for column in columns}
+    if catalog is not None:
+        key = tuple(name for name in catalog.key if name in names)
+    else:
+        key = tuple(c.name for c in columns if c.key) if replica_identity == "d" else ()
+    return TableShape(schema, table, tuple(shaped), key, replica_identity)

@@ -87,12 +87,15 @@ def cli(ctx: click.Context, config_file: str | None) -> None:
         help="Polling mode without the NOTIFY trigger (pollers then wake every --interval).")
 @option("--with-trace-context", is_flag=True, default=False,
         help="Add the optional traceparent/tracestate columns (W3C trace headers).")
+@option("--capture", default=None, metavar="TABLE[,TABLE...]",
+        help="Tables run --capture will stream: add them to the publication (which then "
+             "publishes updates and deletes) and report replica identity and SELECT problems.")
 @option("--failover-slot/--no-failover-slot", default=True, show_default=True,
         help="Create the slot as a failover slot on PostgreSQL 17+ (docs/high-availability.md).")
 @click.pass_context
 def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mode: str, slot: str,
          plugin: str | None, publication: str, no_slot: bool, no_trigger: bool,
-         with_trace_context: bool, failover_slot: bool) -> None:
+         with_trace_context: bool, capture: str | None, failover_slot: bool) -> None:
     """Apply the outbox schema (idempotent) and install what the relay mode uses."""
     from click.core import ParameterSource
 
@@ -107,7 +110,8 @@ def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mod
     report = init_database(dsn, outbox_config(table, columns), slot=slot if mode == "wal" else None,
                            plugin=plugin, publication=publication, mode=mode,
                            notify_trigger=False if no_trigger else None,
-                           trace_context=with_trace_context, failover=failover_slot)
+                           trace_context=with_trace_context, failover=failover_slot,
+                           capture=capture)
     click.echo(str(report))
 
 

@@ -70,13 +70,16 @@ def status(dsn: str, slot: str, table: TableRef, columns: str | None, standby_ds
         help="Also check run --exactly-once: checkpoint topic, checkpoint vs slot, ACL hints.")
 @option("--checkpoint-topic", default="cdc-relay.checkpoints", show_default=True,
         help="The checkpoint topic the relay uses (with --exactly-once).")
+@option("--capture", default=None, metavar="TABLE[,TABLE...]",
+        help="Also check run --capture's tables: they exist, replica identity, SELECT, "
+             "the publication.")
 @standby_dsn_option
 @format_option
 def doctor(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str | None,
            producer_config: tuple[str, ...], slot: str, plugin: str | None, publication: str,
            table: TableRef, columns: str | None, mode: str, topic_pattern: str,
            dead_letter_topic: str, exactly_once: bool, checkpoint_topic: str,
-           standby_dsn: str | None, output_format: str) -> int:
+           capture: str | None, standby_dsn: str | None, output_format: str) -> int:
     """Check the server, role, table, slot and broker; print the fix for each failure."""
     from cdc_relay.app.ops import doctor as run_doctor
 
@@ -94,7 +97,8 @@ def doctor(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str | Non
     text, code = run_doctor(dsn=dsn, outbox=outbox_config(table, columns), slot=slot,
                               plugin=plugin, publication=publication, mode=mode, kafka=kafka,
                               sink=other, standby_dsn=standby_dsn, exactly_once=exactly_once,
-                              checkpoint_topic=checkpoint_topic, output_format=output_format)
+                              checkpoint_topic=checkpoint_topic, output_format=output_format,
+                              capture=capture)
     click.echo(text)
     return code
 

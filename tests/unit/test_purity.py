@@ -48,6 +48,7 @@ PURE_MODULES = (
     "cdc_relay.wal.stream.delivery",
     "cdc_relay.wal.exactly_once.mode",
     "cdc_relay.ops.doctor.exactly_once",
+    "cdc_relay.ops.doctor.capture",
     "cdc_relay.ops.failover.facts",
     "cdc_relay.ops.failover.checks",
     "cdc_relay.outbox_core",  # the application side's shared core

@@ -37,6 +37,7 @@ from cdc_relay.wal.backfill.loop import Backfill, BackfillStats, BackfillTimings
 from cdc_relay.wal.backfill.rows import RowMarker, SnapshotReader
 from cdc_relay.wal.backfill.snapshot import SlotSnapshot, create_slot_exporting_snapshot
 from cdc_relay.wal.backfill.state import StateStore, read_record
+from cdc_relay.wal.backfill.tables import TableSnapshot
 from cdc_relay.wal.slot import continuity
 from cdc_relay.wal.slot.setup import ensure_publication
 
@@ -70,13 +71,15 @@ def check_backfill_table(conn: psycopg.Connection[Any], dsn: str, outbox: Outbox
             "(with the same --columns) to add them, or use --snapshot never")
 
 
-def precheck(repl: ReplicationConfig, outbox: OutboxConfig) -> None:
-    """The refusals, before anything is touched or logged: columns, a slot with no record.
+def precheck(repl: ReplicationConfig, outbox: OutboxConfig, *, outbox_rows: bool = True) -> None:
+    """The refusals, before anything is touched or logged: columns (``outbox_rows`` False:
+    ``--no-outbox``, no table to check), a slot with no record.
 
     The decision itself is taken again under the lock (``backfill_before_streaming``).
     """
     with connect(repl.dsn, autocommit=True, application_name="cdc-relay backfill") as conn:
-        check_backfill_table(conn, repl.dsn, outbox)
+        if outbox_rows:
+            check_backfill_table(conn, repl.dsn, outbox)
         if slot_info(conn, repl.slot) is not None:
             record = read_record(conn, outbox.table, repl.slot)
             if record is None or record.table != str(outbox.table):
@@ -94,15 +97,22 @@ def _refusal(slot: str, table: str) -> ConfigError:
 def backfill_before_streaming(*, repl: ReplicationConfig, outbox: OutboxConfig, router: Router,
                               sink_factory: SinkFactory, flow: FlowConfig, stats: BackfillStats,
                               stop: threading.Event,
-                              timings: BackfillTimings | None = None) -> bool:
+                              timings: BackfillTimings | None = None,
+                              tables: TableSnapshot | None = None) -> bool:
     """Run the backfill if one is due (see the module docstring).
 
+    ``tables`` (``--capture``): the captured tables' rows are published as ``op: r`` events
+    in the same snapshot, after the outbox's rows (none with ``--no-outbox``:
+    ``tables.with_outbox`` False) and before the record says done (the tables must be in
+    the publication already).
     True when streaming may start; False when ``stop`` was set first (the backfill stays
     unfinished and the next start redoes it).
     """
     timings = timings or BackfillTimings()
+    outbox_rows = tables is None or tables.with_outbox
     with connect(repl.dsn, autocommit=True, application_name="cdc-relay backfill") as conn:
-        check_backfill_table(conn, repl.dsn, outbox)
+        if outbox_rows:
+            check_backfill_table(conn, repl.dsn, outbox)
         store = StateStore(conn, outbox.table, repl.slot)
         if not wait_for_lock(store, repl.slot, stop):
             return False
@@ -128,13 +138,13 @@ def backfill_before_streaming(*, repl: ReplicationConfig, outbox: OutboxConfig, 
                 record.consistent_point)
             return run_backfill(store, None, repl=repl, outbox=outbox, router=router,
                              sink_factory=sink_factory, flow=flow, stats=stats, stop=stop,
-                             timings=timings)
+                             timings=timings, tables=tables)
         loss = continuity.loss_reason(None, continuity.read_record(
             conn, outbox.table.schema, repl.slot), continuity.identity(conn)[0])
         if loss is not None:  # the slot existed: a backfill would not cover what it lost
             raise continuity.slot_lost(loss, continuity.read_record(
                 conn, outbox.table.schema, repl.slot))
-        if repl.plugin == "pgoutput":
+        if repl.plugin == "pgoutput" and outbox_rows:
             ensure_publication(conn, outbox.table, repl.publication)  # before the slot exists
         store.begin()
         horizon = continuity.oldest_running(conn)
@@ -145,7 +155,7 @@ def backfill_before_streaming(*, repl: ReplicationConfig, outbox: OutboxConfig, 
             failover=exported.snapshot.failover, horizon_xid=horizon)
         return run_backfill(store, exported.snapshot, exported_close=exported.close, repl=repl,
                          outbox=outbox, router=router, sink_factory=sink_factory, flow=flow,
-                         stats=stats, stop=stop, timings=timings)
+                         stats=stats, stop=stop, timings=timings, tables=tables)
 
 
 def wait_for_lock(store: StateStore, slot: str, stop: threading.Event, *,
@@ -166,14 +176,19 @@ def run_backfill(store: StateStore, snapshot: SlotSnapshot | None, *, repl: Repl
                  outbox: OutboxConfig, router: Router, sink_factory: SinkFactory,
                  flow: FlowConfig, stats: BackfillStats, stop: threading.Event,
                  timings: BackfillTimings, exported_close: Any = None,
-                 horizon_xid: int | None = None) -> bool:
+                 horizon_xid: int | None = None, tables: TableSnapshot | None = None) -> bool:
     """Publish the pending rows of ``snapshot`` (a fresh snapshot when None) and mark them;
-    with ``horizon_xid``, only those of transactions at or after it (a recovery)."""
+    with ``horizon_xid``, only those of transactions at or after it (a recovery); then the
+    captured ``tables``' rows, read in the same snapshot (imported before the export ends)."""
     reader = SnapshotReader(repl.dsn, outbox, snapshot.snapshot_name if snapshot else None,
                             horizon_xid=horizon_xid)
+    outbox_rows = tables is None or tables.with_outbox
+    table_reader = None
     try:
         try:
-            total = reader.open()
+            if tables is not None:
+                table_reader = tables.open(snapshot, repl.dsn)
+            total = reader.open() if outbox_rows else 0
         finally:
             if exported_close is not None:
                 exported_close()  # imported (or failed): the export is no longer needed
@@ -183,18 +198,27 @@ def run_backfill(store: StateStore, snapshot: SlotSnapshot | None, *, repl: Repl
         stats.snapshot_xmin = reader.snapshot_xmin
         where = f"the slot's snapshot at {snapshot.consistent_point}" if snapshot else \
             "a fresh snapshot"
-        log.info("backfill: %d pending rows of %s in %s; streaming starts once all are "
-                 "acknowledged", total, outbox.table, where,
-                 extra={"rows_total": total, "slot": repl.slot})
-        marker = RowMarker(repl.dsn, outbox)
+        if outbox_rows:
+            log.info("backfill: %d pending rows of %s in %s; streaming starts once all are "
+                     "acknowledged", total, outbox.table, where,
+                     extra={"rows_total": total, "slot": repl.slot})
+        marker = RowMarker(repl.dsn, outbox) if outbox_rows else None
         try:
-            done = Backfill(reader=reader, store=store, mark=marker, router=router,
-                            sink_factory=sink_factory, flow=flow, timings=timings,
-                            stats=stats).run(stop)
+            done = marker is None or Backfill(
+                reader=reader, store=store, mark=marker, router=router, sink_factory=sink_factory,
+                flow=flow, timings=timings, stats=stats).run(stop)
         finally:
-            marker.close()
+            if marker is not None:
+                marker.close()
+        outbox_done = stats.rows_done
+        if done and table_reader is not None and tables is not None:
+            reader.close()  # the outbox's snapshot is no longer needed
+            done = tables.publish(table_reader, stop)
+            stats.rows_done = outbox_done  # the record counts the outbox's rows
     finally:
         reader.close()
+        if table_reader is not None:
+            table_reader.close()
     if not done:
         log.warning("backfill stopped at %d of %d rows; the next start with --snapshot initial "
                     "redoes it", stats.rows_done, stats.rows_total)

@@ -36,7 +36,6 @@ from cdc_relay.delivery.engine import Engine, ProducerFailed
 from cdc_relay.delivery.producer import new_producer
 from cdc_relay.delivery.watermark import Watermark
 from cdc_relay.errors import DeadLetterRefused
-from cdc_relay.model import OutboxEvent
 from cdc_relay.routing import Router
 from cdc_relay.sink.base import SinkFactory, ignore_reports
 
@@ -77,7 +76,7 @@ class RowSource(Protocol):
 
     pid: int
 
-    def rows(self, offset: int) -> Generator[tuple[Any, OutboxEvent], None, None]: ...
+    def rows(self, offset: int) -> Generator[tuple[Any, Any], None, None]: ...
 
 
 class ProgressStore(Protocol):
@@ -100,8 +99,12 @@ class Backfill:
     def __init__(self, *, reader: RowSource, store: ProgressStore, mark: MarkProcessed,
                  router: Router, sink_factory: SinkFactory, flow: FlowConfig,
                  timings: BackfillTimings, stats: BackfillStats,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 send: Callable[[Engine, int, Any], None] | None = None) -> None:
+        """``send(engine, ordinal, row)``: how a row is produced (default: an outbox row
+        through the router, ``engine.send``; a captured table's snapshot row: tables.py)."""
         self._reader = reader
+        self._send = send
         self._store = store
         self._mark = mark
         self._router = router
@@ -166,6 +169,7 @@ class Backfill:
     def _publish_all(self, engine: Engine, stop: threading.Event) -> bool:
         limit = self._flow.max_inflight_events
         watermark, raw_ids, inflight = self._watermark, self._raw_ids, engine.inflight
+        send = self._send
         watermark.rewind()  # resume at the watermark: only what is unacknowledged again
         rows = self._reader.rows(watermark.low)
         try:
@@ -177,7 +181,10 @@ class Backfill:
                     engine.sink.poll(0.05)
                     self._tick(engine)
                 raw_ids[ordinal] = raw_id
-                engine.send(ordinal, event)
+                if send is None:
+                    engine.send(ordinal, event)
+                else:
+                    send(engine, ordinal, event)
                 if not ordinal % 256:
                     engine.sink.poll(0)
                     self._tick(engine)

@@ -33,3 +33,4 @@ ALTER TABLE t_toast2 ALTER COLUMN ta SET STORAGE EXTERNAL, ALTER COLUMN ia SET S
 CREATE TABLE t_full_nopk (a text, b int);
 ALTER TABLE t_full_nopk REPLICA IDENTITY FULL;
 CREATE TABLE t_pk2 (a int, b text, c int, PRIMARY KEY (b, a));
+CREATE TABLE t_ddl (id int PRIMARY KEY, name text, b text, n int NOT NULL DEFAULT 3, p numeric(5,2));
