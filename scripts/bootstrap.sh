@@ -17,6 +17,8 @@
 #     (cdc_relay.local.apache_kafka: ~/.cache/cdc-relay/kafka, or $CDC_RELAY_KAFKA_CACHE);
 #   * Apicurio Registry's distribution from Maven Central (cdc_relay.local.apicurio:
 #     ~/.cache/cdc-relay/apicurio, or $CDC_RELAY_APICURIO_CACHE);
+#   * the Java consumer of the schema-registry tests, built with Maven and javac
+#     (tests/integration/java_support.py: ~/.cache/cdc-relay/java-consumer);
 #   * valgrind (`python -m benchmarks instructions`), from Debian's package, as root.
 # Idempotent and non-interactive: `make test`, `make demo`, `make bench` and CI run it.
 # What is in place is checked in a second or two; the Python install, PostgreSQL 18's and
@@ -195,9 +197,10 @@ if ! command -v valgrind >/dev/null; then
   fi
 fi
 
-# --- Java (Apache Kafka and Apicurio Registry run on it; their jars come from Maven Central).
+# --- Java (Apache Kafka and Apicurio Registry run on it; their jars come from Maven Central;
+# the schema-registry tests' Java consumer is compiled with javac, hence the JDK).
 JAVA_PKGS=()
-command -v java >/dev/null || JAVA_PKGS+=(openjdk-17-jre-headless)
+command -v javac >/dev/null || JAVA_PKGS+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null || JAVA_PKGS+=(maven)
 
 missing=()
@@ -236,3 +239,8 @@ done
 # --- Apicurio Registry (the schema-registry tests) from Maven Central into the cache
 # (cdc_relay.local.apicurio: ~/.cache/cdc-relay/apicurio, or $CDC_RELAY_APICURIO_CACHE).
 "$VENV/bin/python" -m cdc_relay.local.apicurio fetch
+
+# --- The Java consumer of the schema-registry tests (kafka-clients + Apicurio's Avro
+# deserializer from Maven Central, compiled with javac; tests/integration/java_support.py:
+# ~/.cache/cdc-relay/java-consumer, or $CDC_RELAY_JAVA_CONSUMER_CACHE): instant when cached.
+"$VENV/bin/python" -m tests.integration.java_support
