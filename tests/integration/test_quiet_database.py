@@ -12,7 +12,7 @@ server's WAL after every 100 rows of ``busy``, and the retained WAL
 (``pg_current_wal_lsn() - restart_lsn``). The asserted bounds:
 
 * while ``busy`` writes, the confirmed lag stays under ``CONFIRMED_BOUND`` (2 WAL
-  segments, about half of what ``busy`` writes; measured: under 4 MiB in both plugins):
+  segments, about half of what ``busy`` writes; measured: under 4 MiB, both plugins, 15 and 18):
   the walsender sends a keepalive whenever it has caught up with the WAL and the relay
   confirms its position within a status interval (200 ms here) when nothing is in flight;
 * ``restart_lsn`` (what the server actually retains) follows the confirmed position only
