@@ -68,6 +68,13 @@ def test_events_committed_on_the_primary_arrive_through_the_standbys_slot(
             pair.wait_streaming()
             write_workload(primary, transactions=10, seed=3, expected=expected)
             collect_ids(collector, topic_prefix, expected.ids)
+        # The horizon recorder (and its heartbeat, in the same round) works on the primary:
+        # the record's horizon moves past the slot's creation while the relay streams.
+        record = "SELECT horizon_xid IS NOT NULL AND covered_at > created_at FROM cdc_relay_slots"
+        wait_for(lambda: pair.primary.execute(record, dbname="app") == "t", timeout=60,
+                 message="the horizon recorded on the primary")
+        assert "cannot record the slot's horizon" not in relay.stderr
+        assert "ignored a non-transactional" not in relay.stderr  # the heartbeat is dropped
         assert relay.running(), relay.stderr
         assert relay.stop() == 0, relay.stderr
     finally:
