@@ -393,6 +393,10 @@ class ReplicationConfig:
     failover_slot: bool = True
     on_slot_loss: str = "exit"
     replication_timeout: float = 30.0
+    # Decoding on a standby (docs/high-availability.md): ``dsn`` is a hot standby holding
+    # the slot; everything that writes (the continuity record and horizon, the heartbeat,
+    # the publication, the standby-snapshot nudge at slot creation) goes to this primary.
+    primary_dsn: str | None = None
 
     def __post_init__(self) -> None:
         validate_slot_name(self.slot)

@@ -324,9 +324,11 @@ INVALIDATION_CAUSES = {
                      "set it to 0 (off): ALTER SYSTEM SET idle_replication_slot_timeout = '7d'; "
                      "SELECT pg_reload_conf();"),
     "rows_removed": ("rows it needed were removed by VACUUM (a standby without "
-                     "hot_standby_feedback)", "set hot_standby_feedback = on on the standby"),
+                     "hot_standby_feedback)", "set hot_standby_feedback = on on the standby (with "
+                     "primary_slot_name, so it survives restarts), then recreate the slot"),
     "wal_level_insufficient": ("wal_level on the primary is below logical",
-                               "set wal_level = logical on the primary and restart it"),
+                               "set wal_level = logical on the primary and restart it, "
+                               "then recreate the slot"),
 }
 
 

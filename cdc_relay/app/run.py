@@ -112,9 +112,29 @@ class WalSettings:
             raise ConfigError("--snapshot initial cannot be combined with --exactly-once yet (the "
                               "backfill is at least once): backfill without --exactly-once, then "
                               "restart with it")
+        if self.replication.primary_dsn is not None:
+            _refuse_on_standby(self)
         if self.sink is not None and self.exactly_once is not None:
             raise ConfigError("--exactly-once needs Kafka transactions: it works with --sink kafka "
                               "only (RabbitMQ, NATS and SQS stay at least once, docs/sinks.md)")
+
+
+def _refuse_on_standby(settings: WalSettings) -> None:
+    """What decoding on a standby (``--primary-dsn``) cannot do yet, refused in one line
+    with the alternative (docs/high-availability.md, decoding on a standby)."""
+    if settings.snapshot == "initial":
+        raise ConfigError("--snapshot initial cannot be combined with --primary-dsn (the "
+                          "backfill's snapshot and state are not wired to a standby): start "
+                          "with --snapshot never on the standby, or backfill by decoding on "
+                          "the primary (drop --primary-dsn, --dsn the primary)")
+    if settings.capture is not None:
+        raise ConfigError("--capture cannot be combined with --primary-dsn yet: capture "
+                          "tables by decoding on the primary (drop --primary-dsn, --dsn the "
+                          "primary)")
+    if settings.replication.on_slot_loss == "recover":
+        raise ConfigError("--on-slot-loss recover cannot be combined with --primary-dsn yet: "
+                          "use --on-slot-loss exit (the default) and run the recovery command "
+                          "it prints against the primary")
 
 
 def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
@@ -205,7 +225,8 @@ def _explained(exc: SlotLost, settings: WalSettings) -> SlotLost:
         return exc  # already explained at start-up
     record = None
     try:
-        with connect(settings.replication.dsn, autocommit=True) as conn:
+        repl = settings.replication
+        with connect(repl.primary_dsn or repl.dsn, autocommit=True) as conn:
             record = continuity.read_record(conn, settings.outbox.table.schema,
                                             settings.replication.slot)
     except RelayError as read_failed:
@@ -292,6 +313,9 @@ def _horizon(settings: WalSettings, stats: RelayStats) -> AbstractContextManager
     from cdc_relay.wal.slot.continuity import HorizonRecorder
 
     repl = settings.replication
+    if repl.primary_dsn is not None:  # decoding on a standby: the primary's record, heartbeats
+        return HorizonRecorder(repl.primary_dsn, settings.outbox.table.schema, repl.slot,
+                               lambda: stats.confirmed_lsn, heartbeat=True)
     return HorizonRecorder(repl.dsn, settings.outbox.table.schema, repl.slot,
                            lambda: stats.confirmed_lsn)
 
@@ -319,7 +343,7 @@ def _startup_checks(settings: WalSettings) -> _Checked:
     unfinished backfill is a warning.
     """
     from cdc_relay.pg.db import connect
-    from cdc_relay.pg.endpoint import require_writable
+    from cdc_relay.pg.endpoint import require_standby, require_writable
     from cdc_relay.pg.message_columns import resolve_message_columns
     from cdc_relay.wal.backfill.state import warn_if_unfinished
     from cdc_relay.wal.slot.continuity import read_record
@@ -327,10 +351,18 @@ def _startup_checks(settings: WalSettings) -> _Checked:
 
     repl = settings.replication
     conn = connect(repl.dsn, autocommit=True)
+    writer = None
     try:
-        # The slot's continuity record and horizon are written: a read-only node is the
-        # wrong endpoint, said now (pg/endpoint.py).
-        require_writable(conn, repl.dsn, "the relay (the slot's continuity record)")
+        if repl.primary_dsn is None:
+            # The slot's continuity record and horizon are written: a read-only node is the
+            # wrong endpoint, said now (pg/endpoint.py).
+            require_writable(conn, repl.dsn, "the relay (the slot's continuity record)",
+                             standby_alternative=True)
+        else:  # decoding on a standby: the slot here, every write on the primary
+            require_standby(conn, repl.dsn)
+            writer = connect(repl.primary_dsn, autocommit=True)
+            require_writable(writer, repl.primary_dsn, "--primary-dsn (the slot's continuity "
+                             "record, heartbeats)", option="--primary-dsn")
         if repl.plugin_from_slot:
             plugin, note = plugin_for_slot(conn, repl.slot)
             if note:
@@ -351,18 +383,22 @@ def _startup_checks(settings: WalSettings) -> _Checked:
             outbox = resolve_message_columns(repl.dsn, outbox, settings.router, conn=conn)
             partitioned = ensure_replication(repl.dsn, outbox, slot=repl.slot, plugin=repl.plugin,
                                              publication=repl.publication, conn=conn,
-                                             failover=repl.failover_slot).partitioned
+                                             failover=repl.failover_slot, writer=writer,
+                                             primary_dsn=repl.primary_dsn).partitioned
         else:
             from cdc_relay.wal.slot.setup import ensure_slot
 
             ensure_slot(conn, repl.slot, repl.plugin, outbox.table, repl.failover_slot)
-        record = read_record(conn, outbox.table.schema, repl.slot)
+        record = read_record(writer or conn, outbox.table.schema, repl.slot)
         recovering = record is not None and record.recovering
         if not recovering:
-            warn_if_unfinished(conn, outbox.table, repl.slot)
+            warn_if_unfinished(writer or conn, outbox.table, repl.slot)
     except BaseException:
         conn.close()
         raise
+    finally:
+        if writer is not None:
+            writer.close()
     return replace(settings, outbox=outbox), partitioned, conn, recovering, captured
 
 

@@ -29,6 +29,7 @@ from cdc_relay.cli.options import (
     option,
     outbox_config,
     plugin_option,
+    primary_dsn_option,
     publication_option,
     pure_python_option,
     registry_config,
@@ -138,6 +139,7 @@ def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mod
 @continuity_options
 @observability_options
 @standby_dsn_option
+@primary_dsn_option
 def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_pattern: str,
         dead_letter_topic: str, message_timeout: float, producer_config: tuple[str, ...],
         table: TableRef, columns: str | None, slot: str,
@@ -149,7 +151,7 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
         subject_name_strategy: str, value_schema: tuple[str, ...],
         metrics_port: int | None, metrics_host: str, log_level: str, log_format: str,
         exactly_once: ExactlyOnceConfig | None, capture: CaptureConfig | None,
-        continuity: dict[str, Any], standby_dsn: str | None) -> int:
+        continuity: dict[str, Any], standby_dsn: str | None, primary_dsn: str | None) -> int:
     """WAL mode: stream outbox inserts (and --capture tables) from a logical slot to the broker."""
     tune_gc()  # done by cli/entry.py already, unless invoked in process (cdc_relay/runtime.py)
     from cdc_relay.app.run import WalSettings, run_wal
@@ -169,7 +171,8 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
     settings = WalSettings(
         replication=ReplicationConfig(dsn=dsn, slot=slot, plugin=plugin or "pgoutput",
                                       plugin_from_slot=plugin is None, publication=publication,
-                                      status_interval=status_interval, **continuity),
+                                      status_interval=status_interval,
+                                      primary_dsn=primary_dsn, **continuity),
         outbox=outbox_config(table, columns),
         router=router_config(topic_pattern, dead_letter_topic, message_format, header,
                              partition_column, cloudevents_source),

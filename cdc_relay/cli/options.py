@@ -387,6 +387,14 @@ def standby_dsn_option(f: F) -> F:
                        "(PostgreSQL 17+ failover slots; docs/high-availability.md).")(f)
 
 
+def primary_dsn_option(f: F) -> F:
+    return option("--primary-dsn", default=None,
+                  help="Decode on a standby (PostgreSQL 16+): --dsn is a hot standby that "
+                       "holds the slot, and everything that must write (the slot's record and "
+                       "horizon, heartbeats, the publication) goes to this primary "
+                       "(docs/high-availability.md, decoding on a standby).")(f)
+
+
 def observability_options(f: F) -> F:
     f = option("--log-format", type=click.Choice(["text", "json"]), default="text",
                show_default=True, help="Log line format on stderr.")(f)

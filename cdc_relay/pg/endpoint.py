@@ -10,6 +10,10 @@ cannot do what the relay needs (docs/operations.md, the wrong endpoint):
 * a read-only node where writes are needed - a hot standby (``pg_is_in_recovery()``),
   a reader endpoint, or ``default_transaction_read_only = on`` (``read_only_reason``,
   ``require_writable``);
+* a hot standby named where ``run`` decodes without ``--primary-dsn``: the fix names both
+  the primary and decoding on the standby (``standby_alternative``); ``require_standby``
+  checks the other way round, that ``--dsn`` is a standby of PostgreSQL 16+ when it is
+  given;
 * a role without the right to replicate: ``replication_fix`` names both grants,
   ``ALTER ROLE … REPLICATION`` and RDS/Aurora's ``rds_replication`` membership (which
   doctor counts as the right: ops/doctor/gather.py reads it).
@@ -99,21 +103,56 @@ def read_only_reason(conn: psycopg.Connection[Any]) -> str | None:
     return None
 
 
-def read_only_error(where: str, reason: str, doing: str) -> WrongEndpoint:
-    """The one line for a read-only server where ``doing`` must write."""
-    fix = ("point --dsn at the primary (the cluster's writer endpoint), not a replica or "
+STANDBY_ALTERNATIVE = ("; or, to decode on this standby (PostgreSQL 16+), keep --dsn and add "
+                       "--primary-dsn naming its primary (docs/high-availability.md)")
+
+
+def read_only_error(where: str, reason: str, doing: str, *, option: str = "--dsn",
+                    standby_alternative: bool = False) -> WrongEndpoint:
+    """The one line for a read-only server where ``doing`` must write.
+
+    ``standby_alternative``: a hot standby is also named as a fix of its own (``run``:
+    decoding on a standby with ``--primary-dsn``).
+    """
+    fix = (f"point {option} at the primary (the cluster's writer endpoint), not a replica or "
            "reader endpoint")
+    if standby_alternative and "pg_is_in_recovery" in reason:
+        fix += STANDBY_ALTERNATIVE
     if "default_transaction_read_only" in reason:
         fix += (", or let the role write: ALTER ROLE <role> SET default_transaction_read_only "
                 "= off")
     return WrongEndpoint(f"PostgreSQL at {where} is {reason}, but {doing} must write. Fix: {fix}")
 
 
-def require_writable(conn: psycopg.Connection[Any], dsn: str, doing: str) -> None:
+def require_writable(conn: psycopg.Connection[Any], dsn: str, doing: str, *,
+                     option: str = "--dsn", standby_alternative: bool = False) -> None:
     """``WrongEndpoint`` when ``conn``'s server cannot take ``doing``'s writes."""
     try:
         reason = read_only_reason(conn)
     except psycopg.Error as exc:
         raise translate_error(exc, "checking that the server accepts writes") from exc
     if reason is not None:
-        raise read_only_error(describe_dsn(dsn), reason, doing)
+        raise read_only_error(describe_dsn(dsn), reason, doing, option=option,
+                              standby_alternative=standby_alternative)
+
+
+def require_standby(conn: psycopg.Connection[Any], dsn: str) -> None:
+    """``WrongEndpoint`` unless ``conn`` is a hot standby that can decode (PostgreSQL 16+).
+
+    With ``--primary-dsn``, ``--dsn`` must name the standby that holds the slot.
+    """
+    try:
+        row = conn.execute("SELECT pg_is_in_recovery()").fetchone()
+    except psycopg.Error as exc:
+        raise translate_error(exc, "checking that --dsn is a standby") from exc
+    if not (row and row[0]):
+        raise WrongEndpoint(
+            f"PostgreSQL at {describe_dsn(dsn)} is not a standby (pg_is_in_recovery() is "
+            "false), but --primary-dsn says the relay decodes on a standby. Fix: point --dsn "
+            "at the hot standby, or drop --primary-dsn to decode on this server")
+    version = conn.info.server_version
+    if version < 160000:
+        raise WrongEndpoint(
+            f"the standby at {describe_dsn(dsn)} runs PostgreSQL {version // 10000}, which "
+            "cannot decode on a standby (16+ can). Fix: upgrade it to 16 or later, or point "
+            "--dsn at the primary and drop --primary-dsn")

@@ -92,3 +92,30 @@ def test_membership_in_rds_replication_passes_the_replication_check() -> None:
                                                "pgoutput")}
     assert checks["REPLICATION"].verdict is Verdict.PASS
     assert "rds_replication" in checks["REPLICATION"].detail
+
+
+def test_run_on_a_hot_standby_names_primary_dsn_as_the_other_fix() -> None:
+    reason = "a hot standby or reader endpoint (pg_is_in_recovery() is true)"
+    line = str(read_only_error("db:5432/app", reason, "the relay", standby_alternative=True))
+    assert "point --dsn at the primary" in line and "add --primary-dsn" in line
+    assert "--primary-dsn" not in str(read_only_error("db:5432/app", reason, "init"))
+    role = read_only_error("db:5432/app", "read-only (transaction_read_only = on)", "the relay",
+                           standby_alternative=True)
+    assert "--primary-dsn" not in str(role)
+
+
+def test_doctor_on_a_standby_checks_feedback_and_version_for_decoding_there() -> None:
+    standby = EndpointFacts(read_only="a hot standby or reader endpoint (pg_is_in_recovery() is "
+                            "true)", hot_standby_feedback="on", standby_version=18)
+    checks = {c.name: c for c in endpoint_checks(_facts(standby), OPTIONS)}
+    assert "--primary-dsn" in checks["writable"].fix
+    assert checks["standby decoding"].verdict is Verdict.PASS
+    assert checks["hot_standby_feedback"].verdict is Verdict.PASS
+
+    old = replace(standby, hot_standby_feedback="off", standby_version=15)
+    checks = {c.name: c for c in endpoint_checks(_facts(old), OPTIONS)}
+    assert checks["standby decoding"].verdict is Verdict.FAIL
+    assert checks["hot_standby_feedback"].verdict is Verdict.FAIL
+    assert "rows_removed" in checks["hot_standby_feedback"].detail
+    poll = {c.name for c in endpoint_checks(_facts(standby), replace(OPTIONS, mode="poll"))}
+    assert "hot_standby_feedback" not in poll

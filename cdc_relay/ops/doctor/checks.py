@@ -83,6 +83,10 @@ class EndpointFacts:
     replication_error: str | None = None  # a replication connection's failure; None: it works
     pooler: bool = False  # that failure is a connection pooler's refusal
     probed: bool = False  # a replication connection was tried (WAL mode)
+    # A hot standby (decoding on a standby, run --primary-dsn): its hot_standby_feedback and
+    # major version; None where the server is not a standby.
+    hot_standby_feedback: str | None = None
+    standby_version: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,11 +226,43 @@ def endpoint_checks(facts: Facts, options: DoctorSettings) -> list[Check]:
         checks.append(Check("writable", Verdict.PASS, "the server accepts writes"))
     else:
         fix = "point --dsn at the primary (the writer endpoint), not a replica or reader endpoint"
+        if options.mode == "wal" and endpoint.hot_standby_feedback is not None:
+            fix += ("; or decode on this standby: run --dsn <this standby> --primary-dsn "
+                    "<its primary> (PostgreSQL 16+), which writes on the primary")
         if "default_transaction_read_only" in endpoint.read_only:
             fix += (f"; or ALTER ROLE {quote_ident(facts.server.role)} SET "
                     "default_transaction_read_only = off;")
         checks.append(Check("writable", Verdict.FAIL,
                             f"the server is {endpoint.read_only}; {what} must write", fix))
+    if options.mode == "wal" and endpoint.hot_standby_feedback is not None:
+        checks.extend(standby_decoding_checks(endpoint))
+    return checks
+
+
+def standby_decoding_checks(endpoint: EndpointFacts) -> list[Check]:
+    """A hot standby as ``run --primary-dsn``'s ``--dsn``: what decoding there needs (the
+    standby's own wal_level is the wal_level check; the primary's shows in its slot's
+    ``wal_level_insufficient`` invalidation)."""
+    checks = []
+    version = endpoint.standby_version or 0
+    if version >= 16:
+        checks.append(Check("standby decoding", Verdict.PASS,
+                            f"PostgreSQL {version} decodes on a standby (run --primary-dsn)"))
+    else:
+        checks.append(Check("standby decoding", Verdict.FAIL,
+                            f"PostgreSQL {version} cannot decode on a standby (16+ can)",
+                            "upgrade the standby to PostgreSQL 16 or later, or decode on the "
+                            "primary"))
+    if endpoint.hot_standby_feedback == "on":
+        checks.append(Check("hot_standby_feedback", Verdict.PASS, "on"))
+    else:
+        checks.append(Check(
+            "hot_standby_feedback", Verdict.FAIL,
+            f"hot_standby_feedback is {endpoint.hot_standby_feedback!r} on the standby: VACUUM "
+            "on the primary may remove catalog rows the standby's slot needs, and PostgreSQL "
+            "then invalidates it (rows_removed)",
+            "ALTER SYSTEM SET hot_standby_feedback = on; SELECT pg_reload_conf(); on the "
+            "standby (with primary_slot_name set, so the feedback survives its restarts)"))
     return checks
 
 

@@ -132,6 +132,13 @@ def gather(conn: psycopg.Connection[Any], options: DoctorSettings) -> Facts:
             and table_facts.privileges.get("SELECT")):
         backfill = gather_backfill(conn, options)
     endpoint = EndpointFacts(read_only=read_only)
+    if read_only is not None and "pg_is_in_recovery" in read_only:
+        try:
+            row = conn.execute("SELECT current_setting('hot_standby_feedback')").fetchone()
+        except psycopg.Error as exc:
+            raise translate_error(exc, "reading hot_standby_feedback") from exc
+        endpoint = replace(endpoint, hot_standby_feedback=row[0] if row else "unknown",
+                           standby_version=conn.info.server_version // 10000)
     if options.mode == "wal":
         error = probe_replication(options.dsn)
         endpoint = replace(endpoint, probed=True, pooler=error is not None and pooler_refusal(error),

@@ -18,6 +18,11 @@ transaction older than that xmin - has been acknowledged by the broker, so that 
 the new horizon. A recovery (wal/recovery.py) republishes exactly the retained rows of
 transactions at or after the horizon: no time margin to guess, nothing older repeated.
 
+Decoding on a standby (``run --primary-dsn``), the record lives on the primary (the
+standby cannot write), ``HorizonRecorder`` runs there too and, every wake-up, also writes
+a heartbeat (``pg_logical_emit_message``) so that the standby's slot has something to
+decode and confirm on a quiet database.
+
 Must not: create or drop slots (wal/slot/setup.py, wal/backfill/snapshot.py, recovery.py do), publish, or
 interpolate names into SQL (every name is a quoted identifier).
 """
@@ -44,6 +49,7 @@ log = logging.getLogger("cdc_relay.continuity")
 
 SLOTS_TABLE = "cdc_relay_slots"
 RECORD_INTERVAL = 10.0  # seconds between two horizon updates while streaming
+HEARTBEAT_PREFIX = "cdc-relay-heartbeat"  # decoding on a standby: HorizonRecorder's heartbeat
 
 _CREATE = """
 CREATE TABLE IF NOT EXISTS {table} (
@@ -316,6 +322,17 @@ def advance(conn: psycopg.Connection[Any], schema: str, slot: str, mark: Horizon
     return True
 
 
+def heartbeat(conn: psycopg.Connection[Any]) -> None:
+    """One non-transactional logical decoding message (prefix ``HEARTBEAT_PREFIX``) on the
+    primary: WAL the standby replays and its slot decodes, so that a relay decoding on a
+    standby of a quiet database still sees the stream move and confirms past it. Decoders
+    drop the prefix (only ``cdc-relay`` is an outbox event)."""
+    try:
+        conn.execute("SELECT pg_logical_emit_message(false, %s, '')", (HEARTBEAT_PREFIX,))
+    except psycopg.Error as exc:
+        raise translate_error(exc, "writing a heartbeat on the primary") from exc
+
+
 class HorizonRecorder:
     """Moves the slot's horizon forward while the relay streams (see the module docstring).
 
@@ -326,8 +343,10 @@ class HorizonRecorder:
     """
 
     def __init__(self, dsn: str, schema: str, slot: str, confirmed: Callable[[], int], *,
-                 interval: float = RECORD_INTERVAL) -> None:
+                 interval: float = RECORD_INTERVAL, heartbeat: bool = False) -> None:
+        """``heartbeat``: also write a heartbeat every wake-up (decoding on a standby)."""
         self._dsn, self._schema, self._slot = dsn, schema, slot
+        self._heartbeat = heartbeat
         self._confirmed = confirmed
         self._interval = interval
         self._stop = threading.Event()
@@ -357,6 +376,8 @@ class HorizonRecorder:
                     conn = connect(self._dsn, autocommit=True,
                                    application_name="cdc-relay horizon")
                     mark = None
+                if self._heartbeat:
+                    heartbeat(conn)
                 if mark is None or advance(conn, self._schema, self._slot, mark,
                                            Lsn(self._confirmed())):
                     mark = take_mark(conn)

