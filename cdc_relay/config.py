@@ -515,13 +515,14 @@ class CaptureConfig:
     """Table CDC (``run --capture``, docs/table-cdc.md): the tables (``--capture`` text,
     patterns parsed by capture/selection.py), the topic prefix (Debezium's ``topic.prefix``),
     whether the outbox is relayed too, tombstones after deletes, the unchanged-TOAST
-    placeholder."""
+    placeholder, truncate events (``op: t``, opt-in as Debezium's ``skipped.operations``)."""
 
     tables: str
     prefix: str
     outbox: bool = True
     tombstones: bool = True
     placeholder: str = UNAVAILABLE_VALUE
+    truncate: bool = False
 
     def __post_init__(self) -> None:
         if not self.tables.strip():

@@ -164,6 +164,8 @@ class CapturedRow:
     A snapshot's row (``run --capture --snapshot initial``) has ``op`` ``r``, the slot's
     consistent point as ``lsn``, the moment it was read as ``commit_us`` and ``snapshot``
     as Debezium marks it (``first``, ``true``, ``last_in_data_collection``, ...).
+    A TRUNCATE (``run --capture-truncate``) has ``op`` ``t``, no images and, as ``table``,
+    the tuple of the codecs of the captured tables it empties.
     """
 
     table: Any

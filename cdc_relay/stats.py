@@ -38,6 +38,12 @@ class RelayStats:
     producer_ok: bool = False  # producer built and not failed (readyz)
     restarts: int = 0
     ignored_messages: int = 0  # non-transactional cdc-relay logical messages (never published)
+    # run --capture: change events produced, by ("schema.table", op); tombstones and dead
+    # letters not counted
+    captured: dict[tuple[str, str], int] = field(default_factory=dict)
+    # run --capture: per "schema.table", seconds from the commit of its last streamed change
+    # to the moment the relay made its event
+    captured_lag: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

@@ -69,16 +69,17 @@ def check_capture(capture: CaptureConfig, *, plugin: str, plugin_from_slot: bool
 
 
 def prepare_capture(conn: psycopg.Connection[Any], tables_option: str, publication: str,
-                    plugin: str) -> CaptureSetup:
+                    plugin: str, *, truncate: bool = False) -> CaptureSetup:
     """The captured tables exist (ConfigError else), their problems are found (the caller
-    reports them), and the publication publishes their changes - before the slot is made."""
+    reports them), and the publication publishes their changes (their truncates too with
+    ``truncate``) - before the slot is made."""
     from cdc_relay.wal.slot.setup import ensure_capture_publication
 
     if plugin != "pgoutput":
         raise ConfigError("--capture needs --plugin pgoutput for now (the slot uses "
                           f"{plugin}; docs/table-cdc.md)")
     shapes, problems = capture_tables(conn, tables_option)
-    outcome = ensure_capture_publication(conn, publication, sorted(shapes))
+    outcome = ensure_capture_publication(conn, publication, sorted(shapes), truncate=truncate)
     return CaptureSetup(shapes, problems, outcome)
 
 
@@ -116,7 +117,7 @@ def capture_decoder(outbox: Decoder, capture: CaptureConfig, router: RouterConfi
 
     assert isinstance(outbox, PgOutputDecoder)
     options = CodecOptions(capture.prefix, router.message_format == "debezium-json",
-                           capture.placeholder)
+                           capture.placeholder, capture.truncate)
     catalog = CatalogLookup(dsn, setup.shapes)
     return CaptureDecoder(outbox, Selection.parse(capture.tables), catalog, options,
                           catalog.types)
@@ -153,7 +154,8 @@ def capture_snapshot(capture: CaptureConfig, router_config: RouterConfig,
     from cdc_relay.pg.db import connect
 
     with connect(repl.dsn, autocommit=True, application_name="cdc-relay") as conn:
-        setup = prepare_capture(conn, capture.tables, repl.publication, repl.plugin)
+        setup = prepare_capture(conn, capture.tables, repl.publication, repl.plugin,
+                                truncate=capture.truncate)
     for problem in setup.problems:
         log.warning("%s", problem)
     return setup, table_snapshot(capture, router_config, repl.dsn, setup, parts)

@@ -374,7 +374,7 @@ def _startup_checks(settings: WalSettings) -> _Checked:
             from cdc_relay.app.capture import prepare_capture
 
             captured = prepare_capture(conn, settings.capture.tables, repl.publication,
-                                       repl.plugin)
+                                       repl.plugin, truncate=settings.capture.truncate)
             for problem in captured.problems:
                 log.warning("%s", problem)
         outbox = settings.outbox

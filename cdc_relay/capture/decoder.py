@@ -18,6 +18,10 @@ alone, untouched). Per message it reads the kind byte and:
   old one (``K``: the replica identity's columns, the others NULL; ``O``: the whole
   row), unchanged TOASTed values as ``UNCHANGED``. Other relations' go to the outbox
   decoder (which publishes outbox inserts and ignores the rest).
+* Truncate ``T``, with ``CodecOptions.truncate`` (``--capture-truncate``): one CapturedRow
+  of ``op`` ``t`` whose ``table`` is the tuple of the captured tables it names (one
+  message names every table of one TRUNCATE statement the publication has); without it,
+  or naming no captured table, forwarded (the outbox decoder ignores it).
 
 Must not: do I/O itself (``shapes`` is the PostgreSQL edge's lookup, injected), skip a
 message it cannot read: a truncated buffer or a row of a relation no Relation message
@@ -57,6 +61,7 @@ class CodecOptions:
     prefix: str
     schemas: bool
     placeholder: str = "__debezium_unavailable_value"
+    truncate: bool = False
 
 
 class OutboxDecoder(Protocol):
@@ -115,6 +120,10 @@ class CaptureDecoder:
                 return change
             elif kind == 0x52:  # 'R'
                 self._relation(buf)
+            elif kind == 0x54 and self._options.truncate:  # 'T'
+                row = self._truncate(buf, Lsn(wal_start))
+                if row is not None:
+                    return row
         except (struct.error, IndexError, ValueError) as exc:
             raise DecodeError(f"cannot decode the pgoutput message at LSN {Lsn(wal_start)}: "
                               f"truncated or malformed {chr(kind)!r} message ({exc})") from exc
@@ -149,6 +158,18 @@ class CaptureDecoder:
                            options.schemas, options.placeholder)
         self._known[(schema, name)] = (tuple(columns), identity, codec)
         self._codecs[relid] = codec
+
+    def _truncate(self, buf: bytes, lsn: Lsn) -> CapturedRow | None:
+        """Truncate: relation count, options (CASCADE, RESTART IDENTITY), relation ids."""
+        count = _UINT32.unpack_from(buf, 1)[0]
+        if len(buf) != 6 + 4 * count:
+            raise ValueError(f"{count} relations in {len(buf)} bytes")
+        relids = struct.unpack_from(f"!{count}I", buf, 6)
+        codecs = tuple(c for c in map(self._codecs.get, relids) if c is not None)
+        if not codecs:
+            return None
+        return CapturedRow(codecs, "t", None, None, lsn, self._xid, self._commit_us,
+                           self._last_commit)
 
     def _row(self, kind: int, buf: bytes, codec: TableCodec, lsn: Lsn) -> CapturedRow:
         pos = 5

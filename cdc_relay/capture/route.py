@@ -8,6 +8,8 @@ Owns ``CaptureRouter.route``: a CapturedRow → the messages to produce, in orde
 * an update whose old image gives another key than the new one (a primary key changed,
   or a REPLICA IDENTITY INDEX/FULL image Debezium reads a key from) → what Debezium
   emits for it: ``d`` (old key), its tombstone, ``c`` (new key);
+* a TRUNCATE (``op`` ``t``, ``--capture-truncate``) → one ``t`` event per table it names,
+  as Debezium's: a null key, ``before`` and ``after`` null (no tombstone);
 * a row its codec cannot encode (a type without a mapping, a value it cannot read) →
   one message whose ``problem`` says why: the session sends it to the dead-letter topic
   and goes on (docs/design.md, failure rules).
@@ -37,6 +39,9 @@ class Routed:
 
     messages: list[CapturedMessage]
     problem: str | None = None
+    # a TRUNCATE of several tables: per message, the problem that makes it a dead letter
+    problems: list[str | None] | None = None
+    made_ns: int = 0  # when the events were made (clock_ns), for the per-table lag
 
 
 class CaptureRouter:
@@ -50,16 +55,18 @@ class CaptureRouter:
 
     def route(self, row: CapturedRow) -> Routed:
         """The messages of ``row`` (see the module docstring)."""
+        if row.op == "t":
+            return self._truncate(row)
         codec: TableCodec = row.table
         if codec.problem is not None:
             return self._unencodable(row, codec, codec.problem)
         try:
-            return Routed(self._events(row, codec))
+            now = self._clock_ns()
+            return Routed(self._events(row, codec, now), made_ns=now)
         except ValueError as exc:
             return self._unencodable(row, codec, str(exc))
 
-    def _events(self, row: CapturedRow, codec: TableCodec) -> list[CapturedMessage]:
-        now = self._clock_ns()
+    def _events(self, row: CapturedRow, codec: TableCodec, now: int) -> list[CapturedMessage]:
         source = source_block(self._info, codec, commit_us=row.commit_us,
                               last_commit=row.last_commit, lsn=int(row.lsn), xid=row.xid,
                               snapshot=row.snapshot)
@@ -76,6 +83,20 @@ class CaptureRouter:
                 return [*self._delete(row, codec, old_key, old, source, now),
                         self._event(row, codec, key, None, new, source, "c", now)]
         return [self._event(row, codec, key, old, new, source, row.op, now)]
+
+    def _truncate(self, row: CapturedRow) -> Routed:
+        now = self._clock_ns()
+        messages: list[CapturedMessage] = []
+        problems: list[str | None] = []
+        for codec in row.table:
+            if codec.problem is not None:
+                messages += self._unencodable(row, codec, codec.problem).messages
+            else:
+                source = source_block(self._info, codec, commit_us=row.commit_us,
+                                      last_commit=row.last_commit, lsn=int(row.lsn), xid=row.xid)
+                messages.append(self._event(row, codec, None, None, None, source, "t", now))
+            problems.append(codec.problem)
+        return Routed(messages, problems=problems if any(problems) else None, made_ns=now)
 
     def _delete(self, row: CapturedRow, codec: TableCodec, key: dict[str, Any] | None,
                 old: dict[str, Any] | None, source: dict[str, Any],

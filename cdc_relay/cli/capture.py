@@ -15,7 +15,8 @@ from cdc_relay.cli.options import F, option
 from cdc_relay.config import UNAVAILABLE_VALUE, CaptureConfig
 from cdc_relay.errors import ConfigError
 
-_NAMES = ("capture", "capture_prefix", "no_outbox", "capture_tombstones", "capture_placeholder")
+_NAMES = ("capture", "capture_prefix", "no_outbox", "capture_tombstones", "capture_placeholder",
+          "capture_truncate")
 
 
 def capture_options(f: F) -> F:
@@ -40,6 +41,9 @@ def capture_options(f: F) -> F:
                help="A tombstone (key, null value) after each captured delete."),
         option("--capture-placeholder", default=UNAVAILABLE_VALUE, show_default=True,
                help="The value written for an unchanged TOASTed column."),
+        option("--capture-truncate/--no-capture-truncate", default=False, show_default=True,
+               help="A TRUNCATE of a captured table as an op: t event (the publication then "
+                    "publishes truncates; off as in Debezium)."),
     ]
     wrapped: Any = command
     for decorator in reversed(decorators):
@@ -58,4 +62,5 @@ def config_from(values: dict[str, Any]) -> CaptureConfig | None:
         raise ConfigError("--capture needs --capture-prefix (the topics are PREFIX.SCHEMA.TABLE, "
                           "as Debezium's topic.prefix)")
     return CaptureConfig(values["capture"], values["capture_prefix"], not values["no_outbox"],
-                         values["capture_tombstones"], values["capture_placeholder"])
+                         values["capture_tombstones"], values["capture_placeholder"],
+                         values["capture_truncate"])

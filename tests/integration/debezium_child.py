@@ -3,7 +3,8 @@
 ``python -m tests.integration.debezium_child HOST PORT DBNAME SLOT PUBLICATION PREFIX TABLES
 COUNT OUT [SNAPSHOT_MODE]``: runs Debezium's PostgreSQL connector (pgoutput, the slot -
 created by Debezium if missing - and the existing publication, ``snapshot.mode``
-SNAPSHOT_MODE (default ``no_data``), JsonConverter with schemas) until COUNT records
+SNAPSHOT_MODE (default ``no_data``), JsonConverter with schemas, ``skipped.operations=none``:
+truncate events too) until COUNT records
 arrived (or two minutes), writes them to OUT as JSON lines [topic, key, value], exits.
 A process of its own: the JVM pydbzengine starts stays out of the test worker.
 """
@@ -45,6 +46,7 @@ def main(host: str, port: str, dbname: str, slot: str, publication: str, prefix:
         "table.include.list": tables,
         "offset.storage": "org.apache.kafka.connect.storage.MemoryOffsetBackingStore",
         "offset.flush.interval.ms": "0", "converter.schemas.enable": "true",
+        "skipped.operations": "none",  # truncate events too (Debezium's default skips them)
     }
     engine = DebeziumEngine(properties=props, handler=Handler(), format="json")
     thread = threading.Thread(target=engine.run, daemon=True)

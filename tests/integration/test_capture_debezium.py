@@ -7,7 +7,9 @@ read the same WAL: capture_workload/workload.sql over the tables of setup.sql - 
 type of this slice with NULLs and edge values (NaN, the infinities, -0, leap day, BC,
 time zones, empty arrays, defaults), each REPLICA IDENTITY, a key change, unchanged TOAST
 values of text, arrays, bytea and jsonb, and schema changes between changes of one table
-(ADD/DROP COLUMN, a type change, a rename, a typmod change). Events are compared one by one, key and value,
+(ADD/DROP COLUMN, a type change, a rename, a typmod change), and TRUNCATEs of one table and
+of two at once (Debezium with ``skipped.operations=none``, the relays with
+``--capture-truncate``). Events are compared one by one, key and value,
 field order included, ignoring only what names the moment of processing (the top-level
 ``ts_ms``/``ts_us``/``ts_ns``) or the instance (``source.version``, ``source.name``, the
 topic prefix); the schemaless relay is compared with Debezium's ``payload``.
@@ -34,7 +36,7 @@ pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).parent / "capture_workload"
 TABLES = ["t_types", "t_default", "t_full", "t_index", "t_nothing", "t_nopk", "t_toast", "t_e",
-          "t_toast2", "t_full_nopk", "t_pk2", "t_ddl"]
+          "t_toast2", "t_full_nopk", "t_pk2", "t_ddl", "t_trunc", "t_trunc2"]
 
 
 def _unavailable() -> str | None:
@@ -91,10 +93,10 @@ def test_relay_events_equal_debezium_embedded_event_by_event(
     relays = [
         start_relay(db, bootstrap, topic_prefix, plugin="pgoutput", extra=(
             "--capture", tables, "--capture-prefix", topic_prefix, "--message-format",
-            "debezium-json")),
+            "debezium-json", "--capture-truncate")),
         start_relay(db, bootstrap, schemaless, slot="cdc_relay_b", plugin="pgoutput", extra=(
             "--capture", tables, "--capture-prefix", schemaless, "--message-format",
-            "debezium-json-schemaless")),
+            "debezium-json-schemaless", "--capture-truncate")),
     ]
     try:
         with psycopg.connect(db, autocommit=True) as conn:
@@ -109,6 +111,9 @@ def test_relay_events_equal_debezium_embedded_event_by_event(
                        check=True, timeout=300, capture_output=True, stdin=subprocess.DEVNULL)
         debezium = [json.loads(line) for line in out.read_text().splitlines()]
         assert len(debezium) > 50
+        truncates = [topic for topic, _, value in debezium if value and '"op":"t"' in value]
+        assert sorted(truncates) == ["dbz.public.t_trunc", "dbz.public.t_trunc",
+                                     "dbz.public.t_trunc2"]  # Debezium emits them: compared
         for prefix, envelope_only in ((topic_prefix, False), (schemaless, True)):
             with KafkaCollector(bootstrap, prefix + ".public.") as collector:
                 got = collector.collect(count=len(debezium), timeout=60)

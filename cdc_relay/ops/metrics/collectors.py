@@ -174,8 +174,30 @@ class WalCollector:
         yield _counter("cdc_relay_ignored_messages",
                        "Non-transactional 'cdc-relay' logical decoding messages, never published.",
                        stats.ignored_messages)
+        yield from captured_metrics(stats)
         if self._probe is not None:
             yield from slot_metrics(self._probe)
+
+
+def captured_metrics(stats: RelayStats) -> Iterator[Metric]:
+    """``run --capture``: change events by table and op, and each table's lag (absent
+    without --capture)."""
+    counts, lags = dict(stats.captured), dict(stats.captured_lag)  # C-level copies
+    if not counts and not lags:
+        return
+    events = CounterMetricFamily(
+        "cdc_relay_captured_events", "Change events made of captured tables' changes, by "
+        "table and op (c, u, d, t; tombstones and dead letters not counted).",
+        labels=["table", "op"])
+    for (table, op), count in sorted(counts.items()):
+        events.add_metric([table, op], count)
+    yield events
+    lag = GaugeMetricFamily(
+        "cdc_relay_captured_lag_seconds", "Per captured table: seconds from the commit of its "
+        "last streamed change to the moment the relay made its event.", labels=["table"])
+    for table, seconds in sorted(lags.items()):
+        lag.add_metric([table], seconds)
+    yield lag
 
 
 class FailoverFigures(Protocol):

@@ -514,11 +514,12 @@ _CAPTURE_PUBLISH = "insert, update, delete"
 
 
 def ensure_capture_publication(conn: psycopg.Connection[Any], publication: str,
-                               tables: list[tuple[str, str]]) -> Outcome:
+                               tables: list[tuple[str, str]], *, truncate: bool = False) -> Outcome:
     """``run --capture`` / ``init --capture``: the publication publishes inserts, updates and
-    deletes and includes every captured table (created with them if missing), on an
-    autocommit connection, under the advisory lock ``init`` takes. Call it before the slot
-    is created: pgoutput needs the publication at the slot's start.
+    deletes (and truncates with ``truncate``: ``run --capture-truncate``; one that already
+    publishes them keeps doing so) and includes every captured table (created with them if
+    missing), on an autocommit connection, under the advisory lock ``init`` takes. Call it
+    before the slot is created: pgoutput needs the publication at the slot's start.
 
     Publishing updates and deletes applies to the whole publication, so the outbox's own
     deletes (a retention job's) arrive too; the decoder ignores them (docs/table-cdc.md).
@@ -529,15 +530,17 @@ def ensure_capture_publication(conn: psycopg.Connection[Any], publication: str,
     try:
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (ADVISORY_LOCK_KEY,))
-            row = conn.execute("SELECT oid, puballtables, pubinsert AND pubupdate AND pubdelete"
-                               " FROM pg_publication WHERE pubname = %s", (publication,)).fetchone()
+            row = conn.execute("SELECT oid, puballtables, pubinsert AND pubupdate AND pubdelete,"
+                               " pubtruncate FROM pg_publication WHERE pubname = %s",
+                               (publication,)).fetchone()
+            publish = _CAPTURE_PUBLISH + (", truncate" if truncate or (row and row[3]) else "")
             if row is None:
                 conn.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {} WITH (publish = '"
-                                     + _CAPTURE_PUBLISH + "')").format(pub, sql.SQL(", ").join(idents)))
+                                     + publish + "')").format(pub, sql.SQL(", ").join(idents)))
                 return Outcome.CREATED
             outcome = Outcome.EXISTED
-            if not row[2]:
-                conn.execute(sql.SQL("ALTER PUBLICATION {} SET (publish = '" + _CAPTURE_PUBLISH
+            if not row[2] or (truncate and not row[3]):
+                conn.execute(sql.SQL("ALTER PUBLICATION {} SET (publish = '" + publish
                                      + "')").format(pub))
                 outcome = Outcome.UPDATED
             for (schema, table), ident in zip(tables, idents, strict=True):

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from cdc_relay.acks import AckTracker
-from cdc_relay.capture.route import CaptureRouter
+from cdc_relay.capture.route import CaptureRouter, Routed
 from cdc_relay.config import FlowConfig
 from cdc_relay.decoding.compiled import DecodeFunction
 from cdc_relay.delivery.engine import Engine, ProducerFailed, Stopped
@@ -294,6 +294,8 @@ class Session:
         Returns the next token."""
         assert self._capture is not None  # a CapturedRow comes only from the capture decoder
         routed = self._capture.route(row)
+        if routed.problem is None:
+            self._count_captured(routed, row)
         engine, first = self.engine, seq
         for message in routed.messages:
             self.inflight[seq] = message
@@ -302,10 +304,23 @@ class Session:
         registered = self.tracker.produced_many(seq - first)
         for token, message in enumerate(routed.messages, first):
             out: Message = message
-            if routed.problem is not None:
-                out = engine.dead_letter(token, DeliveryError(ErrorKind.PERMANENT, routed.problem))
+            problem = routed.problem if routed.problems is None else routed.problems[token - first]
+            if problem is not None:
+                out = engine.dead_letter(token, DeliveryError(ErrorKind.PERMANENT, problem))
             engine.produce(token, out)
         return registered
+
+    def _count_captured(self, routed: Routed, row: CapturedRow) -> None:
+        """The per-table metrics: events by table and op, the table's lag (its commit to
+        the event's making)."""
+        counts, lag = self.stats.captured, self.stats.captured_lag
+        problems = routed.problems
+        for i, message in enumerate(routed.messages):
+            if message.value is None or (problems is not None and problems[i] is not None):
+                continue  # a tombstone; a truncated table's dead letter
+            table = message.aggregate_id
+            counts[(table, message.event_type)] = counts.get((table, message.event_type), 0) + 1
+            lag[table] = routed.made_ns / 1e9 - row.commit_us / 1e6
 
     def _ignored(self, message: IgnoredMessage) -> None:
         self.stats.ignored_messages += 1
