@@ -131,10 +131,6 @@ def _refuse_on_standby(settings: WalSettings) -> None:
         raise ConfigError("--capture cannot be combined with --primary-dsn yet: capture "
                           "tables by decoding on the primary (drop --primary-dsn, --dsn the "
                           "primary)")
-    if settings.replication.on_slot_loss == "recover":
-        raise ConfigError("--on-slot-loss recover cannot be combined with --primary-dsn yet: "
-                          "use --on-slot-loss exit (the default) and run the recovery command "
-                          "it prints against the primary")
 
 
 def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,

@@ -21,6 +21,10 @@ A recovery stopped half-way (a crash, a stop) is redone by the next start whatev
 unrelayed but are no longer in the table (cleanup, insert-then-delete) cannot be
 republished: the relay says so loudly, with the window it cannot vouch for.
 
+Decoding on a standby (``repl.primary_dsn``): the slot and the snapshot's reads are on the
+standby (``repl.dsn``; PostgreSQL 16+ exports a snapshot there), every write - the lock,
+the state, the record, the publication, the rows' marks - on the primary.
+
 Must not: stream, or decide about a loss anywhere but here and in wal/slot/continuity.py.
 """
 
@@ -28,6 +32,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -45,7 +51,7 @@ from cdc_relay.wal.backfill.loop import BackfillStats, BackfillTimings
 from cdc_relay.wal.backfill.snapshot import create_slot_exporting_snapshot
 from cdc_relay.wal.backfill.state import StateStore
 from cdc_relay.wal.slot import continuity
-from cdc_relay.wal.slot.setup import PLUGINS, ensure_publication
+from cdc_relay.wal.slot.setup import PLUGINS, ensure_publication, standby_snapshots
 
 log = logging.getLogger("cdc_relay.recovery")
 
@@ -85,12 +91,16 @@ def recover(*, repl: ReplicationConfig, outbox: OutboxConfig, router: Router,
     """
     timings = timings or BackfillTimings()
     schema = validated_table(outbox.table).schema
-    with connect(repl.dsn, autocommit=True, application_name="cdc-relay recovery") as conn:
-        check_backfill_table(conn, repl.dsn, outbox)
-        store = StateStore(conn, outbox.table, repl.slot)
+    writer_dsn = repl.primary_dsn or repl.dsn  # decoding on a standby: writes to the primary
+    with connect(writer_dsn, autocommit=True, application_name="cdc-relay recovery") as conn, \
+            _slot_server(repl) as slot_conn:
+        slot_conn = slot_conn or conn
+        check_backfill_table(conn, writer_dsn, outbox)
+        store = StateStore(conn, outbox.table, repl.slot,
+                           reader_elsewhere=repl.primary_dsn is not None)
         if not wait_for_lock(store, repl.slot, stop, doing="recovering"):
             return False
-        status = slot_info(conn, repl.slot)
+        status = slot_info(slot_conn, repl.slot)
         record = continuity.read_record(conn, schema, repl.slot)
         reason = continuity.loss_reason(status, record, continuity.identity(conn)[0])
         horizon = record.horizon_xid if record is not None else None
@@ -103,11 +113,14 @@ def recover(*, repl: ReplicationConfig, outbox: OutboxConfig, router: Router,
             log.warning("recovering from a slot loss: %s", reason, extra={"slot": repl.slot})
             _warn_unvouched(conn, outbox, record)
             if status is not None:
-                _drop(conn, repl.slot)
+                _drop(slot_conn, repl.slot)
             if repl.plugin == "pgoutput":
                 ensure_publication(conn, outbox.table, repl.publication)
             store.begin()
-            exported = create_slot_exporting_snapshot(repl)
+            with standby_snapshots(repl.primary_dsn, repl.slot):
+                # PostgreSQL refuses a failover slot on a standby.
+                exported = create_slot_exporting_snapshot(
+                    repl if repl.primary_dsn is None else replace(repl, failover_slot=False))
             continuity.record_creation(
                 conn, schema=schema, slot=repl.slot, plugin=repl.plugin, table=str(outbox.table),
                 created_lsn=exported.snapshot.consistent_point,
@@ -120,7 +133,8 @@ def recover(*, repl: ReplicationConfig, outbox: OutboxConfig, router: Router,
             snapshot, close = None, None
         done = run_backfill(store, snapshot, exported_close=close, repl=repl, outbox=outbox,
                             router=router, sink_factory=sink_factory, flow=flow, stats=stats,
-                            stop=stop, timings=timings, horizon_xid=horizon)
+                            stop=stop, timings=timings, horizon_xid=horizon,
+                            marks_dsn=writer_dsn)
         if not done:
             return False
         store.finished(stats.rows_done)
@@ -132,6 +146,16 @@ def recover(*, repl: ReplicationConfig, outbox: OutboxConfig, router: Router,
                 repl.slot, stats.rows_done, stats.dead_lettered,
                 extra={"slot": repl.slot, "republished": stats.rows_done})
     return True
+
+
+@contextmanager
+def _slot_server(repl: ReplicationConfig) -> Iterator[psycopg.Connection[Any] | None]:
+    """A connection to the standby that holds the slot, or None when it is the writer."""
+    if repl.primary_dsn is None:
+        yield None
+        return
+    with connect(repl.dsn, autocommit=True, application_name="cdc-relay recovery") as conn:
+        yield conn
 
 
 def _drop(conn: psycopg.Connection[Any], slot: str) -> None:

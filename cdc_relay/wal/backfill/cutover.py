@@ -176,10 +176,13 @@ def run_backfill(store: StateStore, snapshot: SlotSnapshot | None, *, repl: Repl
                  outbox: OutboxConfig, router: Router, sink_factory: SinkFactory,
                  flow: FlowConfig, stats: BackfillStats, stop: threading.Event,
                  timings: BackfillTimings, exported_close: Any = None,
-                 horizon_xid: int | None = None, tables: TableSnapshot | None = None) -> bool:
+                 horizon_xid: int | None = None, tables: TableSnapshot | None = None,
+                 marks_dsn: str | None = None) -> bool:
     """Publish the pending rows of ``snapshot`` (a fresh snapshot when None) and mark them;
     with ``horizon_xid``, only those of transactions at or after it (a recovery); then the
-    captured ``tables``' rows, read in the same snapshot (imported before the export ends)."""
+    captured ``tables``' rows, read in the same snapshot (imported before the export ends).
+    ``marks_dsn``: where the marks are written when the rows are read on a standby
+    (``repl.dsn``): its primary."""
     reader = SnapshotReader(repl.dsn, outbox, snapshot.snapshot_name if snapshot else None,
                             horizon_xid=horizon_xid)
     outbox_rows = tables is None or tables.with_outbox
@@ -202,7 +205,7 @@ def run_backfill(store: StateStore, snapshot: SlotSnapshot | None, *, repl: Repl
             log.info("backfill: %d pending rows of %s in %s; streaming starts once all are "
                      "acknowledged", total, outbox.table, where,
                      extra={"rows_total": total, "slot": repl.slot})
-        marker = RowMarker(repl.dsn, outbox) if outbox_rows else None
+        marker = RowMarker(marks_dsn or repl.dsn, outbox) if outbox_rows else None
         try:
             done = marker is None or Backfill(
                 reader=reader, store=store, mark=marker, router=router, sink_factory=sink_factory,
