@@ -151,6 +151,13 @@ def test_what_a_standby_cannot_do_is_refused_in_one_line(
     assert "pg_is_in_recovery() is true" in result.stderr
     assert "--primary-dsn" in result.stderr and "Traceback" not in result.stderr
 
+    # init on the standby: one line naming init on the primary and run --primary-dsn.
+    result = run_cli("init", "--dsn", standby, "--no-slot")
+    assert result.returncode == ExitCode.USAGE, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "cdc-relay init --dsn PRIMARY --no-slot" in result.stderr
+    assert "--primary-dsn PRIMARY" in result.stderr
+
     # --primary-dsn naming the standby itself: it cannot take the relay's writes.
     result = run_cli(*args, "--primary-dsn", standby)
     assert result.returncode == ExitCode.USAGE, result.stderr
