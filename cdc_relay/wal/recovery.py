@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -46,12 +44,18 @@ from cdc_relay.pg.db import connect, translate_error, validated_table
 from cdc_relay.pg.slots import slot_info
 from cdc_relay.routing import Router
 from cdc_relay.sink.base import SinkFactory
-from cdc_relay.wal.backfill.cutover import check_backfill_table, run_backfill, wait_for_lock
+from cdc_relay.wal.backfill.cutover import (
+    check_backfill_table,
+    create_slot_exporting_snapshot_at,
+    run_backfill,
+    slot_server,
+    wait_for_lock,
+    writer_dsn,
+)
 from cdc_relay.wal.backfill.loop import BackfillStats, BackfillTimings
-from cdc_relay.wal.backfill.snapshot import create_slot_exporting_snapshot
 from cdc_relay.wal.backfill.state import StateStore
 from cdc_relay.wal.slot import continuity
-from cdc_relay.wal.slot.setup import PLUGINS, ensure_publication, standby_snapshots
+from cdc_relay.wal.slot.setup import PLUGINS, ensure_publication
 
 log = logging.getLogger("cdc_relay.recovery")
 
@@ -91,11 +95,11 @@ def recover(*, repl: ReplicationConfig, outbox: OutboxConfig, router: Router,
     """
     timings = timings or BackfillTimings()
     schema = validated_table(outbox.table).schema
-    writer_dsn = repl.primary_dsn or repl.dsn  # decoding on a standby: writes to the primary
-    with connect(writer_dsn, autocommit=True, application_name="cdc-relay recovery") as conn, \
-            _slot_server(repl) as slot_conn:
-        slot_conn = slot_conn or conn
-        check_backfill_table(conn, writer_dsn, outbox)
+    writes = writer_dsn(repl)  # decoding on a standby: the primary
+    with connect(writes, autocommit=True, application_name="cdc-relay recovery") as conn, \
+            slot_server(repl, "cdc-relay recovery") as on_standby:
+        slot_conn = on_standby or conn
+        check_backfill_table(conn, writes, outbox)
         store = StateStore(conn, outbox.table, repl.slot,
                            reader_elsewhere=repl.primary_dsn is not None)
         if not wait_for_lock(store, repl.slot, stop, doing="recovering"):
@@ -117,10 +121,7 @@ def recover(*, repl: ReplicationConfig, outbox: OutboxConfig, router: Router,
             if repl.plugin == "pgoutput":
                 ensure_publication(conn, outbox.table, repl.publication)
             store.begin()
-            with standby_snapshots(repl.primary_dsn, repl.slot):
-                # PostgreSQL refuses a failover slot on a standby.
-                exported = create_slot_exporting_snapshot(
-                    repl if repl.primary_dsn is None else replace(repl, failover_slot=False))
+            exported = create_slot_exporting_snapshot_at(repl)
             continuity.record_creation(
                 conn, schema=schema, slot=repl.slot, plugin=repl.plugin, table=str(outbox.table),
                 created_lsn=exported.snapshot.consistent_point,
@@ -134,7 +135,7 @@ def recover(*, repl: ReplicationConfig, outbox: OutboxConfig, router: Router,
         done = run_backfill(store, snapshot, exported_close=close, repl=repl, outbox=outbox,
                             router=router, sink_factory=sink_factory, flow=flow, stats=stats,
                             stop=stop, timings=timings, horizon_xid=horizon,
-                            marks_dsn=writer_dsn)
+                            marks_dsn=writes)
         if not done:
             return False
         store.finished(stats.rows_done)
@@ -146,16 +147,6 @@ def recover(*, repl: ReplicationConfig, outbox: OutboxConfig, router: Router,
                 repl.slot, stats.rows_done, stats.dead_lettered,
                 extra={"slot": repl.slot, "republished": stats.rows_done})
     return True
-
-
-@contextmanager
-def _slot_server(repl: ReplicationConfig) -> Iterator[psycopg.Connection[Any] | None]:
-    """A connection to the standby that holds the slot, or None when it is the writer."""
-    if repl.primary_dsn is None:
-        yield None
-        return
-    with connect(repl.dsn, autocommit=True, application_name="cdc-relay recovery") as conn:
-        yield conn
 
 
 def _drop(conn: psycopg.Connection[Any], slot: str) -> None:
