@@ -36,7 +36,7 @@ from cdc_relay.pg.db import (
     translate_error,
     validated_table,
 )
-from cdc_relay.pg.endpoint import refuse_pooler, require_writable
+from cdc_relay.pg.endpoint import INIT_STANDBY_ALTERNATIVE, refuse_pooler, require_writable
 from cdc_relay.pg.schema import Outcome, apply_schema, template_names
 from cdc_relay.pg.slots import idle_logical_slots
 from cdc_relay.wal.slot.setup import (
@@ -166,7 +166,7 @@ def init_database(
     if mode == "wal":
         refuse_pooler(dsn)  # before anything is made through an endpoint that cannot stream
     with connect(dsn, autocommit=True) as conn:
-        require_writable(conn, dsn, "init")
+        require_writable(conn, dsn, "init", standby_alternative=INIT_STANDBY_ALTERNATIVE)
         try:
             features = frozenset({"trace_context"} if trace_context else ())
             applied, version, trigger = apply_schema(

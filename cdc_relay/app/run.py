@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from contextlib import AbstractContextManager, closing, nullcontext
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, closing, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -122,19 +123,10 @@ class WalSettings:
 def _refuse_on_standby(settings: WalSettings) -> None:
     """What decoding on a standby (``--primary-dsn``) cannot do yet, refused in one line
     with the alternative (docs/high-availability.md, decoding on a standby)."""
-    if settings.snapshot == "initial":
-        raise ConfigError("--snapshot initial cannot be combined with --primary-dsn (the "
-                          "backfill's snapshot and state are not wired to a standby): start "
-                          "with --snapshot never on the standby, or backfill by decoding on "
-                          "the primary (drop --primary-dsn, --dsn the primary)")
     if settings.capture is not None:
         raise ConfigError("--capture cannot be combined with --primary-dsn yet: capture "
                           "tables by decoding on the primary (drop --primary-dsn, --dsn the "
                           "primary)")
-    if settings.replication.on_slot_loss == "recover":
-        raise ConfigError("--on-slot-loss recover cannot be combined with --primary-dsn yet: "
-                          "use --on-slot-loss exit (the default) and run the recovery command "
-                          "it prints against the primary")
 
 
 def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
@@ -275,6 +267,11 @@ def _run_wal_once(settings: WalSettings, stop: threading.Event, recovered: Repub
             from cdc_relay.wal.backfill.cutover import precheck
 
             with_outbox = settings.capture is None or settings.capture.outbox
+            if repl.primary_dsn is not None:  # the standby and its primary, said first
+                from cdc_relay.pg.db import connect
+
+                with connect(repl.dsn, autocommit=True) as standby:
+                    _standby_pair(standby, repl).close()
             precheck(repl, settings.outbox, outbox_rows=with_outbox)  # before anything is touched
             # The backfill reads the carried columns (and the trace columns the table has).
             return _backfill_then_stream(replace(settings, outbox=resolve_message_columns(
@@ -308,6 +305,18 @@ def _run_wal_once(settings: WalSettings, stop: threading.Event, recovered: Repub
     return _stopped(relay.stats, repl.slot, sink_name(settings.sink), recovered)
 
 
+@contextmanager
+def _writer(repl: ReplicationConfig) -> Iterator[psycopg.Connection[Any] | None]:
+    """An autocommit connection to ``--primary-dsn`` (decoding on a standby), else None."""
+    if repl.primary_dsn is None:
+        yield None
+        return
+    from cdc_relay.pg.db import connect
+
+    with connect(repl.primary_dsn, autocommit=True) as conn:
+        yield conn
+
+
 def _horizon(settings: WalSettings, stats: RelayStats) -> AbstractContextManager[object]:
     """The thread that moves the slot's recorded horizon forward (wal/slot/continuity.py)."""
     from cdc_relay.wal.slot.continuity import HorizonRecorder
@@ -318,6 +327,25 @@ def _horizon(settings: WalSettings, stats: RelayStats) -> AbstractContextManager
                                lambda: stats.confirmed_lsn, heartbeat=True)
     return HorizonRecorder(repl.dsn, settings.outbox.table.schema, repl.slot,
                            lambda: stats.confirmed_lsn)
+
+
+def _standby_pair(conn: psycopg.Connection[Any], repl: ReplicationConfig
+                  ) -> psycopg.Connection[Any]:
+    """Decoding on a standby: ``conn`` (``--dsn``) must be a standby of 16+, the primary
+    writable; returns an open autocommit connection to the primary (the caller closes it)."""
+    from cdc_relay.pg.db import connect
+    from cdc_relay.pg.endpoint import require_standby, require_writable
+
+    assert repl.primary_dsn is not None
+    require_standby(conn, repl.dsn)
+    writer = connect(repl.primary_dsn, autocommit=True)
+    try:
+        require_writable(writer, repl.primary_dsn, "--primary-dsn (the slot's continuity "
+                         "record, heartbeats)", option="--primary-dsn")
+    except BaseException:
+        writer.close()
+        raise
+    return writer
 
 
 def _startup_checks_retried(settings: WalSettings, stop: threading.Event
@@ -343,7 +371,7 @@ def _startup_checks(settings: WalSettings) -> _Checked:
     unfinished backfill is a warning.
     """
     from cdc_relay.pg.db import connect
-    from cdc_relay.pg.endpoint import require_standby, require_writable
+    from cdc_relay.pg.endpoint import require_writable
     from cdc_relay.pg.message_columns import resolve_message_columns
     from cdc_relay.wal.backfill.state import warn_if_unfinished
     from cdc_relay.wal.slot.continuity import read_record
@@ -359,10 +387,7 @@ def _startup_checks(settings: WalSettings) -> _Checked:
             require_writable(conn, repl.dsn, "the relay (the slot's continuity record)",
                              standby_alternative=True)
         else:  # decoding on a standby: the slot here, every write on the primary
-            require_standby(conn, repl.dsn)
-            writer = connect(repl.primary_dsn, autocommit=True)
-            require_writable(writer, repl.primary_dsn, "--primary-dsn (the slot's continuity "
-                             "record, heartbeats)", option="--primary-dsn")
+            writer = _standby_pair(conn, repl)
         if repl.plugin_from_slot:
             plugin, note = plugin_for_slot(conn, repl.slot)
             if note:
@@ -439,12 +464,16 @@ def _backfill_then_stream(settings: WalSettings, stop: threading.Event) -> int:
             return ExitCode.OK
         partitioned = False
         if tables is None or tables.with_outbox:
-            partitioned = ensure_replication(
-                repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
-                publication=repl.publication, failover=repl.failover_slot).partitioned
+            with _writer(repl) as writer:
+                partitioned = ensure_replication(
+                    repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
+                    publication=repl.publication, failover=repl.failover_slot, writer=writer,
+                    primary_dsn=repl.primary_dsn).partitioned
         relay = build_wal_relay(settings, partitioned=partitioned, router=router,
                                 sink_factory=sink_factory, stats=stats, capture=captured)
-        relay.run(stop)
+        # Decoding on a standby: the heartbeat that moves the slot, and the horizon.
+        with _horizon(settings, stats) if repl.primary_dsn is not None else nullcontext():
+            relay.run(stop)
     return _stopped(stats, repl.slot, sink_name(settings.sink),
                     Republished("by the backfill", backfill.published, backfill.dead_lettered))
 

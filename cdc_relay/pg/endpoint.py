@@ -105,19 +105,24 @@ def read_only_reason(conn: psycopg.Connection[Any]) -> str | None:
 
 STANDBY_ALTERNATIVE = ("; or, to decode on this standby (PostgreSQL 16+), keep --dsn and add "
                        "--primary-dsn naming its primary (docs/high-availability.md)")
+# ``init`` writes only (the schema, the publication): on the primary, also when the relay
+# decodes on a standby - the slot is created there by ``run --primary-dsn``.
+INIT_STANDBY_ALTERNATIVE = ("; to decode on this standby (PostgreSQL 16+): cdc-relay init --dsn "
+                            "PRIMARY --no-slot, then cdc-relay run --dsn STANDBY --primary-dsn "
+                            "PRIMARY (docs/high-availability.md)")
 
 
 def read_only_error(where: str, reason: str, doing: str, *, option: str = "--dsn",
-                    standby_alternative: bool = False) -> WrongEndpoint:
+                    standby_alternative: bool | str = False) -> WrongEndpoint:
     """The one line for a read-only server where ``doing`` must write.
 
-    ``standby_alternative``: a hot standby is also named as a fix of its own (``run``:
-    decoding on a standby with ``--primary-dsn``).
+    ``standby_alternative``: a hot standby is also named as a fix of its own (True:
+    ``run``'s, decoding on a standby with ``--primary-dsn``; a string: that text).
     """
     fix = (f"point {option} at the primary (the cluster's writer endpoint), not a replica or "
            "reader endpoint")
     if standby_alternative and "pg_is_in_recovery" in reason:
-        fix += STANDBY_ALTERNATIVE
+        fix += (STANDBY_ALTERNATIVE if standby_alternative is True else str(standby_alternative))
     if "default_transaction_read_only" in reason:
         fix += (", or let the role write: ALTER ROLE <role> SET default_transaction_read_only "
                 "= off")
@@ -125,7 +130,7 @@ def read_only_error(where: str, reason: str, doing: str, *, option: str = "--dsn
 
 
 def require_writable(conn: psycopg.Connection[Any], dsn: str, doing: str, *,
-                     option: str = "--dsn", standby_alternative: bool = False) -> None:
+                     option: str = "--dsn", standby_alternative: bool | str = False) -> None:
     """``WrongEndpoint`` when ``conn``'s server cannot take ``doing``'s writes."""
     try:
         reason = read_only_reason(conn)

@@ -21,6 +21,10 @@ A recovery stopped half-way (a crash, a stop) is redone by the next start whatev
 unrelayed but are no longer in the table (cleanup, insert-then-delete) cannot be
 republished: the relay says so loudly, with the window it cannot vouch for.
 
+Decoding on a standby (``repl.primary_dsn``): the slot and the snapshot's reads are on the
+standby (``repl.dsn``; PostgreSQL 16+ exports a snapshot there), every write - the lock,
+the state, the record, the publication, the rows' marks - on the primary.
+
 Must not: stream, or decide about a loss anywhere but here and in wal/slot/continuity.py.
 """
 
@@ -40,9 +44,15 @@ from cdc_relay.pg.db import connect, translate_error, validated_table
 from cdc_relay.pg.slots import slot_info
 from cdc_relay.routing import Router
 from cdc_relay.sink.base import SinkFactory
-from cdc_relay.wal.backfill.cutover import check_backfill_table, run_backfill, wait_for_lock
+from cdc_relay.wal.backfill.cutover import (
+    check_backfill_table,
+    create_slot_exporting_snapshot_at,
+    run_backfill,
+    slot_server,
+    wait_for_lock,
+    writer_dsn,
+)
 from cdc_relay.wal.backfill.loop import BackfillStats, BackfillTimings
-from cdc_relay.wal.backfill.snapshot import create_slot_exporting_snapshot
 from cdc_relay.wal.backfill.state import StateStore
 from cdc_relay.wal.slot import continuity
 from cdc_relay.wal.slot.setup import PLUGINS, ensure_publication
@@ -85,12 +95,16 @@ def recover(*, repl: ReplicationConfig, outbox: OutboxConfig, router: Router,
     """
     timings = timings or BackfillTimings()
     schema = validated_table(outbox.table).schema
-    with connect(repl.dsn, autocommit=True, application_name="cdc-relay recovery") as conn:
-        check_backfill_table(conn, repl.dsn, outbox)
-        store = StateStore(conn, outbox.table, repl.slot)
+    writes = writer_dsn(repl)  # decoding on a standby: the primary
+    with connect(writes, autocommit=True, application_name="cdc-relay recovery") as conn, \
+            slot_server(repl, "cdc-relay recovery") as on_standby:
+        slot_conn = on_standby or conn
+        check_backfill_table(conn, writes, outbox)
+        store = StateStore(conn, outbox.table, repl.slot,
+                           reader_elsewhere=repl.primary_dsn is not None)
         if not wait_for_lock(store, repl.slot, stop, doing="recovering"):
             return False
-        status = slot_info(conn, repl.slot)
+        status = slot_info(slot_conn, repl.slot)
         record = continuity.read_record(conn, schema, repl.slot)
         reason = continuity.loss_reason(status, record, continuity.identity(conn)[0])
         horizon = record.horizon_xid if record is not None else None
@@ -103,11 +117,11 @@ def recover(*, repl: ReplicationConfig, outbox: OutboxConfig, router: Router,
             log.warning("recovering from a slot loss: %s", reason, extra={"slot": repl.slot})
             _warn_unvouched(conn, outbox, record)
             if status is not None:
-                _drop(conn, repl.slot)
+                _drop(slot_conn, repl.slot)
             if repl.plugin == "pgoutput":
                 ensure_publication(conn, outbox.table, repl.publication)
             store.begin()
-            exported = create_slot_exporting_snapshot(repl)
+            exported = create_slot_exporting_snapshot_at(repl)
             continuity.record_creation(
                 conn, schema=schema, slot=repl.slot, plugin=repl.plugin, table=str(outbox.table),
                 created_lsn=exported.snapshot.consistent_point,
@@ -120,7 +134,8 @@ def recover(*, repl: ReplicationConfig, outbox: OutboxConfig, router: Router,
             snapshot, close = None, None
         done = run_backfill(store, snapshot, exported_close=close, repl=repl, outbox=outbox,
                             router=router, sink_factory=sink_factory, flow=flow, stats=stats,
-                            stop=stop, timings=timings, horizon_xid=horizon)
+                            stop=stop, timings=timings, horizon_xid=horizon,
+                            marks_dsn=writes)
         if not done:
             return False
         store.finished(stats.rows_done)

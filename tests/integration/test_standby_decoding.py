@@ -19,7 +19,12 @@ import pytest
 from cdc_relay.errors import ExitCode
 from cdc_relay.local.broker import Broker
 from cdc_relay.local.pair import PostgresPair
-from tests.integration.wal_support import collect_ids, start_relay, write_workload
+from tests.integration.wal_support import (
+    assert_contract,
+    collect_ids,
+    start_relay,
+    write_workload,
+)
 from tests.support import KafkaCollector, init_outbox, run_cli, wait_for
 
 SLOT = "cdc_relay"
@@ -81,6 +86,95 @@ def test_events_committed_on_the_primary_arrive_through_the_standbys_slot(
         relay.kill()
 
 
+def test_the_standbys_slot_gone_is_a_loss_that_recovery_makes_whole_from_the_standby(
+        pair: PostgresPair, broker: Broker, topic_prefix: str) -> None:
+    primary, standby = _outbox(pair)
+    extra = ("--primary-dsn", primary)
+    relay = start_relay(standby, broker.bootstrap, topic_prefix, plugin="pgoutput", extra=extra)
+    try:
+        expected = write_workload(primary, transactions=10, seed=4)
+        with KafkaCollector(broker.bootstrap, topic_prefix) as collector:
+            collect_ids(collector, topic_prefix, expected.ids)
+        assert relay.stop() == 0, relay.stderr
+    finally:
+        relay.kill()
+    # While the relay is down: events committed, then the standby loses the slot (as a
+    # standby rebuilt from a new base backup does).
+    write_workload(primary, transactions=10, seed=5, expected=expected)
+    pair.wait_replayed()
+    pair.standby.execute(f"SELECT pg_drop_replication_slot('{SLOT}')", dbname="app")
+
+    args = ("run", "--dsn", standby, "--primary-dsn", primary, "--brokers", broker.bootstrap,
+            "--plugin", "pgoutput", "--topic-pattern", topic_prefix + ".{aggregate_type}")
+    refused = run_cli(*args)
+    assert refused.returncode == ExitCode.SLOT_LOST, refused.stderr
+    assert "no longer exists" in refused.stderr, refused.stderr
+    [line] = [x for x in refused.stderr.splitlines() if "--on-slot-loss recover" in x]
+    assert "--primary-dsn" in line and "Traceback" not in refused.stderr
+    slot_sql = f"SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{SLOT}'"
+    assert pair.standby.execute(slot_sql, dbname="app") == "0"  # nothing replaced
+
+    fixed = start_relay(standby, broker.bootstrap, topic_prefix, plugin="pgoutput",
+                        extra=(*extra, "--on-slot-loss", "recover"))
+    try:
+        write_workload(primary, transactions=10, seed=6, expected=expected)  # streamed
+        with KafkaCollector(broker.bootstrap, topic_prefix) as collector:
+            try:
+                messages = collect_ids(collector, topic_prefix, expected.ids, timeout=90)
+            except TimeoutError as exc:
+                raise AssertionError(fixed.stderr) from exc
+        assert fixed.running(), fixed.stderr
+        assert fixed.stop() == 0, fixed.stderr
+    finally:
+        fixed.kill()
+    assert_contract(messages, expected, topic_prefix)
+    assert "recovered slot cdc_relay" in fixed.stderr, fixed.stderr
+    # The new slot on the standby, none on the primary; the record (no longer recovering)
+    # and the marks on the primary.
+    assert pair.standby.execute(slot_sql, dbname="app") == "1"
+    assert pair.primary.execute(slot_sql, dbname="app") == "0"
+    assert pair.primary.execute("SELECT count(*) FROM cdc_relay_slots WHERE recovering",
+                                dbname="app") == "0"
+    assert pair.primary.execute("SELECT count(*) FROM outbox_events WHERE processed_at IS NOT NULL",
+                                dbname="app") != "0"
+
+
+def test_snapshot_initial_backfills_from_the_standby_and_writes_its_state_on_the_primary(
+        pair: PostgresPair, broker: Broker, topic_prefix: str) -> None:
+    primary, standby = _outbox(pair)
+    expected = write_workload(primary, transactions=10, seed=7)  # pending before the slot
+    pair.wait_replayed()
+    extra = ("--primary-dsn", primary, "--snapshot", "initial")
+    relay = start_relay(standby, broker.bootstrap, topic_prefix, plugin="pgoutput", extra=extra)
+    try:
+        with KafkaCollector(broker.bootstrap, topic_prefix) as collector:
+            write_workload(primary, transactions=10, seed=8, expected=expected)  # streamed
+            try:
+                messages = collect_ids(collector, topic_prefix, expected.ids, timeout=90)
+            except TimeoutError as exc:
+                raise AssertionError(relay.stderr) from exc
+            assert relay.stop() == 0, relay.stderr
+            # A restart: the backfill is finished (the primary's state says so); streaming.
+            relay = start_relay(standby, broker.bootstrap, topic_prefix, plugin="pgoutput",
+                                extra=extra)
+            assert "backfill of slot cdc_relay finished" in relay.stderr, relay.stderr
+            write_workload(primary, transactions=5, seed=9, expected=expected)
+            messages = collect_ids(collector, topic_prefix, expected.ids)
+        assert relay.stop() == 0, relay.stderr
+    finally:
+        relay.kill()
+    assert_contract(messages, expected, topic_prefix)
+    slot_sql = f"SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{SLOT}'"
+    assert pair.standby.execute(slot_sql, dbname="app") == "1"
+    assert pair.primary.execute(slot_sql, dbname="app") == "0"
+    assert pair.primary.execute("SELECT state FROM cdc_relay_backfill", dbname="app") == "done"
+    # The rows pending before the slot existed were backfilled and marked on the primary.
+    backfilled = pair.primary.execute("SELECT rows_done FROM cdc_relay_backfill", dbname="app")
+    marked = pair.primary.execute("SELECT count(*) FROM outbox_events"
+                                  " WHERE processed_at IS NOT NULL", dbname="app")
+    assert int(backfilled) > 0 and marked == backfilled
+
+
 def test_what_a_standby_cannot_do_is_refused_in_one_line(
         pair: PostgresPair, broker: Broker, topic_prefix: str) -> None:
     primary, standby = _outbox(pair)
@@ -93,6 +187,13 @@ def test_what_a_standby_cannot_do_is_refused_in_one_line(
     assert "pg_is_in_recovery() is true" in result.stderr
     assert "--primary-dsn" in result.stderr and "Traceback" not in result.stderr
 
+    # init on the standby: one line naming init on the primary and run --primary-dsn.
+    result = run_cli("init", "--dsn", standby, "--no-slot")
+    assert result.returncode == ExitCode.USAGE, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "cdc-relay init --dsn PRIMARY --no-slot" in result.stderr
+    assert "--primary-dsn PRIMARY" in result.stderr
+
     # --primary-dsn naming the standby itself: it cannot take the relay's writes.
     result = run_cli(*args, "--primary-dsn", standby)
     assert result.returncode == ExitCode.USAGE, result.stderr
@@ -103,11 +204,12 @@ def test_what_a_standby_cannot_do_is_refused_in_one_line(
     assert result.returncode == ExitCode.USAGE, result.stderr
     assert "is not a standby" in result.stderr
 
-    for option, said in ((("--snapshot", "initial"), "--snapshot initial cannot"),
-                         (("--on-slot-loss", "recover"), "--on-slot-loss recover cannot")):
-        result = run_cli(*args, "--primary-dsn", primary, *option)
-        assert result.returncode == ExitCode.USAGE, result.stderr
-        assert said in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    # Not wired to the primary yet: --capture.
+    result = run_cli(*args, "--primary-dsn", primary, "--capture", "public.outbox_events",
+                     "--capture-prefix", "cdc")
+    assert result.returncode == ExitCode.USAGE, result.stderr
+    assert "--capture cannot" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
 
     # Nothing was created on either server.
     slot_sql = "SELECT count(*) FROM pg_replication_slots WHERE slot_type = 'logical'"

@@ -23,7 +23,12 @@ from cdc_relay.ops.doctor.checks import (
 )
 from cdc_relay.ops.verdicts import Verdict
 from cdc_relay.pg.db import translate_error
-from cdc_relay.pg.endpoint import pooler_error, pooler_refusal, read_only_error
+from cdc_relay.pg.endpoint import (
+    INIT_STANDBY_ALTERNATIVE,
+    pooler_error,
+    pooler_refusal,
+    read_only_error,
+)
 
 SERVER = ServerFacts(version="15.20", database="app", role="relay", superuser=False,
                      replication=False, wal_level="logical", max_slots=10, max_senders=10,
@@ -92,6 +97,18 @@ def test_membership_in_rds_replication_passes_the_replication_check() -> None:
                                                "pgoutput")}
     assert checks["REPLICATION"].verdict is Verdict.PASS
     assert "rds_replication" in checks["REPLICATION"].detail
+
+
+def test_init_on_a_hot_standby_names_init_on_the_primary_for_decoding_there() -> None:
+    reason = "a hot standby or reader endpoint (pg_is_in_recovery() is true)"
+    line = str(read_only_error("db:5432/app", reason, "init",
+                               standby_alternative=INIT_STANDBY_ALTERNATIVE))
+    assert "\n" not in line and "point --dsn at the primary" in line
+    assert "init --dsn PRIMARY --no-slot" in line and "--primary-dsn PRIMARY" in line
+    role = str(read_only_error("db:5432/app", "read-only for this role or database "
+                               "(default_transaction_read_only = on)", "init",
+                               standby_alternative=INIT_STANDBY_ALTERNATIVE))
+    assert "--no-slot" not in role  # only a standby can decode
 
 
 def test_run_on_a_hot_standby_names_primary_dsn_as_the_other_fix() -> None:

@@ -16,6 +16,10 @@ The decision, under the slot's backfill lock (one relay at a time; the others st
 Before any of that the table must have the bookkeeping columns the backfill reads and
 writes (``processed_at``, ``dead_lettered_at``): otherwise a ConfigError, nothing touched.
 
+Decoding on a standby (``repl.primary_dsn``, PostgreSQL 16+): the slot, its exported
+snapshot and the reads are on the standby (``repl.dsn``); the lock, the state, the
+publication, the record and the rows' marks on the primary (``writer_dsn``).
+
 Must not: stream, publish (loop.py does), or read the environment.
 """
 
@@ -23,6 +27,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import psycopg
@@ -35,11 +42,15 @@ from cdc_relay.routing import Router
 from cdc_relay.sink.base import SinkFactory
 from cdc_relay.wal.backfill.loop import Backfill, BackfillStats, BackfillTimings
 from cdc_relay.wal.backfill.rows import RowMarker, SnapshotReader
-from cdc_relay.wal.backfill.snapshot import SlotSnapshot, create_slot_exporting_snapshot
+from cdc_relay.wal.backfill.snapshot import (
+    ExportedSlot,
+    SlotSnapshot,
+    create_slot_exporting_snapshot,
+)
 from cdc_relay.wal.backfill.state import StateStore, read_record
 from cdc_relay.wal.backfill.tables import TableSnapshot
 from cdc_relay.wal.slot import continuity
-from cdc_relay.wal.slot.setup import ensure_publication
+from cdc_relay.wal.slot.setup import ensure_publication, standby_snapshots
 
 log = logging.getLogger("cdc_relay.backfill")
 
@@ -77,10 +88,12 @@ def precheck(repl: ReplicationConfig, outbox: OutboxConfig, *, outbox_rows: bool
 
     The decision itself is taken again under the lock (``backfill_before_streaming``).
     """
-    with connect(repl.dsn, autocommit=True, application_name="cdc-relay backfill") as conn:
+    with connect(writer_dsn(repl), autocommit=True,
+                 application_name="cdc-relay backfill") as conn, \
+            slot_server(repl, "cdc-relay backfill") as slot_conn:
         if outbox_rows:
-            check_backfill_table(conn, repl.dsn, outbox)
-        if slot_info(conn, repl.slot) is not None:
+            check_backfill_table(conn, writer_dsn(repl), outbox)
+        if slot_info(slot_conn or conn, repl.slot) is not None:
             record = read_record(conn, outbox.table, repl.slot)
             if record is None or record.table != str(outbox.table):
                 raise _refusal(repl.slot, str(outbox.table))
@@ -110,13 +123,16 @@ def backfill_before_streaming(*, repl: ReplicationConfig, outbox: OutboxConfig, 
     """
     timings = timings or BackfillTimings()
     outbox_rows = tables is None or tables.with_outbox
-    with connect(repl.dsn, autocommit=True, application_name="cdc-relay backfill") as conn:
+    with connect(writer_dsn(repl), autocommit=True,
+                 application_name="cdc-relay backfill") as conn, \
+            slot_server(repl, "cdc-relay backfill") as slot_conn:
         if outbox_rows:
-            check_backfill_table(conn, repl.dsn, outbox)
-        store = StateStore(conn, outbox.table, repl.slot)
+            check_backfill_table(conn, writer_dsn(repl), outbox)
+        store = StateStore(conn, outbox.table, repl.slot,
+                           reader_elsewhere=repl.primary_dsn is not None)
         if not wait_for_lock(store, repl.slot, stop):
             return False
-        slot = slot_info(conn, repl.slot)
+        slot = slot_info(slot_conn or conn, repl.slot)
         record = store.read()
         if slot is not None:
             if record is None or record.table != str(outbox.table):
@@ -138,7 +154,7 @@ def backfill_before_streaming(*, repl: ReplicationConfig, outbox: OutboxConfig, 
                 record.consistent_point)
             return run_backfill(store, None, repl=repl, outbox=outbox, router=router,
                              sink_factory=sink_factory, flow=flow, stats=stats, stop=stop,
-                             timings=timings, tables=tables)
+                             timings=timings, tables=tables, marks_dsn=writer_dsn(repl))
         loss = continuity.loss_reason(None, continuity.read_record(
             conn, outbox.table.schema, repl.slot), continuity.identity(conn)[0])
         if loss is not None:  # the slot existed: a backfill would not cover what it lost
@@ -148,14 +164,42 @@ def backfill_before_streaming(*, repl: ReplicationConfig, outbox: OutboxConfig, 
             ensure_publication(conn, outbox.table, repl.publication)  # before the slot exists
         store.begin()
         horizon = continuity.oldest_running(conn)
-        exported = create_slot_exporting_snapshot(repl)
+        exported = create_slot_exporting_snapshot_at(repl)
         continuity.record_creation(
             conn, schema=outbox.table.schema, slot=repl.slot, plugin=repl.plugin,
             table=str(outbox.table), created_lsn=exported.snapshot.consistent_point,
             failover=exported.snapshot.failover, horizon_xid=horizon)
         return run_backfill(store, exported.snapshot, exported_close=exported.close, repl=repl,
                          outbox=outbox, router=router, sink_factory=sink_factory, flow=flow,
-                         stats=stats, stop=stop, timings=timings, tables=tables)
+                         stats=stats, stop=stop, timings=timings, tables=tables,
+                         marks_dsn=writer_dsn(repl))
+
+
+def writer_dsn(repl: ReplicationConfig) -> str:
+    """Where the backfill and the recovery write: the primary when decoding on a standby."""
+    return repl.primary_dsn or repl.dsn
+
+
+@contextmanager
+def slot_server(repl: ReplicationConfig, name: str
+                ) -> Iterator[psycopg.Connection[Any] | None]:
+    """A connection to the standby that holds the slot (decoding on a standby), else None:
+    the slot is on the writer's server."""
+    if repl.primary_dsn is None:
+        yield None
+        return
+    with connect(repl.dsn, autocommit=True, application_name=name) as conn:
+        yield conn
+
+
+def create_slot_exporting_snapshot_at(repl: ReplicationConfig) -> ExportedSlot:
+    """The slot and its exported snapshot on ``repl.dsn``; on a standby (PostgreSQL 16+
+    exports there) never a failover slot, which PostgreSQL refuses there, and sped up by
+    ``pg_log_standby_snapshot()`` on the primary (wal/slot/setup.py)."""
+    if repl.primary_dsn is None:
+        return create_slot_exporting_snapshot(repl)
+    with standby_snapshots(repl.primary_dsn, repl.slot):
+        return create_slot_exporting_snapshot(replace(repl, failover_slot=False))
 
 
 def wait_for_lock(store: StateStore, slot: str, stop: threading.Event, *,
@@ -176,10 +220,13 @@ def run_backfill(store: StateStore, snapshot: SlotSnapshot | None, *, repl: Repl
                  outbox: OutboxConfig, router: Router, sink_factory: SinkFactory,
                  flow: FlowConfig, stats: BackfillStats, stop: threading.Event,
                  timings: BackfillTimings, exported_close: Any = None,
-                 horizon_xid: int | None = None, tables: TableSnapshot | None = None) -> bool:
+                 horizon_xid: int | None = None, tables: TableSnapshot | None = None,
+                 marks_dsn: str | None = None) -> bool:
     """Publish the pending rows of ``snapshot`` (a fresh snapshot when None) and mark them;
     with ``horizon_xid``, only those of transactions at or after it (a recovery); then the
-    captured ``tables``' rows, read in the same snapshot (imported before the export ends)."""
+    captured ``tables``' rows, read in the same snapshot (imported before the export ends).
+    ``marks_dsn``: where the marks are written when the rows are read on a standby
+    (``repl.dsn``): its primary."""
     reader = SnapshotReader(repl.dsn, outbox, snapshot.snapshot_name if snapshot else None,
                             horizon_xid=horizon_xid)
     outbox_rows = tables is None or tables.with_outbox
@@ -202,7 +249,7 @@ def run_backfill(store: StateStore, snapshot: SlotSnapshot | None, *, repl: Repl
             log.info("backfill: %d pending rows of %s in %s; streaming starts once all are "
                      "acknowledged", total, outbox.table, where,
                      extra={"rows_total": total, "slot": repl.slot})
-        marker = RowMarker(repl.dsn, outbox) if outbox_rows else None
+        marker = RowMarker(marks_dsn or repl.dsn, outbox) if outbox_rows else None
         try:
             done = marker is None or Backfill(
                 reader=reader, store=store, mark=marker, router=router, sink_factory=sink_factory,

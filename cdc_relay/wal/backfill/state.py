@@ -127,8 +127,12 @@ class StateStore:
     a crash of the relay.
     """
 
-    def __init__(self, conn: psycopg.Connection[Any], table: TableRef, slot: str) -> None:
+    def __init__(self, conn: psycopg.Connection[Any], table: TableRef, slot: str, *,
+                 reader_elsewhere: bool = False) -> None:
+        """``reader_elsewhere``: the rows are read on another server (a standby), whose
+        reading transaction this connection cannot see (``snapshot_age`` is None)."""
         self._conn = conn
+        self._reader_elsewhere = reader_elsewhere
         self._table = table
         self._slot = slot
         self._name = state_table(table)
@@ -178,6 +182,8 @@ class StateStore:
 
     def snapshot_age(self, reader_pid: int) -> tuple[float, int] | None:
         """(seconds the reader's transaction is open, age of its xmin in transactions)."""
+        if self._reader_elsewhere:
+            return None
         row = self._execute(
             "SELECT extract(epoch FROM now() - xact_start)::float8, age(backend_xmin)"
             " FROM pg_stat_activity WHERE pid = %s", (reader_pid,)).fetchone()

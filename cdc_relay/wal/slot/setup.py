@@ -313,7 +313,7 @@ def _ensure_slot(conn: psycopg.Connection[Any], slot: str, plugin: str, table: T
         failover = failover and supports_failover_slots(conn) and writer is None
         horizon = continuity.oldest_running(rec)
         try:
-            with _standby_snapshots(primary_dsn if writer is not None else None, slot):
+            with standby_snapshots(primary_dsn if writer is not None else None, slot):
                 conn.execute(
                     "SELECT pg_create_logical_replication_slot(%s, %s, false, false, true)"
                     if failover else "SELECT pg_create_logical_replication_slot(%s, %s)",
@@ -345,7 +345,7 @@ def _ensure_slot(conn: psycopg.Connection[Any], slot: str, plugin: str, table: T
 
 
 @contextmanager
-def _standby_snapshots(primary_dsn: str | None, slot: str) -> Iterator[None]:
+def standby_snapshots(primary_dsn: str | None, slot: str) -> Iterator[None]:
     """While the body creates a slot on a standby: ask the primary for a running-transactions
     record every ``STANDBY_SNAPSHOT_INTERVAL`` (``pg_log_standby_snapshot()``), which the
     creation waits for. Without the right to call it the creation still finishes, at the
