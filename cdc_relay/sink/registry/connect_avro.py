@@ -11,7 +11,8 @@ of it:
   ``shop.public.customers``); a record met again is written by its name;
 * int8/int16 are Avro ``int`` with ``connect.type``, int32 ``int``, int64 ``long``,
   float32 ``float``, float64 ``double``;
-* a named, versioned or parameterised schema carries ``connect.doc``,
+* a named, versioned or parameterised schema carries ``connect.doc`` (a doc only there,
+  neither the record's nor the field's Avro ``doc``),
   ``connect.version``, ``connect.parameters``, ``connect.default`` and ``connect.name``
   in that order; Debezium's ``io.debezium.time.*`` stay plain ``int``/``long``, Json,
   Uuid, Enum and ZonedTimestamp plain ``string`` with their ``connect.name``;
@@ -94,14 +95,10 @@ class _Writer:
         out: dict[str, Any] = {"type": "record", "name": short}
         if namespace != space and namespace:
             out["namespace"] = namespace
-        if connect.get("doc"):
-            out["doc"] = connect["doc"]
         inner = namespace or space
         fields = []
         for field in connect.get("fields", []):
             entry: dict[str, Any] = {"name": field["field"]}
-            if field.get("doc"):
-                entry["doc"] = field["doc"]
             entry["type"] = self.schema(field, inner)
             if field.get("default") is not None:
                 entry["default"] = _avro_default(field, field["default"])
