@@ -225,3 +225,27 @@ def test_schemas_and_events_equal_debezium_embedded_with_confluents_avroconverte
             mine_v["source"].pop("version")
             their_v["source"].pop("version")
         assert mine_v == their_v
+
+
+def test_a_snapshot_publishes_read_events_as_avro_then_streams(
+        db: str, broker: ApacheKafka, schema_registry: ApicurioRegistry, topic_prefix: str) -> None:
+    with psycopg.connect(db, autocommit=True) as conn:  # no init: the relay makes the slot
+        conn.execute(TABLE)
+        conn.execute(INSERT)
+    topic = f"{topic_prefix}.public.items"
+    relay = start_relay(db, broker.bootstrap, topic_prefix, plugin="pgoutput",
+                        extra=_capture(topic_prefix, "avro", schema_registry, "--snapshot", "initial"))
+    try:
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute("UPDATE items SET note = 'streamed' WHERE id = 1")
+        with KafkaCollector(broker.bootstrap, topic_prefix) as collector:
+            got = collector.collect(until=lambda ms: len([m for m in ms if m.topic == topic]) >= 2,
+                                    timeout=60)
+    finally:
+        assert relay.stop() == 0, relay.stderr
+    decoded = [_decode(schema_registry, m)[1] for m in got if m.topic == topic]
+    assert [(v["op"], v["source"]["snapshot"], v["after"]["note"]) for v in decoded] == [
+        ("r", "last", "hi"), ("u", "false", "streamed")]
+    assert decoded[0]["after"]["price"] == Decimal("12.50")
+    client = SchemaRegistryClient({"url": schema_registry.ccompat_url})
+    assert client.get_versions(f"{topic}-value") == [1]  # the snapshot's schema is the stream's
