@@ -193,9 +193,11 @@ def test_schemas_and_events_equal_debezium_embedded_with_confluents_avroconverte
             conn.execute(INSERT)
             conn.execute("UPDATE items SET price = -0.01, amount = NULL, tags = '{}' WHERE id = 1")
             conn.execute("DELETE FROM items WHERE id = 1")
+            conn.execute("ALTER TABLE items ADD COLUMN extra text DEFAULT 'd'")  # a version 2
+            conn.execute("INSERT INTO items (id, price, code) VALUES (2, 1, 1)")
         topic = f"{topic_prefix}.public.items"
         with KafkaCollector(broker.bootstrap, topic_prefix) as collector:
-            got = collector.collect(until=lambda ms: len([m for m in ms if m.topic == topic]) >= 4,
+            got = collector.collect(until=lambda ms: len([m for m in ms if m.topic == topic]) >= 5,
                                     timeout=60)
     finally:
         assert relay.stop() == 0, relay.stderr
@@ -203,17 +205,20 @@ def test_schemas_and_events_equal_debezium_embedded_with_confluents_avroconverte
     out = tmp_path / "debezium.jsonl"
     subprocess.run([sys.executable, "-m", "tests.integration.debezium_child", str(info["host"]),
                     str(info["port"]), str(info["dbname"]), "dbz", "dbz_pub", dbz, "public.items",
-                    "4", str(out), "no_data", schema_registry.ccompat_url],
+                    "5", str(out), "no_data", schema_registry.ccompat_url],
                    check=True, timeout=300, capture_output=True, stdin=subprocess.DEVNULL)
     theirs = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(theirs) == 4, theirs
+    assert len(theirs) == 5, theirs
     client = SchemaRegistryClient({"url": schema_registry.ccompat_url})
-    for part in ("key", "value"):
-        mine = client.get_latest_version(f"{topic}-{part}").schema.schema_str or ""
-        their = client.get_latest_version(f"{dbz}.public.items-{part}").schema.schema_str or ""
-        # the same text, property order included, but for the prefix
-        assert mine.replace(f'"{topic_prefix}.public', '"PFX.public') == their.replace(
-            f'"{dbz}.public', '"PFX.public'), f"{part}:\nours   {mine}\ntheirs {their}"
+    for part, versions in (("key", [1]), ("value", [1, 2])):
+        assert client.get_versions(f"{topic}-{part}") == versions
+        assert client.get_versions(f"{dbz}.public.items-{part}") == versions
+        for version in versions:
+            mine = client.get_version(f"{topic}-{part}", version).schema.schema_str or ""
+            their = client.get_version(f"{dbz}.public.items-{part}", version).schema.schema_str or ""
+            # the same text, property order included, but for the prefix
+            assert mine.replace(f'"{topic_prefix}.public', '"PFX.public') == their.replace(
+                f'"{dbz}.public', '"PFX.public'), f"{part} v{version}:\nours   {mine}\ntheirs {their}"
     ours = [_decode(schema_registry, m) for m in got if m.topic == topic]
     for (key, value), (_, their_key, their_value) in zip(ours, theirs, strict=True):
         dbz_msg = Msg(f"{dbz}.public.items", 0, 0, bytes.fromhex(their_key),
