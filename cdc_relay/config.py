@@ -292,7 +292,8 @@ class RegistryConfig:
     theirs (``auto.register.schemas``...), both from ``--schema-registry-config KEY=VALUE``;
     ``subject_strategy``: ``topic`` (TopicNameStrategy), ``record``, ``topic-record``;
     ``value_schemas``: (event type, schema file) pairs, or ("", directory) for a directory
-    of ``<event type>.<ext>`` files; ``dead_letter_topic``: sent as the router made it.
+    of ``<event type>.<ext>`` files (not needed without the outbox: ``outbox`` False);
+    ``dead_letter_topic``: sent as the router made it.
     """
 
     url: str
@@ -302,6 +303,7 @@ class RegistryConfig:
     subject_strategy: str = "topic"
     value_schemas: tuple[tuple[str, str], ...] = ()
     dead_letter_topic: str = "outbox.dead-letters"
+    outbox: bool = True  # False: captured tables only (run --capture --no-outbox)
 
     def __post_init__(self) -> None:
         if self.message_format not in REGISTRY_FORMATS:
@@ -313,7 +315,7 @@ class RegistryConfig:
         if self.subject_strategy not in SUBJECT_STRATEGIES:
             raise ConfigError(f"unknown subject name strategy {self.subject_strategy!r}: use "
                               + ", ".join(SUBJECT_STRATEGIES))
-        if not self.value_schemas:
+        if not self.value_schemas and self.outbox:
             raise ConfigError(f"--message-format {self.message_format} needs --value-schema "
                               "EVENT_TYPE=FILE (repeatable) or --value-schema DIRECTORY")
 

@@ -21,7 +21,7 @@ class ExitCode(enum.IntEnum):
     FAILURE = 1  # an unexpected internal error, or a failed check (doctor)
     USAGE = 2  # bad option, malformed value, invalid identifier, bad config file
     UNAVAILABLE = 3  # PostgreSQL or the broker cannot be reached / refused us
-    DATA = 4  # a change could not be decoded: stopped without confirming past it
+    DATA = 4  # a change could not be decoded, or its schema was refused: stopped without confirming past it
     DEAD_LETTER_REFUSED = 5  # the dead-letter topic refused an event: stopped before it
     REFUSED = 6  # PostgreSQL or the broker refused us: credentials, privileges, a missing role attribute
     SLOT_LOST = 7  # the replication slot the relay created is gone or invalidated: recovery needed
@@ -94,6 +94,16 @@ class SlotBusy(DatabaseError):
 
 class DecodeError(RelayError):
     """A replication message could not be decoded. Fatal: never skip and confirm past it."""
+
+    exit_code = ExitCode.DATA
+
+
+class SchemaRefused(RelayError):
+    """The schema registry refused a captured table's new schema (its compatibility rule).
+
+    Waiting cannot make the schema compatible and skipping the change would confirm past
+    it: WAL mode stops (exit 4, refused data) with the table, the columns and the rule.
+    """
 
     exit_code = ExitCode.DATA
 

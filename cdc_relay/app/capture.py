@@ -61,7 +61,8 @@ def check_capture(capture: CaptureConfig, *, plugin: str, plugin_from_slot: bool
                           "not done yet: docs/table-cdc.md)")
     refused = [(exactly_once, "--exactly-once"),
                (other_sink, "a sink other than Kafka"),
-               (message_format.startswith("cloudevents"), "--message-format " + message_format)]
+               (message_format.startswith("cloudevents") or message_format in ("json-schema", "protobuf"),
+                "--message-format " + message_format)]
     for refuse, what in refused:
         if refuse:
             raise ConfigError(f"--capture cannot be combined with {what} yet "
@@ -116,11 +117,18 @@ def capture_decoder(outbox: Decoder, capture: CaptureConfig, router: RouterConfi
     from cdc_relay.pg.catalog import CatalogLookup
 
     assert isinstance(outbox, PgOutputDecoder)
-    options = CodecOptions(capture.prefix, router.message_format == "debezium-json",
+    options = CodecOptions(capture.prefix, _with_schemas(router.message_format),
                            capture.placeholder, capture.truncate)
     catalog = CatalogLookup(dsn, setup.shapes)
     return CaptureDecoder(outbox, Selection.parse(capture.tables), catalog, options,
                           catalog.types)
+
+
+def _with_schemas(message_format: str) -> bool:
+    """Whether the codec writes JsonConverter's schema blocks: for ``debezium-json``, and for
+    ``avro``, whose encoder (cdc_relay/sink/registry/captured.py) derives the Avro schema
+    from them."""
+    return message_format in ("debezium-json", "avro")
 
 
 def make_capture_router(capture: CaptureConfig, dsn: str) -> CaptureRouter:
@@ -137,7 +145,7 @@ def table_snapshot(capture: CaptureConfig, router_config: RouterConfig, dsn: str
     Debezium snapshots them (``--capture``'s, as its ``table.include.list``)."""
     from cdc_relay.wal.backfill.tables import TableSnapshot
 
-    schemas = router_config.message_format == "debezium-json"
+    schemas = _with_schemas(router_config.message_format)
     codecs = [TableCodec(setup.shapes[t], tuple(c.name for c in setup.shapes[t].columns),
                          capture.prefix, schemas, capture.placeholder)
               for t in in_option_order(capture.tables, setup.shapes)]

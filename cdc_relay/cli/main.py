@@ -164,10 +164,15 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
                           header=header, message_format=message_format)
     registry = registry_config(message_format, schema_registry, schema_registry_config,
                                subject_name_strategy, value_schema, sink=sink,
-                               dead_letter_topic=dead_letter_topic)
-    if registry is not None and (exactly_once is not None or capture is not None):
-        raise ConfigError(f"--message-format {message_format} is for the outbox without "
-                          "--exactly-once and --capture (not yet supported: docs/messages.md)")
+                               dead_letter_topic=dead_letter_topic,
+                               outbox=capture is None or capture.outbox)
+    if registry is not None and exactly_once is not None:
+        raise ConfigError(f"--message-format {message_format} cannot be combined with "
+                          "--exactly-once yet (docs/messages.md)")
+    if registry is not None and capture is not None and message_format != "avro":
+        raise ConfigError(f"--capture with --message-format {message_format} is not supported "
+                          "yet: captured tables take avro, debezium-json or "
+                          "debezium-json-schemaless (docs/table-cdc.md)")
     settings = WalSettings(
         replication=ReplicationConfig(dsn=dsn, slot=slot, plugin=plugin or "pgoutput",
                                       plugin_from_slot=plugin is None, publication=publication,

@@ -293,7 +293,7 @@ def message_options(f: F) -> F:
 
 def registry_config(message_format: str, url: str | None, settings: tuple[str, ...],
                     subject_strategy: str, value_schema: tuple[str, ...], *, sink: str,
-                    dead_letter_topic: str) -> RegistryConfig | None:
+                    dead_letter_topic: str, outbox: bool = True) -> RegistryConfig | None:
     """The RegistryConfig of the schema-registry options; None for the other formats."""
     if message_format not in REGISTRY_FORMATS:
         if url or settings or value_schema:
@@ -309,7 +309,8 @@ def registry_config(message_format: str, url: str | None, settings: tuple[str, .
     client, serializer = split_registry_config(settings)
     return RegistryConfig(url=url or "", message_format=message_format, client_config=client,
                           serializer_config=serializer, subject_strategy=subject_strategy,
-                          value_schemas=tuple(schemas), dead_letter_topic=dead_letter_topic)
+                          value_schemas=tuple(schemas), dead_letter_topic=dead_letter_topic,
+                          outbox=outbox)
 
 
 def router_config(topic_pattern: str, dead_letter_topic: str, message_format: str = "raw",

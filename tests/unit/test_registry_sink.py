@@ -9,11 +9,13 @@ from typing import Any, cast
 import pytest
 
 from cdc_relay.config import RegistryConfig, split_registry_config
-from cdc_relay.errors import ConfigError
-from cdc_relay.model import Message
+from cdc_relay.errors import ConfigError, ExitCode, SchemaRefused
+from cdc_relay.model import CapturedMessage, Message
 from cdc_relay.sink.base import Cause, ErrorKind, ProduceRejected, Sink
+from cdc_relay.sink.registry.captured import CaptureEncoder
 from cdc_relay.sink.registry.encoder import Encoder, RegistryTrouble, Unencodable
 from cdc_relay.sink.registry.sink import RegistrySink
+from tests.support import run_cli_in_process
 
 CONFIG = RegistryConfig(url="http://registry", message_format="avro",
                         value_schemas=(("OrderCreated", "x.avsc"),), dead_letter_topic="dlq")
@@ -103,3 +105,41 @@ def test_an_incomplete_registry_configuration_is_one_line_naming_the_fix(
                               "value_schemas": (("A", "a.avsc"),), **changes}
     with pytest.raises(ConfigError, match=says):
         RegistryConfig(**fields)
+
+
+class RefusingCaptureEncoder(CaptureEncoder):
+    def __init__(self) -> None:  # no client: it refuses before asking one
+        self.seen: list[CapturedMessage] = []
+
+    def encode(self, message: CapturedMessage) -> tuple[bytes | None, bytes | None]:
+        self.seen.append(message)
+        raise SchemaRefused("refused the new value schema of captured table public.items")
+
+
+def test_a_captured_change_goes_through_the_capture_encoder_and_a_refusal_stops_the_relay() -> None:
+    encoder = FakeEncoder()
+    capture = RefusingCaptureEncoder()
+    encoder.capture_encoder = capture  # type: ignore[attr-defined]
+    sink, inner = sink_with(encoder)
+    change = CapturedMessage("shop.public.items", b'{"schema":{},"payload":{}}', b"{}",
+                             id="public.items@0/10", event_type="c", aggregate_id="public.items")
+    with pytest.raises(SchemaRefused) as raised:  # not a ProduceRejected: nothing retries it
+        sink.produce(change, 3)
+    assert raised.value.exit_code == ExitCode.DATA
+    assert capture.seen == [change] and encoder.calls == [] and inner.produced == []
+
+
+def test_captured_tables_alone_need_no_value_schema() -> None:
+    RegistryConfig(url="http://r", message_format="avro", outbox=False)
+    with pytest.raises(ConfigError, match="needs --value-schema"):
+        RegistryConfig(url="http://r", message_format="avro")
+
+
+@pytest.mark.parametrize("message_format", ["json-schema", "protobuf"])
+def test_capture_takes_avro_only_of_the_registry_formats(message_format: str) -> None:
+    done = run_cli_in_process("run", "--dsn", "host=x", "--brokers", "b:9092", "--plugin",
+                              "pgoutput", "--capture", "public.items", "--capture-prefix", "shop",
+                              "--no-outbox", "--message-format", message_format,
+                              "--schema-registry", "http://r")
+    assert done.returncode == ExitCode.USAGE
+    assert f"--capture with --message-format {message_format} is not supported yet" in done.stderr

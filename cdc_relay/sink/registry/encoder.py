@@ -96,6 +96,8 @@ class Encoder:
         self._values: dict[str, tuple[Serializer, Callable[[Any], Any]]] = {
             event_type: self._value_serializer(schema, conf) for event_type, schema in schemas.items()}
         self._key = self._key_serializer()
+        # captured tables' encoder (cdc_relay/sink/registry/captured.py), made on first use
+        self.capture_encoder: object = None
 
     @property
     def event_types(self) -> tuple[str, ...]:

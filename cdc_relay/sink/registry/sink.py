@@ -7,8 +7,11 @@ What goes wrong becomes the Sink protocol's ``ProduceRejected`` (docs/design.md,
 rules): a payload that cannot be encoded is ``PERMANENT`` (a dead letter with the reason),
 registry trouble ``RETRIABLE`` with ``Cause.REGISTRY`` (the event waits: WAL mode resumes
 from its watermark after a backoff, polling mode releases the row without an attempt; no
-position is confirmed past it). Dead letters (the dead-letter topic) pass as they are:
-raw JSON, so a dead letter never depends on the registry.
+position is confirmed past it). A captured table's change (a CapturedMessage) is encoded
+as Debezium's AvroConverter does (cdc_relay/sink/registry/captured.py); its new schema
+refused by the registry is ``SchemaRefused``, which stops the relay. Dead letters (the
+dead-letter topic) pass as they are: raw JSON, so a dead letter never depends on the
+registry.
 
 Must not: talk to the registry itself, or decide what a failure means beyond its kind.
 """
@@ -19,7 +22,7 @@ import logging
 from dataclasses import replace
 from typing import Any
 
-from cdc_relay.model import Message
+from cdc_relay.model import CapturedMessage, Message
 from cdc_relay.sink.base import (
     BatchHandler,
     Cause,
@@ -30,6 +33,7 @@ from cdc_relay.sink.base import (
     Sink,
     SinkFactory,
 )
+from cdc_relay.sink.registry.captured import CaptureEncoder, shared_capture_encoder
 from cdc_relay.sink.registry.encoder import Encoder, RegistryTrouble, Unencodable
 
 _log = logging.getLogger("cdc_relay.kafka")
@@ -49,12 +53,23 @@ class RegistrySink:
         self.inner = inner
         self._encoder = encoder
         self._dead_letter_topic = encoder.config.dead_letter_topic
+        self._capture: CaptureEncoder | None = None
+
+    def _captured(self) -> CaptureEncoder:
+        """The captured tables' encoder, made at the first captured change; shared by the
+        factory's sinks through the Encoder, so its schema ids outlive a producer."""
+        if self._capture is None:
+            self._capture = shared_capture_encoder(self._encoder)
+        return self._capture
 
     def produce(self, message: Message, token: int) -> None:
         """Encode ``message`` and queue it; ProduceRejected when it cannot be (module docstring)."""
         if message.topic != self._dead_letter_topic:
             try:
-                key, value = self._encoder.encode(message, _event_type(message))
+                if type(message) is CapturedMessage:
+                    key, value = self._captured().encode(message)
+                else:
+                    key, value = self._encoder.encode(message, _event_type(message))
             except Unencodable as exc:
                 raise ProduceRejected(DeliveryError(ErrorKind.PERMANENT, str(exc))) from exc
             except RegistryTrouble as exc:
