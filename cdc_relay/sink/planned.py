@@ -63,7 +63,11 @@ class PlannedSink(BackgroundSink):
     """Sender threads over a Planner (module docstring); subclasses do the I/O."""
 
     kind = "planned"
+    title = ""  # how messages name the sink ("SQS"); empty: its kind
+    peer = "receiver"  # how messages name the other end ("endpoint")
     default_limit = 16 << 20  # bytes per batch
+    quiet_refusal = True  # a refusal's failed generation logged at DEBUG (the relay's one error line)
+    stop_wait = 5.0  # seconds ``close`` waits for the sender threads
 
     def __init__(self, on_delivery: DeliveryHandler, *, where: str, generation: int,
                  max_in_flight: int, message_timeout: float, concurrency: int,
@@ -93,6 +97,10 @@ class PlannedSink(BackgroundSink):
     def _connect(self) -> None:
         """Get ready on the warm-up thread (build the client, a first round trip)."""
 
+    def _missing_reason(self, queue: str, reason: str) -> str:
+        """What a missing queue's RETRIABLE error says (``reason``: that it does not exist)."""
+        return f"{reason} (create it; see docs/sinks.md)"
+
     def _send(self, batch: list[Pending], items: list[Outgoing]) -> None:
         raise NotImplementedError
 
@@ -121,8 +129,8 @@ class PlannedSink(BackgroundSink):
             self._warming.start()
         self._warming.join(timeout)
         if self._warming.is_alive():
-            raise BrokerError(f"{self.kind} at {self._where} did not answer within {timeout:g} s "
-                              "(check --brokers and the network)")
+            raise BrokerError(f"{self.title or self.kind} at {self._where} did not answer within "
+                              f"{timeout:g} s (check --brokers and the network)")
         self._warming = None
         if self._warm_error is not None:
             raise self._warm_error
@@ -142,9 +150,9 @@ class PlannedSink(BackgroundSink):
         except BrokerError as exc:
             self._warm_error = exc
         except Exception as exc:
-            self._warm_error = BrokerError(f"{self.kind} at {self._where}: "
+            self._warm_error = BrokerError(f"{self.title or self.kind} at {self._where}: "
                                            f"{mask_secrets(str(exc) or type(exc).__name__)} "
-                                           "(check --brokers and that the receiver answers)")
+                                           f"(check --brokers and that the {self.peer} answers)")
 
     def _refuse(self, message: Message) -> DeliveryError | None:
         built = self._build(message)
@@ -171,13 +179,13 @@ class PlannedSink(BackgroundSink):
         if (oldest is not None and self._fatal is None
                 and self._clock() - oldest > self._message_timeout):
             self._fail(f"no reply within {self._message_timeout:g} s of sending (message "
-                       "timeout): the receiver is stalled or unreachable")
+                       f"timeout): the {self.peer} is stalled or unreachable")
 
     def _stop(self) -> None:
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
-        deadline = time.monotonic() + 5.0
+        deadline = time.monotonic() + self.stop_wait
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         self._close_client()
@@ -259,7 +267,7 @@ class PlannedSink(BackgroundSink):
                 self._items.pop(p.seq, None)
                 self._first_sent.pop(p.seq, None)
         self._finish(batch)
-        error = DeliveryError(ErrorKind.RETRIABLE, f"{reason} (create it; see docs/sinks.md)",
+        error = DeliveryError(ErrorKind.RETRIABLE, self._missing_reason(queue, reason),
                               Cause.TOPIC_MISSING)
         self._report([p.seq for p in [*batch, *dropped]], error)
 
@@ -267,4 +275,4 @@ class PlannedSink(BackgroundSink):
         """The receiver refused the credentials or permissions: this generation is over."""
         self._shared.refused = self._shared.refused or refused
         self._finish(pendings)
-        self._fail(str(refused), refused=True)
+        self._fail(str(refused), refused=self.quiet_refusal)
