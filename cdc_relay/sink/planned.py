@@ -28,12 +28,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from cdc_relay.errors import AccessRefused, BrokerError, mask_secrets
 from cdc_relay.model import Message
 from cdc_relay.sink.background import BackgroundSink
-from cdc_relay.sink.base import Cause, DeliveryError, DeliveryHandler, ErrorKind
+from cdc_relay.sink.base import Cause, DeliveryError, DeliveryHandler, ErrorKind, Sink, SinkFactory
 from cdc_relay.sink.batches import Pending, Planner
 
 
@@ -54,12 +54,30 @@ class SharedState:
     refused: AccessRefused | None = None
 
 
+class SenderSettings(Protocol):
+    """What a planned sink's config gives it (each sink's frozen ``*Config``)."""
+
+    @property
+    def where(self) -> str: ...
+    @property
+    def concurrency(self) -> int: ...
+    @property
+    def max_in_flight(self) -> int: ...
+    @property
+    def message_timeout_ms(self) -> int: ...
+    @property
+    def batch_size(self) -> int: ...
+
+
+C = TypeVar("C", bound=SenderSettings)
+
+
 def backoff_delay(attempts: int) -> float:
     """The wait before sending an entry again: 0.1 s doubling to 2 s."""
     return min(0.1 * 2.0 ** min(attempts, 8), 2.0)
 
 
-class PlannedSink(BackgroundSink):
+class PlannedSink(BackgroundSink, Generic[C]):
     """Sender threads over a Planner (module docstring); subclasses do the I/O."""
 
     kind = "planned"
@@ -67,19 +85,22 @@ class PlannedSink(BackgroundSink):
     peer = "receiver"  # how messages name the other end ("endpoint")
     default_limit = 16 << 20  # bytes per batch
     quiet_refusal = True  # a refusal's failed generation logged at DEBUG (the relay's one error line)
-    stop_wait = 5.0  # seconds ``close`` waits for the sender threads
 
-    def __init__(self, on_delivery: DeliveryHandler, *, where: str, generation: int,
-                 max_in_flight: int, message_timeout: float, concurrency: int,
-                 max_entries: int, logger: logging.Logger, shared: SharedState | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        super().__init__(on_delivery, generation=generation, max_in_flight=max_in_flight,
-                         message_timeout=message_timeout, logger=logger, clock=clock)
-        self._where = where
-        self._concurrency = concurrency
+    def __init__(self, config: C, on_delivery: DeliveryHandler, *, generation: int = 1,
+                 logger: logging.Logger | None = None, shared: SharedState | None = None,
+                 client: Any = None, clock: Callable[[], float] = time.monotonic) -> None:
+        """``client``: a ready client (tests' fakes); None: ``_connect`` builds one.
+        ``logger``: else ``cdc_relay.<kind>``."""
+        super().__init__(on_delivery, generation=generation, max_in_flight=config.max_in_flight,
+                         message_timeout=config.message_timeout_ms / 1000,
+                         logger=logger or logging.getLogger(f"cdc_relay.{self.kind}"), clock=clock)
+        self._config = config
+        self._client: Any = client
+        self._where = config.where
+        self._concurrency = config.concurrency
         self._shared = shared or SharedState()
         self._cond = threading.Condition()
-        self._planner = Planner(max_entries=max_entries)
+        self._planner = Planner(max_entries=config.batch_size)
         self._items: dict[int, Outgoing] = {}  # seq -> its outgoing form, until settled
         self._first_sent: dict[int, float] = {}  # seq -> first send, oldest first
         self._limits: dict[str, int] = {}
@@ -185,10 +206,14 @@ class PlannedSink(BackgroundSink):
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
-        deadline = time.monotonic() + self.stop_wait
+        deadline = time.monotonic() + self._stop_wait()
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         self._close_client()
+
+    def _stop_wait(self) -> float:
+        """How long ``close`` waits for the sender threads, in seconds."""
+        return 5.0
 
     def _close_client(self) -> None:
         """Release the client (after the senders stopped)."""
@@ -276,3 +301,18 @@ class PlannedSink(BackgroundSink):
         self._shared.refused = self._shared.refused or refused
         self._finish(pendings)
         self._fail(str(refused), refused=self.quiet_refusal)
+
+
+def planned_factory(sink: Callable[..., PlannedSink[C]], config: C, *,
+                    logger: logging.Logger | None = None) -> SinkFactory:
+    """A factory of ``sink(config, ...)``s, numbering their generations and sharing an access
+    refusal (``SharedState``)."""
+    generation = 0
+    shared = SharedState()
+
+    def build(on_delivery: DeliveryHandler) -> Sink:
+        nonlocal generation
+        generation += 1
+        return sink(config, on_delivery, generation=generation, logger=logger, shared=shared)
+
+    return build

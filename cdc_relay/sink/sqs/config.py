@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 from cdc_relay.config import parse_producer_config
 from cdc_relay.errors import ConfigError, mask_secrets
+from cdc_relay.sink.batches import MAX_ENTRIES
 
 # --topic-pattern and --dead-letter-topic for this sink when they are left at Kafka's
 # defaults (which are no legal queue names: SQS allows '.' only in the .fifo suffix).
@@ -64,6 +65,11 @@ class SqsConfig:
     def where(self) -> str:
         """The address for messages: the endpoint, or ``sqs://REGION``."""
         return mask_secrets(self.endpoint_url) if self.endpoint_url else f"sqs://{self.region}"
+
+    @property
+    def batch_size(self) -> int:
+        """Entries per SendMessageBatch: SQS's limit."""
+        return MAX_ENTRIES
 
 
 def sqs_topics(topic_pattern: str, dead_letter_topic: str) -> tuple[str, str]:

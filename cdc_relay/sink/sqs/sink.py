@@ -43,12 +43,17 @@ from cdc_relay.sink.base import (
     DeliveryError,
     DeliveryHandler,
     ErrorKind,
-    Sink,
     SinkFactory,
 )
-from cdc_relay.sink.batches import MAX_ENTRIES, Pending
+from cdc_relay.sink.batches import Pending
 from cdc_relay.sink.config import SinkProbe
-from cdc_relay.sink.planned import Outgoing, PlannedSink, SharedState, backoff_delay
+from cdc_relay.sink.planned import (
+    Outgoing,
+    PlannedSink,
+    SharedState,
+    backoff_delay,
+    planned_factory,
+)
 from cdc_relay.sink.sqs.client import (
     MISSING,
     create_queue_command,
@@ -59,7 +64,6 @@ from cdc_relay.sink.sqs.client import (
 from cdc_relay.sink.sqs.config import DEFAULT_MAX_MESSAGE_BYTES, SqsConfig
 from cdc_relay.sink.sqs.entries import build_entry, too_large
 
-_log = logging.getLogger("cdc_relay.sqs")
 _INVALID = ("InvalidParameterValue", "InvalidMessageContents", "BatchRequestTooLong",
             "AWS.SimpleQueueService.BatchRequestTooLong", "InvalidAttributeName",
             "InvalidAttributeValue", "MessageTooLong", "MissingParameter", "InvalidParameterCombination")
@@ -74,7 +78,7 @@ class _Missing(Exception):
     pass
 
 
-class SqsSink(PlannedSink):
+class SqsSink(PlannedSink[SqsConfig]):
     """One boto3 client and its sender threads (one generation) as a Sink."""
 
     kind = "sqs"
@@ -86,15 +90,9 @@ class SqsSink(PlannedSink):
     def __init__(self, config: SqsConfig, on_delivery: DeliveryHandler, *, generation: int = 1,
                  logger: logging.Logger | None = None, shared: SharedState | None = None,
                  client: Any = None, clock: Callable[[], float] = time.monotonic) -> None:
-        super().__init__(on_delivery, where=config.where, generation=generation,
-                         max_in_flight=config.max_in_flight,
-                         message_timeout=config.message_timeout_ms / 1000,
-                         concurrency=config.concurrency, max_entries=MAX_ENTRIES,
-                         logger=logger or _log, shared=shared, clock=clock)
-        self._config = config
-        self.stop_wait = config.read_timeout + 1
+        super().__init__(config, on_delivery, generation=generation, logger=logger,
+                         shared=shared, client=client, clock=clock)
         self._queues: dict[str, tuple[str, int]] = {}  # name -> (url, byte limit)
-        self._client: Any = client  # None: built by warm_up (make_client)
 
     # -- relay thread ----------------------------------------------------------------
     def warm_up(self, timeout: float) -> None:
@@ -115,6 +113,9 @@ class SqsSink(PlannedSink):
 
     def _build(self, message: Message) -> Outgoing | DeliveryError:
         return build_entry(message)
+
+    def _stop_wait(self) -> float:
+        return self._config.read_timeout + 1
 
     def _missing_reason(self, queue: str, reason: str) -> str:
         return f"{reason}: create it ({create_queue_command(queue)}; docs/sinks.md)"
@@ -239,15 +240,7 @@ def sqs_sink_factory(config: SqsConfig, *, logger: logging.Logger | None = None)
     ConfigError at start-up (exit 2), not a warm-up that WAL mode would retry.
     """
     make_client(config)
-    generation = 0
-    shared = SharedState()
-
-    def build(on_delivery: DeliveryHandler) -> Sink:
-        nonlocal generation
-        generation += 1
-        return SqsSink(config, on_delivery, generation=generation, logger=logger, shared=shared)
-
-    return build
+    return planned_factory(SqsSink, config, logger=logger)
 
 
 def probe(config: SqsConfig, timeout: float) -> list[SinkProbe]:
