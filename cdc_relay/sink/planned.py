@@ -304,9 +304,17 @@ class PlannedSink(BackgroundSink, Generic[C]):
 
 
 def planned_factory(sink: Callable[..., PlannedSink[C]], config: C, *,
-                    logger: logging.Logger | None = None) -> SinkFactory:
+                    logger: logging.Logger | None = None,
+                    check: Callable[[C], object] | None = None) -> SinkFactory:
     """A factory of ``sink(config, ...)``s, numbering their generations and sharing an access
-    refusal (``SharedState``)."""
+    refusal (``SharedState``).
+
+    ``check``: run once first (no I/O; an AWS sink's ``make_client``), so a missing region or
+    unknown profile is a ConfigError at start-up (exit 2), not a warm-up that WAL mode would
+    retry.
+    """
+    if check is not None:
+        check(config)
     generation = 0
     shared = SharedState()
 

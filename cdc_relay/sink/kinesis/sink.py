@@ -126,13 +126,8 @@ class KinesisSink(PlannedSink[KinesisConfig]):
 
 
 def kinesis_sink_factory(config: KinesisConfig, *, logger: logging.Logger | None = None) -> SinkFactory:
-    """A factory of KinesisSinks, numbering their generations and sharing an access refusal.
-
-    Builds a client once first (no I/O), so a missing region or unknown profile is a
-    ConfigError at start-up (exit 2), not a warm-up that WAL mode would retry.
-    """
-    make_client(config)
-    return planned_factory(KinesisSink, config, logger=logger)
+    """A factory of KinesisSinks (a client built once first: a bad region or profile is exit 2)."""
+    return planned_factory(KinesisSink, config, logger=logger, check=make_client)
 
 
 def probe(config: KinesisConfig, timeout: float) -> list[SinkProbe]:

@@ -234,13 +234,8 @@ def _permanent(code: str, text: str) -> DeliveryError:
 
 
 def sqs_sink_factory(config: SqsConfig, *, logger: logging.Logger | None = None) -> SinkFactory:
-    """A factory of SqsSinks, numbering their generations and sharing an access refusal.
-
-    Builds a client once first (no I/O), so a missing region or unknown profile is a
-    ConfigError at start-up (exit 2), not a warm-up that WAL mode would retry.
-    """
-    make_client(config)
-    return planned_factory(SqsSink, config, logger=logger)
+    """A factory of SqsSinks (a client built once first: a bad region or profile is exit 2)."""
+    return planned_factory(SqsSink, config, logger=logger, check=make_client)
 
 
 def probe(config: SqsConfig, timeout: float) -> list[SinkProbe]:
