@@ -28,12 +28,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from cdc_relay.errors import AccessRefused, BrokerError, mask_secrets
 from cdc_relay.model import Message
 from cdc_relay.sink.background import BackgroundSink
-from cdc_relay.sink.base import Cause, DeliveryError, DeliveryHandler, ErrorKind
+from cdc_relay.sink.base import Cause, DeliveryError, DeliveryHandler, ErrorKind, Sink, SinkFactory
 from cdc_relay.sink.batches import Pending, Planner
 
 
@@ -54,28 +54,53 @@ class SharedState:
     refused: AccessRefused | None = None
 
 
+class SenderSettings(Protocol):
+    """What a planned sink's config gives it (each sink's frozen ``*Config``)."""
+
+    @property
+    def where(self) -> str: ...
+    @property
+    def concurrency(self) -> int: ...
+    @property
+    def max_in_flight(self) -> int: ...
+    @property
+    def message_timeout_ms(self) -> int: ...
+    @property
+    def batch_size(self) -> int: ...
+
+
+C = TypeVar("C", bound=SenderSettings)
+
+
 def backoff_delay(attempts: int) -> float:
     """The wait before sending an entry again: 0.1 s doubling to 2 s."""
     return min(0.1 * 2.0 ** min(attempts, 8), 2.0)
 
 
-class PlannedSink(BackgroundSink):
+class PlannedSink(BackgroundSink, Generic[C]):
     """Sender threads over a Planner (module docstring); subclasses do the I/O."""
 
     kind = "planned"
+    title = ""  # how messages name the sink ("SQS"); empty: its kind
+    peer = "receiver"  # how messages name the other end ("endpoint")
     default_limit = 16 << 20  # bytes per batch
+    quiet_refusal = True  # a refusal's failed generation logged at DEBUG (the relay's one error line)
 
-    def __init__(self, on_delivery: DeliveryHandler, *, where: str, generation: int,
-                 max_in_flight: int, message_timeout: float, concurrency: int,
-                 max_entries: int, logger: logging.Logger, shared: SharedState | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        super().__init__(on_delivery, generation=generation, max_in_flight=max_in_flight,
-                         message_timeout=message_timeout, logger=logger, clock=clock)
-        self._where = where
-        self._concurrency = concurrency
+    def __init__(self, config: C, on_delivery: DeliveryHandler, *, generation: int = 1,
+                 logger: logging.Logger | None = None, shared: SharedState | None = None,
+                 client: Any = None, clock: Callable[[], float] = time.monotonic) -> None:
+        """``client``: a ready client (tests' fakes); None: ``_connect`` builds one.
+        ``logger``: else ``cdc_relay.<kind>``."""
+        super().__init__(on_delivery, generation=generation, max_in_flight=config.max_in_flight,
+                         message_timeout=config.message_timeout_ms / 1000,
+                         logger=logger or logging.getLogger(f"cdc_relay.{self.kind}"), clock=clock)
+        self._config = config
+        self._client: Any = client
+        self._where = config.where
+        self._concurrency = config.concurrency
         self._shared = shared or SharedState()
         self._cond = threading.Condition()
-        self._planner = Planner(max_entries=max_entries)
+        self._planner = Planner(max_entries=config.batch_size)
         self._items: dict[int, Outgoing] = {}  # seq -> its outgoing form, until settled
         self._first_sent: dict[int, float] = {}  # seq -> first send, oldest first
         self._limits: dict[str, int] = {}
@@ -92,6 +117,10 @@ class PlannedSink(BackgroundSink):
 
     def _connect(self) -> None:
         """Get ready on the warm-up thread (build the client, a first round trip)."""
+
+    def _missing_reason(self, queue: str, reason: str) -> str:
+        """What a missing queue's RETRIABLE error says (``reason``: that it does not exist)."""
+        return f"{reason} (create it; see docs/sinks.md)"
 
     def _send(self, batch: list[Pending], items: list[Outgoing]) -> None:
         raise NotImplementedError
@@ -121,8 +150,8 @@ class PlannedSink(BackgroundSink):
             self._warming.start()
         self._warming.join(timeout)
         if self._warming.is_alive():
-            raise BrokerError(f"{self.kind} at {self._where} did not answer within {timeout:g} s "
-                              "(check --brokers and the network)")
+            raise BrokerError(f"{self.title or self.kind} at {self._where} did not answer within "
+                              f"{timeout:g} s (check --brokers and the network)")
         self._warming = None
         if self._warm_error is not None:
             raise self._warm_error
@@ -142,9 +171,9 @@ class PlannedSink(BackgroundSink):
         except BrokerError as exc:
             self._warm_error = exc
         except Exception as exc:
-            self._warm_error = BrokerError(f"{self.kind} at {self._where}: "
+            self._warm_error = BrokerError(f"{self.title or self.kind} at {self._where}: "
                                            f"{mask_secrets(str(exc) or type(exc).__name__)} "
-                                           "(check --brokers and that the receiver answers)")
+                                           f"(check --brokers and that the {self.peer} answers)")
 
     def _refuse(self, message: Message) -> DeliveryError | None:
         built = self._build(message)
@@ -171,16 +200,20 @@ class PlannedSink(BackgroundSink):
         if (oldest is not None and self._fatal is None
                 and self._clock() - oldest > self._message_timeout):
             self._fail(f"no reply within {self._message_timeout:g} s of sending (message "
-                       "timeout): the receiver is stalled or unreachable")
+                       f"timeout): the {self.peer} is stalled or unreachable")
 
     def _stop(self) -> None:
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
-        deadline = time.monotonic() + 5.0
+        deadline = time.monotonic() + self._stop_wait()
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         self._close_client()
+
+    def _stop_wait(self) -> float:
+        """How long ``close`` waits for the sender threads, in seconds."""
+        return 5.0
 
     def _close_client(self) -> None:
         """Release the client (after the senders stopped)."""
@@ -259,7 +292,7 @@ class PlannedSink(BackgroundSink):
                 self._items.pop(p.seq, None)
                 self._first_sent.pop(p.seq, None)
         self._finish(batch)
-        error = DeliveryError(ErrorKind.RETRIABLE, f"{reason} (create it; see docs/sinks.md)",
+        error = DeliveryError(ErrorKind.RETRIABLE, self._missing_reason(queue, reason),
                               Cause.TOPIC_MISSING)
         self._report([p.seq for p in [*batch, *dropped]], error)
 
@@ -267,4 +300,27 @@ class PlannedSink(BackgroundSink):
         """The receiver refused the credentials or permissions: this generation is over."""
         self._shared.refused = self._shared.refused or refused
         self._finish(pendings)
-        self._fail(str(refused), refused=True)
+        self._fail(str(refused), refused=self.quiet_refusal)
+
+
+def planned_factory(sink: Callable[..., PlannedSink[C]], config: C, *,
+                    logger: logging.Logger | None = None,
+                    check: Callable[[C], object] | None = None) -> SinkFactory:
+    """A factory of ``sink(config, ...)``s, numbering their generations and sharing an access
+    refusal (``SharedState``).
+
+    ``check``: run once first (no I/O; an AWS sink's ``make_client``), so a missing region or
+    unknown profile is a ConfigError at start-up (exit 2), not a warm-up that WAL mode would
+    retry.
+    """
+    if check is not None:
+        check(config)
+    generation = 0
+    shared = SharedState()
+
+    def build(on_delivery: DeliveryHandler) -> Sink:
+        nonlocal generation
+        generation += 1
+        return sink(config, on_delivery, generation=generation, logger=logger, shared=shared)
+
+    return build

@@ -25,23 +25,21 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
 from cdc_relay.errors import mask_secrets
 from cdc_relay.model import Message
-from cdc_relay.sink.base import Cause, DeliveryError, DeliveryHandler, ErrorKind, Sink, SinkFactory
+from cdc_relay.sink.base import Cause, DeliveryError, DeliveryHandler, ErrorKind, SinkFactory
 from cdc_relay.sink.batches import Pending
 from cdc_relay.sink.config import SinkProbe
 from cdc_relay.sink.http import requests
 from cdc_relay.sink.http.client import make_client
 from cdc_relay.sink.http.config import HttpConfig
-from cdc_relay.sink.planned import Outgoing, PlannedSink, SharedState
+from cdc_relay.sink.planned import Outgoing, PlannedSink, SharedState, planned_factory
 from cdc_relay.text import shorten
 
-_log = logging.getLogger("cdc_relay.http")
 _RETRIED = (408, 429)
 
 
@@ -50,7 +48,7 @@ def host_of(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}"
 
 
-class HttpSink(PlannedSink):
+class HttpSink(PlannedSink[HttpConfig]):
     """One httpx client and its sender threads (one generation) as a Sink."""
 
     kind = "http"
@@ -58,14 +56,8 @@ class HttpSink(PlannedSink):
     def __init__(self, config: HttpConfig, on_delivery: DeliveryHandler, *, generation: int = 1,
                  logger: logging.Logger | None = None, shared: SharedState | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        super().__init__(on_delivery, where=config.where, generation=generation,
-                         max_in_flight=config.max_in_flight,
-                         message_timeout=config.message_timeout_ms / 1000,
-                         concurrency=config.concurrency, max_entries=config.batch_size,
-                         logger=logger or _log, shared=shared, clock=clock)
-        self._config = config
-        self._secret = config.signing_secret
-        self._client: Any = None
+        super().__init__(config, on_delivery, generation=generation, logger=logger,
+                         shared=shared, clock=clock)
         self._per_host: dict[str, int] = {}  # requests in flight, under _cond
 
     def _build(self, message: Message) -> Outgoing | DeliveryError:
@@ -104,7 +96,7 @@ class HttpSink(PlannedSink):
             body, headers = requests.single(messages[0])
         else:
             body, headers = requests.batch(messages)
-        headers = requests.signed(headers, self._secret, int(time.time()), body)
+        headers = requests.signed(headers, self._config.signing_secret, int(time.time()), body)
         try:
             answer = self._client.request(self._config.method, url, content=body, headers=headers)
         except httpx.HTTPError as exc:
@@ -135,16 +127,7 @@ class HttpSink(PlannedSink):
 
 def http_sink_factory(config: HttpConfig, *, logger: logging.Logger | None = None) -> SinkFactory:
     """A factory of HttpSinks, numbering their generations."""
-    generation = 0
-    shared = SharedState()
-
-    def build(on_delivery: DeliveryHandler) -> Sink:
-        nonlocal generation
-        generation += 1
-        return HttpSink(config, on_delivery, generation=generation, logger=logger,
-                        shared=shared)
-
-    return build
+    return planned_factory(HttpSink, config, logger=logger)
 
 
 def probe(config: HttpConfig, timeout: float) -> list[SinkProbe]:

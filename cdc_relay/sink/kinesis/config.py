@@ -13,17 +13,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 from cdc_relay.errors import ConfigError, mask_secrets
-from cdc_relay.sink.common import positive_float, positive_int, settings_of
+from cdc_relay.sink.common import aws_address, aws_region, positive_float, positive_int, settings_of
 
 MAX_RECORDS = 500  # PutRecords: records per call
 MAX_BATCH_BYTES = 5 * 1024 * 1024  # PutRecords: data and partition keys per call
 MAX_RECORD_BYTES = 1024 * 1024  # one record's data and partition key
 MAX_PARTITION_KEY = 256  # characters
 _STREAM = re.compile(r"[A-Za-z0-9_.-]{1,128}")
-_REGION = re.compile(r"[a-z]{2}(-[a-z0-9]+)+-[0-9]+")
 _KEYS = ("region", "profile", "concurrency", "max_in_flight", "batch_size", "record_format",
          "connect_timeout", "read_timeout")
 RECORD_FORMATS = ("envelope", "value")
@@ -60,31 +58,12 @@ def stream_name_problem(name: str) -> str | None:
     return None
 
 
-def _endpoint(brokers: str) -> tuple[str | None, str | None]:
-    address = brokers.strip()
-    parts = urlsplit(address)
-    if parts.scheme == "kinesis" and parts.netloc and _REGION.fullmatch(parts.netloc):
-        return None, parts.netloc
-    if parts.scheme in ("http", "https") and parts.hostname:
-        return address, None
-    raise ConfigError(f"invalid --brokers {mask_secrets(address)!r} for the kinesis sink: expected "
-                      "kinesis://REGION (e.g. kinesis://eu-west-1) or an endpoint URL "
-                      "http[s]://HOST[:PORT]")
-
-
 def parse_kinesis(brokers: str, items: Iterable[str], *, topic_pattern: str,
                   dead_letter_topic: str, message_timeout_ms: int = 30_000) -> KinesisConfig:
     """The Kinesis config of ``--brokers`` and ``--sink-config``."""
-    endpoint, region = _endpoint(brokers)
+    endpoint, region = aws_address(brokers, "kinesis")
     s = settings_of(items, _KEYS, "kinesis")
-    if "region" in s:
-        if not _REGION.fullmatch(s["region"]):
-            raise ConfigError(f"invalid --sink-config region={s['region']!r}: expected an AWS "
-                              "region such as eu-west-1")
-        if region is not None and s["region"] != region:
-            raise ConfigError(f"--brokers kinesis://{region} and --sink-config region="
-                              f"{s['region']} disagree: give the region once")
-        region = s["region"]
+    region = aws_region(s, region, "kinesis")
     for name in (dead_letter_topic, re.sub(r"\{[a-z_]+\}", "x", topic_pattern)):
         problem = stream_name_problem(name)
         if problem is not None:

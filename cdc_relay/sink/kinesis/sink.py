@@ -34,41 +34,26 @@ Only sink/ imports boto3.
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
 from typing import Any
 
 from cdc_relay.errors import BrokerError, mask_secrets
 from cdc_relay.model import Message
-from cdc_relay.sink.base import DeliveryError, DeliveryHandler, ErrorKind, Sink, SinkFactory
+from cdc_relay.sink.base import DeliveryError, ErrorKind, SinkFactory
 from cdc_relay.sink.batches import Pending
 from cdc_relay.sink.config import SinkProbe
 from cdc_relay.sink.kinesis.client import MISSING, error_code, make_client, refusal
 from cdc_relay.sink.kinesis.config import MAX_BATCH_BYTES, KinesisConfig
 from cdc_relay.sink.kinesis.records import build_record
-from cdc_relay.sink.planned import Outgoing, PlannedSink, SharedState
+from cdc_relay.sink.planned import Outgoing, PlannedSink, planned_factory
 
-_log = logging.getLogger("cdc_relay.kinesis")
 _INVALID = ("ValidationException", "InvalidArgumentException", "SerializationException")
 
 
-class KinesisSink(PlannedSink):
+class KinesisSink(PlannedSink[KinesisConfig]):
     """One boto3 Kinesis client and its sender threads (one generation) as a Sink."""
 
     kind = "kinesis"
     default_limit = MAX_BATCH_BYTES
-
-    def __init__(self, config: KinesisConfig, on_delivery: DeliveryHandler, *,
-                 generation: int = 1, logger: logging.Logger | None = None,
-                 shared: SharedState | None = None, client: Any = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        super().__init__(on_delivery, where=config.where, generation=generation,
-                         max_in_flight=config.max_in_flight,
-                         message_timeout=config.message_timeout_ms / 1000,
-                         concurrency=config.concurrency, max_entries=config.batch_size,
-                         logger=logger or _log, shared=shared, clock=clock)
-        self._config = config
-        self._client: Any = client
 
     def _build(self, message: Message) -> Outgoing | DeliveryError:
         return build_record(message, self._config.record_format)
@@ -141,22 +126,8 @@ class KinesisSink(PlannedSink):
 
 
 def kinesis_sink_factory(config: KinesisConfig, *, logger: logging.Logger | None = None) -> SinkFactory:
-    """A factory of KinesisSinks, numbering their generations and sharing an access refusal.
-
-    Builds a client once first (no I/O), so a missing region or unknown profile is a
-    ConfigError at start-up (exit 2), not a warm-up that WAL mode would retry.
-    """
-    make_client(config)
-    generation = 0
-    shared = SharedState()
-
-    def build(on_delivery: DeliveryHandler) -> Sink:
-        nonlocal generation
-        generation += 1
-        return KinesisSink(config, on_delivery, generation=generation, logger=logger,
-                           shared=shared)
-
-    return build
+    """A factory of KinesisSinks (a client built once first: a bad region or profile is exit 2)."""
+    return planned_factory(KinesisSink, config, logger=logger, check=make_client)
 
 
 def probe(config: KinesisConfig, timeout: float) -> list[SinkProbe]:

@@ -22,36 +22,22 @@ The client and how its errors read are sink/redis/client.py's. Only sink/ import
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
-from typing import Any
 
 from cdc_relay.errors import BrokerError, mask_secrets
 from cdc_relay.model import Message
-from cdc_relay.sink.base import DeliveryError, DeliveryHandler, ErrorKind, Sink, SinkFactory
+from cdc_relay.sink.base import DeliveryError, ErrorKind, SinkFactory
 from cdc_relay.sink.batches import Pending
 from cdc_relay.sink.config import SinkProbe
-from cdc_relay.sink.planned import Outgoing, PlannedSink, SharedState
+from cdc_relay.sink.planned import Outgoing, PlannedSink, planned_factory
 from cdc_relay.sink.redis.client import make_client, refusal
 from cdc_relay.sink.redis.config import RedisConfig
 from cdc_relay.sink.redis.entries import build_entry
 
-_log = logging.getLogger("cdc_relay.redis")
-class RedisSink(PlannedSink):
+
+class RedisSink(PlannedSink[RedisConfig]):
     """One redis-py client and its sender threads (one generation) as a Sink."""
 
     kind = "redis"
-
-    def __init__(self, config: RedisConfig, on_delivery: DeliveryHandler, *, generation: int = 1,
-                 logger: logging.Logger | None = None, shared: SharedState | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        super().__init__(on_delivery, where=config.where, generation=generation,
-                         max_in_flight=config.max_in_flight,
-                         message_timeout=config.message_timeout_ms / 1000,
-                         concurrency=config.concurrency, max_entries=config.batch_size,
-                         logger=logger or _log, shared=shared, clock=clock)
-        self._config = config
-        self._client: Any = None
 
     def _build(self, message: Message) -> Outgoing | DeliveryError:
         return build_entry(message, self._config.max_message_bytes)
@@ -110,15 +96,7 @@ class RedisSink(PlannedSink):
 
 def redis_sink_factory(config: RedisConfig, *, logger: logging.Logger | None = None) -> SinkFactory:
     """A factory of RedisSinks, numbering their generations and sharing an access refusal."""
-    generation = 0
-    shared = SharedState()
-
-    def build(on_delivery: DeliveryHandler) -> Sink:
-        nonlocal generation
-        generation += 1
-        return RedisSink(config, on_delivery, generation=generation, logger=logger, shared=shared)
-
-    return build
+    return planned_factory(RedisSink, config, logger=logger)
 
 
 def probe(config: RedisConfig, timeout: float) -> list[SinkProbe]:

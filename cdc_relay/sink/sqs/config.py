@@ -16,10 +16,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
-from cdc_relay.config import parse_producer_config
 from cdc_relay.errors import ConfigError, mask_secrets
+from cdc_relay.sink.batches import MAX_ENTRIES
+from cdc_relay.sink.common import aws_address, aws_region, settings_of
 
 # --topic-pattern and --dead-letter-topic for this sink when they are left at Kafka's
 # defaults (which are no legal queue names: SQS allows '.' only in the .fifo suffix).
@@ -40,7 +40,6 @@ LARGEST_MESSAGE_BYTES = 1_048_576  # the largest MaximumMessageSize a queue may 
 MAX_QUEUE_NAME = 80
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
 _ATTRIBUTE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,256}")
-_REGION = re.compile(r"[a-z]{2}(-[a-z0-9]+)+-[0-9]+")
 
 _KEYS = ("region", "profile", "concurrency", "max_in_flight", "connect_timeout", "read_timeout")
 
@@ -64,6 +63,11 @@ class SqsConfig:
     def where(self) -> str:
         """The address for messages: the endpoint, or ``sqs://REGION``."""
         return mask_secrets(self.endpoint_url) if self.endpoint_url else f"sqs://{self.region}"
+
+    @property
+    def batch_size(self) -> int:
+        """Entries per SendMessageBatch: SQS's limit."""
+        return MAX_ENTRIES
 
 
 def sqs_topics(topic_pattern: str, dead_letter_topic: str) -> tuple[str, str]:
@@ -104,17 +108,6 @@ def _positive(key: str, value: str, kind: type[int] | type[float] = int) -> floa
     if number <= 0:
         raise ConfigError(f"invalid --sink-config {key}={value!r}: expected a positive number")
     return number
-
-
-def _endpoint(brokers: str) -> tuple[str | None, str | None]:
-    address = brokers.strip()
-    parts = urlsplit(address)
-    if parts.scheme == "sqs" and parts.netloc and _REGION.fullmatch(parts.netloc):
-        return None, parts.netloc
-    if parts.scheme in ("http", "https") and parts.hostname:
-        return address, None
-    raise ConfigError(f"invalid --brokers {mask_secrets(address)!r} for the sqs sink: expected "
-                      "sqs://REGION (e.g. sqs://eu-west-1) or an endpoint URL http[s]://HOST[:PORT]")
 
 
 def check_queue_names(topic_pattern: str, dead_letter_queue: str) -> None:
@@ -160,20 +153,9 @@ def parse_sqs(brokers: str, items: Iterable[str], *, topic_pattern: str, dead_le
               header_names: Sequence[str] = (), message_format: str = "raw",
               message_timeout_ms: int = 30_000) -> SqsConfig:
     """The SQS config of ``--brokers`` and ``--sink-config`` (queue names as ``sqs_topics`` gives)."""
-    endpoint, region = _endpoint(brokers)
-    settings = parse_producer_config(list(items))
-    for key in settings:
-        if key not in _KEYS:
-            raise ConfigError(f"unknown --sink-config key {key!r} for the sqs sink: use one of "
-                              + ", ".join(sorted(_KEYS)) + " (see docs/sinks.md)")
-    if "region" in settings:
-        if not _REGION.fullmatch(settings["region"]):
-            raise ConfigError(f"invalid --sink-config region={settings['region']!r}: expected "
-                              "an AWS region such as eu-west-1")
-        if region is not None and settings["region"] != region:
-            raise ConfigError(f"--brokers sqs://{region} and --sink-config region="
-                              f"{settings['region']} disagree: give the region once")
-        region = settings["region"]
+    endpoint, region = aws_address(brokers, "sqs")
+    settings = settings_of(items, _KEYS, "sqs")
+    region = aws_region(settings, region, "sqs")
     check_queue_names(topic_pattern, dead_letter_topic)
     check_headers(header_names, message_format)
     return SqsConfig(

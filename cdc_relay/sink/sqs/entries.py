@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from cdc_relay.model import Message
 from cdc_relay.sink.base import Cause, DeliveryError, ErrorKind
+from cdc_relay.sink.planned import Outgoing
 from cdc_relay.sink.sqs.config import LARGEST_MESSAGE_BYTES, MAX_ATTRIBUTES, queue_name_problem
 
 # Characters SQS accepts in a body or a String attribute (its documented XML character set).
@@ -36,14 +36,15 @@ _REFUSED_CHAR = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010fff
 _GROUP_ID = re.compile(r"[\x21-\x7e]{1,128}")
 
 
-@dataclass(slots=True)
-class Entry:
-    """A message made ready for SendMessageBatch (``fields`` without the batch entry's Id)."""
+class Entry(Outgoing):
+    """A message made ready for SendMessageBatch: ``data`` its ``fields`` (without the batch
+    entry's Id), ``group`` its MessageGroupId on a FIFO queue, else None."""
 
-    queue: str
-    group: str | None  # MessageGroupId on a FIFO queue, else None
-    size: int
-    fields: dict[str, Any]
+    __slots__ = ()
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        return self.data  # type: ignore[no-any-return]
 
 
 def is_fifo(queue: str) -> bool:
