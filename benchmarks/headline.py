@@ -243,10 +243,14 @@ def environment(results: Results) -> str:
     m = results.get("machine", {})
     plan = results["plan"]
     sizes = " and ".join(f"{n:,}" for n in plan.get("sizes", [plan["events"]]))
+    entries = results.get("throughput") or []
+    what = ("changes to one table (50 % inserts, 35 % updates, 15 % deletes), 100 per transaction"
+            if entries and all(_is_table(t) for t in entries)
+            else "events (~200 B, 100 per transaction)")
     return "\n".join([
         f"- **Run**: {plan['label']} (`{results.get('command', '')}`), {results.get('started_at', '?')}, "
-        f"commit {m.get('git_commit', '?')}; backlogs of {sizes} events (~200 B, 100 per "
-        f"transaction), {plan.get('rounds', 1)} round(s): figures are medians.",
+        f"commit {m.get('git_commit', '?')}; backlogs of {sizes} {what}, "
+        f"{plan.get('rounds', 1)} round(s): figures are medians.",
         f"- **Machine**: {m.get('nproc', '?')} cores ({m.get('cpu', '?')}), "
         f"{m.get('memory_gib', '?')} GiB, Linux {m.get('kernel', '?')}, Python {m.get('python', '?')}; "
         "relay, PostgreSQL, broker and consumers share the cores.",

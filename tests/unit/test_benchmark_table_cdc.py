@@ -114,3 +114,10 @@ def test_a_run_without_table_cdc_has_no_such_section() -> None:
     results = json.loads(FIXTURE.read_text())
     assert table_cdc_table(results) == ""
     assert "Table CDC" not in section(results)
+
+
+def test_a_table_cdc_only_run_says_its_backlog_is_changes() -> None:
+    results = _with_table_cdc(json.loads(FIXTURE.read_text()))
+    assert "events (~200 B, 100 per transaction)" in section(results)
+    results["throughput"] = [t for t in results["throughput"] if t.get("workload") == "table"]
+    assert "changes to one table (50 % inserts, 35 % updates, 15 % deletes)" in section(results)
