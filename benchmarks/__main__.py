@@ -45,6 +45,7 @@ from benchmarks.plan import (
     QUICK_EVENTS,
     QUICK_RATES,
     QUICK_ROUNDS,
+    TABLE_CDC_MODES,
     Plan,
     parse_modes,
 )
@@ -57,7 +58,7 @@ from benchmarks.runner import ModeRun
 from cdc_relay.errors import LocalServiceError
 from cdc_relay.local.postgres import PostgresCluster
 
-SMOKE_MODES = "wal-wal2json,poll-notify,poll-classic"
+SMOKE_MODES = "wal-wal2json,poll-notify,poll-classic,capture-pgoutput"
 INSTRUCTION_EVENTS = 20_000  # enough that start-up's variation is well under 1 %
 RELAY_LINGER_MS = 5  # the relay's default linger.ms: the floor at every rate uses it
 
@@ -75,16 +76,17 @@ def _ints(text: str, what: str, minimum: int) -> tuple[int, ...]:
 def build_plan(out: Path, quick: bool, smoke: bool, modes: str | None, events: str | None,
                rates: str | None, duration: float | None, warmup: float | None,
                relay_producer_config: tuple[str, ...], rounds: int | None = None,
-               broker: str = DEFAULT_BROKER, broker_warmup: int = 1) -> Plan:
+               broker: str = DEFAULT_BROKER, broker_warmup: int = 1, table_cdc: bool = False) -> Plan:
     """The Plan from the command line: full by default, then --quick/--smoke, then overrides
-    (``--broker`` is not one: it names the broker, not the workload)."""
+    (``--broker`` is not one: it names the broker, not the workload); ``table_cdc`` adds the
+    table-CDC modes (plan.TABLE_CDC_MODES) to the modes chosen."""
     label = "smoke" if smoke else "quick" if quick else "full"
     base = {"full": (FULL_EVENTS, FULL_RATES, FULL_DURATION, 1.0, ",".join(DEFAULT_MODES), FULL_ROUNDS),
             "quick": (QUICK_EVENTS, QUICK_RATES, QUICK_DURATION, 1.0, ",".join(DEFAULT_MODES),
                       QUICK_ROUNDS),
             "smoke": ((500,), (50,), 2.0, 0.5, SMOKE_MODES, 1)}[label]
     try:
-        parsed_modes = parse_modes(modes or base[4])
+        parsed_modes = parse_modes(",".join([modes or base[4], *(TABLE_CDC_MODES if table_cdc else ())]))
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--modes") from exc
     if events is not None or rates or duration is not None or modes or rounds is not None:
@@ -122,6 +124,9 @@ def main() -> None:
 @click.option("--broker-warmup", type=click.IntRange(1), default=1, hidden=True, metavar="N",
               help="Messages produced and consumed through each fresh broker before a mode "
                    "(more: a warm JVM).")
+@click.option("--table-cdc", is_flag=True,
+              help=f"Also measure table CDC: {', '.join(TABLE_CDC_MODES)} (a captured table's "
+                   "mixed backlog, cdc-relay beside Debezium embedded; throughput only).")
 @click.option("--smoke", is_flag=True, hidden=True, help="Tiny run for the smoke test.")
 @click.option("--rates", default=None, hidden=True, help="Insert rates, e.g. 100,1000.")
 @click.option("--duration", type=click.FloatRange(0.5), default=None, hidden=True,
@@ -130,11 +135,11 @@ def main() -> None:
 @click.option("--relay-producer-config", multiple=True, hidden=True, metavar="KEY=VALUE",
               help="Passed to every relay as --producer-config.")
 def run(out: Path, quick: bool, modes: str | None, events: str | None, rounds: int | None,
-        broker: str, broker_warmup: int, smoke: bool, rates: str | None, duration: float | None,
-        warmup: float | None, relay_producer_config: tuple[str, ...]) -> None:
+        broker: str, broker_warmup: int, table_cdc: bool, smoke: bool, rates: str | None,
+        duration: float | None, warmup: float | None, relay_producer_config: tuple[str, ...]) -> None:
     """Measure limits, backlog throughput and latency; write DIR/results.json and report.md."""
     plan = build_plan(out, quick, smoke, modes, events, rates, duration, warmup,
-                      relay_producer_config, rounds, broker, broker_warmup)
+                      relay_producer_config, rounds, broker, broker_warmup, table_cdc)
     plan, skipped = without_unavailable(plan)
     workdir = out / "logs"
     workdir.mkdir(parents=True, exist_ok=True)
@@ -161,7 +166,7 @@ def run(out: Path, quick: bool, modes: str | None, events: str | None, rounds: i
             meter.add_root(postmaster_pid(cluster.data_dir))
             results["machine"] = machine_info(cluster, plan.broker)
             results["broker"] = describe(plan.broker, results["machine"]["tansu"])
-            if any(m.is_debezium for m in plan.modes):
+            if any(m.is_debezium and m.workload == "outbox" for m in plan.modes):
                 progress.phase("message check", "cdc-relay and Debezium relay one sample")
                 results["message_check"] = message_check.run(cluster, workdir, plan.broker)
                 progress.result(message_check_line(results))

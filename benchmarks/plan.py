@@ -35,7 +35,17 @@ debezium-      ``--plugin pgoutput --no-trigger``          ``python -m benchmark
 embedded                                                   Debezium embedded with the outbox
                                                            router, the reference (``-poll10``:
                                                            ``poll.interval.ms=10``)
+capture-       ``--plugin pgoutput --no-trigger --capture  ``run --plugin pgoutput --capture
+pgoutput       public.bench_items``                        public.bench_items --capture-prefix
+                                                           bench --message-format debezium-json``
+debezium-      same                                        ``python -m benchmarks.debezium
+capture                                                    --capture …``: Debezium's connector,
+                                                           no router, JsonConverter with schemas
 =============  ==========================================  ============================
+
+The two table-CDC modes (``TABLE_CDC_MODES``: ``workload="table"``, benchmarks/table_cdc.py)
+stream a captured table's mixed backlog instead of outbox rows; they run only when named
+or with ``run --table-cdc``.
 
 The debezium-embedded modes need the ``bench-debezium`` extra and Java 17+; a run skips
 them with one line where either is missing (benchmarks/debezium.py).
@@ -66,6 +76,7 @@ class Mode:
     relay_args: tuple[str, ...]
     module: str = "cdc_relay"  # what ``python -m`` runs: the relay, or a baseline
     sink: str = "kafka"  # kafka | rabbitmq | nats | sqs | redis | http | kinesis (other_sinks.py)
+    workload: str = "outbox"  # outbox rows, or "table": a captured table's changes (table_cdc.py)
 
     @property
     def is_relay(self) -> bool:
@@ -77,6 +88,10 @@ class Mode:
         """Debezium embedded (benchmarks/debezium.py): a reference, skipped where it cannot run."""
         return self.module == "benchmarks.debezium"
 
+
+CAPTURED = "public.bench_items"  # benchmarks.table_cdc.TABLE (a pure module: not imported)
+CAPTURE_PREFIX = "bench"  # benchmarks.table_cdc.PREFIX
+_CAPTURE_INIT = ("--plugin", "pgoutput", "--no-trigger", "--capture", CAPTURED)
 
 MODES: dict[str, Mode] = {m.name: m for m in (
     Mode("wal-wal2json", "wal", "wal2json", ("--plugin", "wal2json", "--no-trigger"),
@@ -108,10 +123,17 @@ MODES: dict[str, Mode] = {m.name: m for m in (
          module="benchmarks.debezium"),
     Mode("debezium-embedded-poll10", "wal", "pgoutput", ("--plugin", "pgoutput", "--no-trigger"),
          ("--poll-interval-ms", "10"), module="benchmarks.debezium"),
+    Mode("capture-pgoutput", "wal", "pgoutput", _CAPTURE_INIT,
+         ("run", "--plugin", "pgoutput", "--capture", CAPTURED, "--capture-prefix", CAPTURE_PREFIX,
+          "--message-format", "debezium-json"), workload="table"),
+    Mode("debezium-capture", "wal", "pgoutput", _CAPTURE_INIT,
+         ("--capture", CAPTURED, "--capture-prefix", CAPTURE_PREFIX), module="benchmarks.debezium",
+         workload="table"),
 )}
+TABLE_CDC_MODES = ("capture-pgoutput", "debezium-capture")
 # A full or quick run measures these; the other exactly-once intervals, wal-sqs and the
 # modes of the sinks added with it only when named.
-NAMED_ONLY = ("wal-sqs", "wal-redis", "wal-http", "wal-kinesis")
+NAMED_ONLY = ("wal-sqs", "wal-redis", "wal-http", "wal-kinesis", *TABLE_CDC_MODES)
 DEFAULT_MODES = tuple(name for name in MODES
                       if not name.endswith(("-20ms", "-500ms")) and name not in NAMED_ONLY)
 

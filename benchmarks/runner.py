@@ -31,6 +31,12 @@ writer commits events on a fixed schedule and a consumer stamps their receipt
 The debezium-embedded modes run Debezium (benchmarks/debezium.py) where the relay
 would run, measured the same way.
 
+The table-CDC modes (``workload="table"``: capture-pgoutput, debezium-capture) create the
+captured table before ``init --capture``, preload a mixed backlog of N changes into it
+instead of outbox rows (benchmarks/table_cdc.py) and count change events - not the
+tombstones, which are recorded apart (``tombstones_per_event``) - on its topic; otherwise
+measured as above. Backlog throughput only: the latency harness matches outbox event ids.
+
 Modes with another sink (wal-rabbitmq, wal-nats, wal-sqs, wal-redis, wal-http, wal-kinesis)
 use a RabbitMQ, NATS, Redis, HTTP receiver or moto server of their own with names of the
 run's own (other_sinks.py, batching_sinks.py) instead of a
@@ -49,6 +55,7 @@ from typing import Any
 
 import psycopg
 
+from benchmarks import table_cdc
 from benchmarks.brokers import new_broker
 from benchmarks.kafka_side import count_process, create_topics, warm_up
 from benchmarks.latency import measure
@@ -87,6 +94,7 @@ class ModeRun:
         self.workdir = workdir
         self.errors: list[str] = []  # a latency rate that failed (the figures before it stay)
         self.db = "bench_" + mode.name.replace("-", "_")
+        self.table_cdc = mode.workload == "table"
         self.dsn = ""
         self.bootstrap = ""
         self.broker_pid: int | None = None  # the fresh Kafka broker (machine brokers are not ours)
@@ -106,7 +114,7 @@ class ModeRun:
         for n in self.plan.sizes:
             with self._fresh():
                 throughput.append(self.throughput(n))
-        if self.mode.sink != "kafka":  # the latency harness reads Kafka
+        if self.mode.sink != "kafka" or self.table_cdc:  # the latency harness reads outbox events
             return throughput, []
         with self._fresh():
             latency = self.latency()
@@ -120,6 +128,8 @@ class ModeRun:
             with self._broker() as bootstrap, psycopg.connect(self.dsn, autocommit=True) as monitor:
                 self.monitor = monitor
                 self.bootstrap = bootstrap
+                if self.table_cdc:  # before init --capture adds it to the publication
+                    table_cdc.create_table(self.dsn)
                 run_cli(["init", "--dsn", self.dsn, *self.mode.init_args], self._log("init"))
                 yield
         finally:
@@ -133,7 +143,8 @@ class ModeRun:
         if self.mode.sink == "kafka":
             with new_broker(self.plan.broker) as broker:
                 create_topics(broker.bootstrap, [f"bench.{BACKLOG}", "bench.probe",
-                                                 *(f"bench.lat{r}" for r in self.plan.rates)])
+                                                 *(f"bench.lat{r}" for r in self.plan.rates),
+                                                 *([table_cdc.TOPIC] if self.table_cdc else [])])
                 warm_up(broker.bootstrap, self.plan.broker_warmup)
                 self.broker_pid = broker.pid
                 try:
@@ -168,9 +179,12 @@ class ModeRun:
         progress, name = self.progress, self.mode.name
         progress.phase(name, "preload backlog", n)
         started = time.perf_counter()
-        backlog = preload(self.dsn, n, EVENTS_PER_BACKLOG_TXN, BACKLOG, progress.update)
+        if self.table_cdc:
+            backlog = table_cdc.preload(self.dsn, n, EVENTS_PER_BACKLOG_TXN, progress.update)
+        else:
+            backlog = preload(self.dsn, n, EVENTS_PER_BACKLOG_TXN, BACKLOG, progress.update)
         preload_s = time.perf_counter() - started
-        self._one(f"VACUUM ANALYZE {TABLE}")
+        self._one(f"VACUUM ANALYZE {table_cdc.TABLE if self.table_cdc else TABLE}")
         self._one("CHECKPOINT")
         wal_before = str(self._one("SELECT pg_current_wal_lsn()::text"))
         rows_before = self._rows_written()
@@ -178,8 +192,13 @@ class ModeRun:
 
         received, first_at, done_at = CTX.Value("q", 0), CTX.Value("d", 0.0), CTX.Value("d", 0.0)
         ready, stop = CTX.Event(), CTX.Event()
-        counter = spawn(self.counter, *self.counter_args(f"bench.{BACKLOG}"), n, received,
-                        first_at, done_at, ready, stop)
+        tombstones = CTX.Value("q", 0)
+        if self.table_cdc:
+            counter = spawn(table_cdc.count_changes_process, self.bootstrap, table_cdc.TOPIC, n,
+                            received, first_at, done_at, ready, stop, tombstones)
+        else:
+            counter = spawn(self.counter, *self.counter_args(f"bench.{BACKLOG}"), n, received,
+                            first_at, done_at, ready, stop)
         relay: RelayProcess | None = None
         try:
             wait_event(ready, counter, "the counting consumer")
@@ -227,6 +246,8 @@ class ModeRun:
                  "consumer_cpu_us_per_event": round(consumer_cpu / n * 1e6, 2),
                  "preload_s": round(preload_s, 2), "relay_exit_code": exit_code,
                  "foreign_cpu_s": foreign}
+        if self.table_cdc:  # tombstones the consumer saw before it stopped
+            entry.update(workload="table", tombstones_per_event=round(tombstones.value / n, 3))
         steady_text = f"{steady:,.0f}/s" if steady else "n/a"
         progress.result(f"{name} backlog: {n:,} in {seconds:.2f} s = {entry['eps']:,.0f}/s "
                         f"(steady {steady_text}), PG CPU {pg_cpu:.1f} s, relay CPU "

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-MODES = ["wal-wal2json", "poll-notify", "poll-classic"]
+MODES = ["wal-wal2json", "poll-notify", "poll-classic", "capture-pgoutput"]
+LATENCY_MODES = MODES[:3]  # table CDC measures backlog throughput only
 
 # One xdist worker runs both (make test: --dist loadgroup): each keeps a core busy for
 # minutes, and side by side they ran past their timeouts on the shared 2-core machine.
@@ -53,7 +54,9 @@ def test_smoke_run_writes_results_report_and_plots(tmp_path: Path) -> None:
                     "broker_cpu_us_per_event", "consumer_cpu_us_per_event"):
             assert _is_float(entry[key]), (key, entry[key])
 
-    assert [(e["mode"], e["rate_eps"]) for e in results["latency"]] == [(m, 50) for m in MODES]
+    table = results["throughput"][-1]
+    assert table["workload"] == "table" and _is_float(table["tombstones_per_event"])
+    assert [(e["mode"], e["rate_eps"]) for e in results["latency"]] == [(m, 50) for m in LATENCY_MODES]
     for entry in results["latency"]:
         assert isinstance(entry["rate_eps"], int)
         for key in ("p50_ms", "p95_ms", "p99_ms", "max_ms"):
@@ -69,6 +72,7 @@ def test_smoke_run_writes_results_report_and_plots(tmp_path: Path) -> None:
     assert "- wal-wal2json, 500 events: " in report, "the targets are checked per backlog size"
     assert "| wal-wal2json | " in report.split("## Machine")[0], "the headline's WAL table"
     assert "- **Broker**: Apache Kafka 4.1.2, single-node KRaft" in report
+    assert "| capture-pgoutput | " in report.split("**Table CDC**")[1].split("## Machine")[0]
     for plot in ("throughput.png", "latency_cdf_wal-wal2json.png", "latency_cdf_poll-notify.png"):
         assert (out / plot).stat().st_size > 1000, plot
 
