@@ -17,7 +17,6 @@ import os
 import sys
 import tempfile
 import threading
-import time
 from typing import Any
 
 
@@ -30,12 +29,15 @@ def main(host: str, port: str, dbname: str, slot: str, publication: str, prefix:
 
     ensure_jvm_started(jvm_opts=["-Xrs"])
     got: list[tuple[str, str | None, str | None]] = []
+    enough = threading.Event()
 
     class Handler(BasePythonChangeHandler):
         def handleJsonBatch(self, records: list[Any]) -> None:  # Java's name
             for record in records:
                 key, value = record.key(), record.value()
                 got.append((str(record.destination()), _text(key), _text(value)))
+            if len(got) >= int(count):
+                enough.set()
 
     props = {
         "name": "dbz", "topic.prefix": prefix,
@@ -58,9 +60,7 @@ def main(host: str, port: str, dbname: str, slot: str, publication: str, prefix:
     engine = DebeziumEngine(properties=props, handler=Handler(), format=engine_format)
     thread = threading.Thread(target=engine.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 120
-    while len(got) < int(count) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    enough.wait(120)  # the handler sets it at COUNT records
     engine.close()
     with open(out, "w", encoding="utf-8") as f:
         for item in got:
