@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import os
 import re
 import shutil
@@ -33,11 +32,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Self
 
 from cdc_relay.errors import LocalServiceError
+from cdc_relay.local.cache import cache_dir, install, locked
 from cdc_relay.local.helpers import HOST, clean_env, free_port, tail, wait_serving
 from cdc_relay.local.kafka_process import KafkaProcess
 
@@ -86,8 +86,7 @@ _METADATA_KEY, _METADATA_VERSION = 3, 4  # Kafka 4 answers Metadata v4 and later
 def cache_root(env: Mapping[str, str] = os.environ) -> Path:
     """Where the per-version jars and storage templates live: ``$CDC_RELAY_KAFKA_CACHE``,
     else ``~/.cache/cdc-relay/kafka``."""
-    configured = env.get(CACHE_ENV, "")
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "cdc-relay" / "kafka"
+    return cache_dir("kafka", CACHE_ENV, env)
 
 
 def jar_dir(version: str, root: Path) -> Path:
@@ -128,25 +127,6 @@ def java_binary() -> str:
     return require_tool("java", "Apache Kafka needs Java 17+ (apt-get install openjdk-17-jre-headless)")
 
 
-@contextlib.contextmanager
-def _locked(directory: Path) -> Iterator[None]:
-    """Hold ``directory/.lock`` exclusively (parallel test workers fill the cache once)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def _install(built: Path, target: Path) -> None:
-    """Move the complete directory ``built`` to ``target`` (a leftover there is replaced)."""
-    if target.exists():
-        shutil.rmtree(target)
-    built.rename(target)
-
-
 def ensure_jars(version: str = DEFAULT_VERSION, root: Path | None = None) -> Path:
     """The directory of ``version``'s jars, fetched by Maven into the cache if missing."""
     root = cache_root() if root is None else root
@@ -155,9 +135,9 @@ def ensure_jars(version: str = DEFAULT_VERSION, root: Path | None = None) -> Pat
         return lib
     mvn = require_tool("mvn", "fetching Apache Kafka's jars needs Maven (apt-get install maven)")
     java_binary()
-    with _locked(root / version):
+    with locked(root / version):
         if not has_jars(lib, version):
-            _install(_fetch(mvn, version, root / version), lib)
+            install(_fetch(mvn, version, root / version), lib)
     return lib
 
 
@@ -241,9 +221,9 @@ def ensure_formatted(version: str, lib: Path, root: Path | None = None) -> Path:
     template = root / version / "formatted"
     if (template / "meta.properties").is_file():
         return template
-    with _locked(root / version):
+    with locked(root / version):
         if not (template / "meta.properties").is_file():
-            _install(_format(lib, root / version), template)
+            install(_format(lib, root / version), template)
     return template
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import os
 import shutil
 import signal
 import subprocess
@@ -37,7 +36,8 @@ from pathlib import Path
 from typing import Self
 
 from cdc_relay.errors import LocalServiceError
-from cdc_relay.local.apache_kafka import _install, _locked, java_binary
+from cdc_relay.local.apache_kafka import java_binary
+from cdc_relay.local.cache import cache_dir, install, locked
 from cdc_relay.local.helpers import clean_env, tail, wait_serving
 from cdc_relay.local.kafka_process import KafkaProcess
 
@@ -53,9 +53,7 @@ DOWNLOAD_TIMEOUT = 600.0
 # -- the distribution cache --------------------------------------------------------------------
 def cache_root(env: Mapping[str, str] | None = None) -> Path:
     """``$CDC_RELAY_APICURIO_CACHE``, else ``~/.cache/cdc-relay/apicurio``."""
-    configured = (os.environ if env is None else env).get(CACHE_ENV, "")
-    return (Path(configured).expanduser() if configured
-            else Path.home() / ".cache" / "cdc-relay" / "apicurio")
+    return cache_dir("apicurio", CACHE_ENV, env)
 
 
 def runner_jar(app: Path) -> Path | None:
@@ -80,9 +78,9 @@ def ensure_app(version: str = DEFAULT_VERSION, root: Path | None = None) -> Path
     if runner_jar(app) is not None:
         return app
     java_binary()
-    with _locked(root / version):
+    with locked(root / version):
         if runner_jar(app) is None:
-            _install(_fetch(version, root / version), app)
+            install(_fetch(version, root / version), app)
     return app
 
 

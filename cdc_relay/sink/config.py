@@ -13,18 +13,16 @@ lists every sink ``--sink`` accepts.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from cdc_relay.config import parse_duration, parse_producer_config
+from cdc_relay.config import parse_duration
 from cdc_relay.errors import ConfigError, ExitCode, mask_secrets
+from cdc_relay.sink.common import flag, settings_of
 
 # sqs, redis, http, kinesis: their own config modules (sink/<name>/config.py)
 SINK_KINDS = ("kafka", "rabbitmq", "nats", "sqs", "redis", "http", "kinesis")
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,14 +82,6 @@ class SinkProbe:
     exit_code: ExitCode | None = None
 
 
-def _flag(key: str, value: str) -> bool:
-    if value.lower() in _TRUE:
-        return True
-    if value.lower() in _FALSE:
-        return False
-    raise ConfigError(f"invalid --sink-config {key}={value!r}: expected true or false")
-
-
 def _positive(key: str, value: str) -> int:
     try:
         number = int(value)
@@ -100,18 +90,6 @@ def _positive(key: str, value: str) -> int:
     if number < 1:
         raise ConfigError(f"invalid --sink-config {key}={value!r}: expected a positive integer")
     return number
-
-
-def _settings(items: Iterable[str], known: Iterable[str], sink: str) -> dict[str, str]:
-    settings = parse_producer_config(list(items))
-    allowed = set(known)
-    for key, value in settings.items():
-        if key not in allowed:
-            raise ConfigError(f"unknown --sink-config key {key!r} for the {sink} sink: use one of "
-                              + ", ".join(sorted(allowed)) + " (see docs/sinks.md)")
-        if key.endswith("_file") and not os.path.isfile(value):
-            raise ConfigError(f"--sink-config {key}={value!r}: no such file")
-    return settings
 
 
 _RABBIT_KEYS = ("exchange", "declare_exchange", "dead_letter_exchange", "dead_letter_queue",
@@ -127,14 +105,14 @@ def parse_rabbitmq(brokers: str, items: Iterable[str], *, dead_letter_topic: str
     if parts.scheme not in ("amqp", "amqps") or not parts.hostname:
         raise ConfigError(f"invalid --brokers {mask_secrets(url)!r} for the rabbitmq sink: "
                           "expected amqp://USER:PASSWORD@HOST:PORT/VHOST (or amqps://)")
-    s = _settings(items, _RABBIT_KEYS, "rabbitmq")
+    s = settings_of(items, _RABBIT_KEYS, "rabbitmq")
     exchange = s.get("exchange", "outbox")
     if not exchange:
         raise ConfigError("invalid --sink-config exchange=: the relay cannot publish to the "
                           "default exchange; name a topic exchange, e.g. exchange=outbox")
     return RabbitMqConfig(
         url=url, exchange=exchange,
-        declare_exchange=_flag("declare_exchange", s.get("declare_exchange", "true")),
+        declare_exchange=flag(s, "declare_exchange", True),
         dead_letter_exchange=s.get("dead_letter_exchange") or None,
         dead_letter_routing_key=dead_letter_topic,
         dead_letter_queue=s.get("dead_letter_queue", dead_letter_topic) or None,
@@ -163,7 +141,7 @@ def parse_nats(brokers: str, items: Iterable[str], *, topic_pattern: str, dead_l
                               "sink: expected nats://HOST:PORT[,nats://HOST:PORT...] (or tls://)")
     if not servers:
         raise ConfigError("no brokers given: pass --brokers nats://HOST:PORT")
-    s = _settings(items, _NATS_KEYS, "nats")
+    s = settings_of(items, _NATS_KEYS, "nats")
     stream = s.get("stream", "OUTBOX")
     if not stream or any(c in stream for c in " .*>\t"):
         raise ConfigError(f"invalid --sink-config stream={stream!r}: a JetStream stream name "
@@ -177,7 +155,7 @@ def parse_nats(brokers: str, items: Iterable[str], *, topic_pattern: str, dead_l
         raise ConfigError(f"invalid --sink-config {exc}") from exc
     return NatsConfig(
         servers=servers, stream=stream,
-        create_stream=_flag("create_stream", s.get("create_stream", "true")),
+        create_stream=flag(s, "create_stream", True),
         stream_subjects=subjects, duplicate_window=window,
         max_in_flight=_positive("max_in_flight", s.get("max_in_flight", "10000")),
         message_timeout_ms=message_timeout_ms,

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from cdc_relay.errors import LocalServiceError
-from cdc_relay.local.apache_kafka import _locked, java_binary, require_tool
+from cdc_relay.local.apache_kafka import java_binary, require_tool
+from cdc_relay.local.cache import cache_dir, install, locked
 from cdc_relay.local.helpers import clean_env
 
 SOURCES = Path(__file__).with_name("java_consumer")
@@ -28,9 +29,7 @@ MAVEN_TIMEOUT = 600.0
 
 
 def cache_root() -> Path:
-    configured = os.environ.get(CACHE_ENV, "")
-    return (Path(configured).expanduser() if configured
-            else Path.home() / ".cache" / "cdc-relay" / "java-consumer")
+    return cache_dir("java-consumer", CACHE_ENV)
 
 
 def build_hash() -> str:
@@ -48,7 +47,7 @@ def ensure_java_consumer(root: Path | None = None) -> Path:
         return target
     mvn = require_tool("mvn", "building the Java consumer needs Maven (apt-get install maven)")
     javac = require_tool("javac", "building the Java consumer needs a JDK 17+")
-    with _locked(root):
+    with locked(root):
         if not (target / "classes" / "AvroConsumer.class").is_file():
             built = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
             try:
@@ -56,9 +55,7 @@ def ensure_java_consumer(root: Path | None = None) -> Path:
             except BaseException:
                 shutil.rmtree(built, ignore_errors=True)
                 raise
-            if target.exists():
-                shutil.rmtree(target)
-            built.rename(target)
+            install(built, target)
     return target
 
 
