@@ -30,12 +30,13 @@ def replay(kafka: KafkaConfig, from_topic: str, ids: Sequence[str] | None, *, to
     """``dead-letters replay``: produce the chosen dead letters again (all when ``ids`` is None)."""
     from cdc_relay.ops.dead_letters import replay_message, select
     from cdc_relay.routing import Router
+    from cdc_relay.sink.base import Cause
     from cdc_relay.sink.kafka.dead_letters import produce_again, read_dead_letters
 
     replay_all = ids is None
     router = Router(RouterConfig(topic_pattern=topic_pattern, dead_letter_topic=from_topic), table)
     chosen = select(read_dead_letters(kafka, from_topic), ids, from_topic)
-    sendable, messages, failed = [], [], 0
+    sendable, messages, failed, refused = [], [], 0, False
     for record in chosen:
         try:
             messages.append(replay_message(record, router, to_original=to_original))
@@ -52,7 +53,10 @@ def replay(kafka: KafkaConfig, from_topic: str, ids: Sequence[str] | None, *, to
             say(f"replayed {record.id} to {message.topic}", False)
         else:
             failed += 1
-            say(f"cdc-relay: error: {record.id} not replayed to {message.topic}: {error}", True)
+            refused = refused or error.cause is Cause.TOPIC_FORBIDDEN
+            say(f"cdc-relay: error: {record.id} not replayed to {message.topic}: {error.reason}",
+                True)
     say(f"replayed {len(chosen) - failed} of {len(chosen)} dead letter(s) from {from_topic}"
         " (nothing was removed from it)", False)
-    return ExitCode.FAILURE if failed else ExitCode.OK
+    # A topic the broker forbids is refused access, as everywhere else (exit 6), not a failure.
+    return ExitCode.REFUSED if refused else ExitCode.FAILURE if failed else ExitCode.OK

@@ -34,7 +34,7 @@ from confluent_kafka import (
 from cdc_relay.config import KafkaConfig
 from cdc_relay.errors import AccessRefused, BrokerError, ConfigError, mask_secrets
 from cdc_relay.model import Message, TopicDeadLetter
-from cdc_relay.sink.base import DeliveryError, ProduceRejected, QueueFull
+from cdc_relay.sink.base import DeliveryError, ErrorKind, ProduceRejected, QueueFull
 from cdc_relay.sink.kafka.client import (
     ACL_DOC,
     REFUSAL_CODES,
@@ -166,12 +166,13 @@ def _headers(raw: Any) -> tuple[tuple[str, bytes], ...]:
 
 
 def produce_again(config: KafkaConfig, messages: Sequence[Message], *,
-                  timeout: float = 60.0) -> list[str | None]:
+                  timeout: float = 60.0) -> list[DeliveryError | None]:
     """Send each message; per message None (acknowledged) or why it failed."""
-    results: list[str | None] = ["no delivery report"] * len(messages)
+    unreported = DeliveryError(ErrorKind.RETRIABLE, "no delivery report")
+    results: list[DeliveryError | None] = [unreported] * len(messages)
 
     def on_delivery(token: int, error: DeliveryError | None) -> None:
-        results[token] = None if error is None else error.reason
+        results[token] = error
 
     sink = KafkaSink(config, on_delivery, logger=_log)
     try:
@@ -186,7 +187,7 @@ def produce_again(config: KafkaConfig, messages: Sequence[Message], *,
     return results
 
 
-def _send_all(sink: KafkaSink, messages: Sequence[Message], results: list[str | None],
+def _send_all(sink: KafkaSink, messages: Sequence[Message], results: list[DeliveryError | None],
               timeout: float) -> None:
     sink.warm_up(min(timeout, 10.0))
     for token, message in enumerate(messages):
@@ -197,6 +198,6 @@ def _send_all(sink: KafkaSink, messages: Sequence[Message], results: list[str | 
             except QueueFull:
                 sink.poll(0.1)
             except ProduceRejected as exc:
-                results[token] = exc.error.reason
+                results[token] = exc.error
                 break
     sink.flush(timeout)
