@@ -6,7 +6,10 @@ options it needs (``add-tables`` names the outbox and the captured tables). Per 
 
 * ``B``: the transaction's xid and commit time (``include-timestamp``, the text of
   ``timestamptz_out``); ``C``: the end of the commit (``nextlsn``, Debezium's
-  ``sequence``). Both are forwarded: the outbox decoder returns Begin / Commit.
+  ``sequence``) when the transaction had a change: wal2json writes a B/C pair for every
+  transaction, pgoutput (PostgreSQL 15+) none for one without a published change, so the
+  previous commit in ``sequence`` is the same for both. Both are forwarded: the outbox
+  decoder returns Begin / Commit.
 * ``I`` / ``U`` / ``D`` of a selected table: a CapturedRow whose images are what
   pgoutput's tuples would be - each value as the type's text output (UTF-8 bytes), None
   for NULL, ``UNCHANGED`` for an unchanged TOASTed value - so the capture room's codecs
@@ -175,6 +178,7 @@ class Wal2JsonCaptureDecoder:
         self._xid: int | None = None
         self._commit_us = 0
         self._last_commit: Lsn | None = None
+        self._written = False  # the open transaction had a change (not only B and C)
 
     def reset(self) -> None:
         """Forget the open transaction (every reconnect); layouts are kept (they are hints
@@ -189,17 +193,21 @@ class Wal2JsonCaptureDecoder:
         try:
             msg = orjson.loads(buf)
             action = msg.get("action") if type(msg) is dict else None
+            if action not in ("B", "C"):
+                self._written = True
             if action in ("I", "U", "D", "T"):
                 key = (msg.get("schema"), msg.get("table"))
                 if type(key[0]) is str and type(key[1]) is str and \
                         self._selection.matches(key[0], key[1]):
                     return self._change(action, buf, lsn)
             elif action == "B":
+                self._written = False
                 self._xid = msg.get("xid")
                 self._commit_us = _micros(msg.get("timestamp"))
             elif action == "C":
                 change = self._forward(buf, wal_start)
-                self._last_commit = Lsn.parse(msg["nextlsn"])
+                if self._written:
+                    self._last_commit = Lsn.parse(msg["nextlsn"])
                 return change
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise DecodeError(f"cannot decode the wal2json message at LSN {lsn}: {exc} "
