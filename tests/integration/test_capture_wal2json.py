@@ -140,16 +140,16 @@ def test_kill_9_of_a_wal2json_capture_relay_under_writes_loses_nothing(
     extra = ("--capture", "public.kv", "--capture-prefix", topic_prefix,
              "--message-format", "debezium-json-schemaless")
     relay = start_relay(db, bootstrap, topic_prefix, plugin="wal2json", extra=extra)
-    done = threading.Event()
-    writes = {"n": 0}
+    done, killed = threading.Event(), threading.Event()
 
     def writer() -> None:
         with psycopg.connect(db, autocommit=True) as conn:
             for i in range(600):
+                if i == 400:  # some writes surely after the kill, while it restarts
+                    killed.wait(60)
                 conn.execute("INSERT INTO kv VALUES (%s, %s, 'x') ON CONFLICT (id) DO UPDATE "
                              "SET v = EXCLUDED.v, note = kv.note || 'y'",
                              (i % 150, f"{i}.0123456789"))
-                writes["n"] += 1
         done.set()
 
     thread = threading.Thread(target=writer, daemon=True)
@@ -158,6 +158,7 @@ def test_kill_9_of_a_wal2json_capture_relay_under_writes_loses_nothing(
             thread.start()
             collector.collect(count=50, timeout=60)  # streaming under writes: now kill it
             relay.kill()
+            killed.set()
             relay = start_relay(db, bootstrap, topic_prefix, plugin="wal2json", extra=extra)
             thread.join(timeout=120)
             assert done.is_set()
