@@ -24,7 +24,7 @@ from typing import Any
 import psycopg
 
 from tests.integration.wal_support import confirmed_flush, current_wal, init_db, start_relay
-from tests.support import KafkaCollector, Msg, init_outbox, wait_for
+from tests.support import KafkaCollector, Msg, init_outbox, run_cli, wait_for
 
 HERE = Path(__file__).parent / "capture_workload"
 TABLES = ["t_types", "t_default", "t_full", "t_index", "t_nothing", "t_nopk", "t_toast", "t_e",
@@ -232,3 +232,27 @@ def _without_snapshot_position(raw: bytes | None) -> bytes | None:
     for key in ("lsn", "txId", "sequence", "ts_ms", "ts_us", "ts_ns"):
         data["payload"]["source"].pop(key)
     return json.dumps(data).encode()
+
+
+def test_init_and_doctor_capture_with_wal2json_need_no_publication(db: str) -> None:
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("CREATE TABLE customers (id int PRIMARY KEY, name text);"
+                     "CREATE TABLE events_log (at timestamptz, what text)")
+    tables = "public.customers,public.events_log"
+    result = run_cli("init", "--dsn", db, "--slot", "cdc_relay", "--plugin", "wal2json",
+                     "--capture", tables)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert ("captured tables (2, named in the slot's add-tables when the relay streams): "
+            "public.customers, public.events_log") in lines
+    assert any(line.startswith("warning: public.events_log has no primary key") and
+               "wal2json skips its UPDATE and DELETE" in line for line in lines), lines
+    with psycopg.connect(db) as conn:
+        published = conn.execute("SELECT count(*) FROM pg_publication_tables").fetchone()
+    assert published == (0,)
+    doctor = run_cli("doctor", "--dsn", db, "--plugin", "wal2json", "--capture", tables,
+                     "--format", "json")
+    verdicts = {c["name"]: c for c in json.loads(doctor.stdout)}
+    assert verdicts["captured tables: publication"]["verdict"] == "pass"
+    assert verdicts["replica identity"]["verdict"] == "fail"
+    assert "REPLICA IDENTITY FULL" in verdicts["replica identity"]["fix"]
