@@ -23,6 +23,8 @@ from typing import Any
 
 import psycopg
 
+from cdc_relay.outbox import emit
+
 from tests.integration.wal_support import confirmed_flush, current_wal, init_db, start_relay
 from tests.support import KafkaCollector, Msg, init_outbox, run_cli, wait_for
 
@@ -59,6 +61,9 @@ def test_wal2json_capture_equals_pgoutput_capture_event_by_event(
     ]
     try:
         _run_workload(db)
+        with psycopg.connect(db) as conn:  # the outbox beside: one transaction with a change
+            conn.execute("INSERT INTO t_nopk VALUES ('with the outbox', 2)")
+            emit(conn, "customer", "1", "CustomerCreated", {"id": 1})
         end = current_wal(db)
         for slot in ("cdc_relay", "cdc_relay_w"):  # every event of both acknowledged
             wait_for(lambda slot=slot: confirmed_flush(db, slot) >= end, timeout=60,
@@ -67,6 +72,10 @@ def test_wal2json_capture_equals_pgoutput_capture_event_by_event(
             expected = collector.collect(timeout=8)  # all of it is in the broker: read it
         with KafkaCollector(bootstrap, w2j + ".public.") as collector:
             got = collector.collect(count=len(expected), timeout=60)
+        for prefix in (topic_prefix, w2j):
+            with KafkaCollector(bootstrap, prefix + ".customer") as collector:
+                outbox = collector.collect(count=1, timeout=30)
+            assert json.loads(json.loads(outbox[0].value)["payload"]) == {"id": 1}
     finally:
         for relay in relays:
             relay.stop()
