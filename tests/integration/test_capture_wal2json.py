@@ -24,7 +24,6 @@ from typing import Any
 import psycopg
 
 from cdc_relay.outbox import emit
-
 from tests.integration.wal_support import confirmed_flush, current_wal, init_db, start_relay
 from tests.support import KafkaCollector, Msg, init_outbox, run_cli, wait_for
 
