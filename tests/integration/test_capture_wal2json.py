@@ -25,7 +25,7 @@ import psycopg
 
 from cdc_relay.outbox import emit
 from tests.integration.wal_support import confirmed_flush, current_wal, init_db, start_relay
-from tests.support import KafkaCollector, Msg, init_outbox, run_cli, wait_for
+from tests.support import CliProcess, KafkaCollector, Msg, init_outbox, run_cli, wait_for
 
 HERE = Path(__file__).parent / "capture_workload"
 TABLES = ["t_types", "t_default", "t_full", "t_index", "t_nothing", "t_nopk", "t_toast", "t_e",
@@ -33,6 +33,15 @@ TABLES = ["t_types", "t_default", "t_full", "t_index", "t_nothing", "t_nopk", "t
 # (topic, key's id, column, pgoutput's value): wal2json writes NaN and ±Infinity as null
 NAN_AND_INFINITIES = {("t_types", 2, "c_real", "NaN"), ("t_types", 2, "c_double", "-Infinity"),
                       ("t_types", 3, "c_real", "Infinity")}
+
+
+def _both_relays(db: str, bootstrap: str, prefix: str, w2j: str, *extra: str) -> list[CliProcess]:
+    """A pgoutput relay (slot cdc_relay) and a wal2json one (cdc_relay_w) capturing TABLES."""
+    return [start_relay(db, bootstrap, pfx, slot=slot, plugin=plugin, extra=(
+        "--capture", ",".join(f"public.{t}" for t in TABLES), "--capture-prefix", pfx,
+        "--message-format", "debezium-json",
+        *extra)) for pfx, slot, plugin in ((prefix, "cdc_relay", "pgoutput"),
+                                           (w2j, "cdc_relay_w", "wal2json"))]
 
 
 def _run_workload(db: str) -> None:
@@ -46,18 +55,10 @@ def test_wal2json_capture_equals_pgoutput_capture_event_by_event(
         db: str, broker: object, topic_prefix: str) -> None:
     bootstrap = broker.bootstrap  # type: ignore[attr-defined]
     init_db(db, plugin="pgoutput")
-    tables = ",".join(f"public.{t}" for t in TABLES)
     with psycopg.connect(db, autocommit=True) as conn:
         conn.execute((HERE / "setup.sql").read_text())
     w2j = f"{topic_prefix}w"
-    relays = [
-        start_relay(db, bootstrap, topic_prefix, plugin="pgoutput", extra=(
-            "--capture", tables, "--capture-prefix", topic_prefix, "--message-format",
-            "debezium-json", "--capture-truncate")),
-        start_relay(db, bootstrap, w2j, slot="cdc_relay_w", plugin="wal2json", extra=(
-            "--capture", tables, "--capture-prefix", w2j, "--message-format",
-            "debezium-json", "--capture-truncate")),
-    ]
+    relays = _both_relays(db, bootstrap, topic_prefix, w2j, "--capture-truncate")
     try:
         _run_workload(db)
         with psycopg.connect(db) as conn:  # the outbox beside: one transaction with a change
@@ -197,7 +198,6 @@ def test_snapshot_initial_with_wal2json_equals_pgoutput_then_streams(
     ``sequence`` and ``ts_*`` left out), then a change made after it streams."""
     bootstrap = broker.bootstrap  # type: ignore[attr-defined]
     init_outbox(db, "--no-slot")  # the relays create their slots, exporting the snapshot
-    tables = ",".join(f"public.{t}" for t in TABLES)
     with psycopg.connect(db, autocommit=True) as conn:
         conn.execute((HERE / "setup.sql").read_text())
     _run_workload(db)
@@ -205,10 +205,7 @@ def test_snapshot_initial_with_wal2json_equals_pgoutput_then_streams(
         rows = sum(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]  # type: ignore[index]
                    for t in TABLES)
     w2j = f"{topic_prefix}w"
-    relays = [start_relay(db, bootstrap, prefix, slot=slot, plugin=plugin, extra=(
-        "--capture", tables, "--capture-prefix", prefix, "--message-format", "debezium-json",
-        "--snapshot", "initial")) for prefix, slot, plugin in (
-            (topic_prefix, "cdc_relay", "pgoutput"), (w2j, "cdc_relay_w", "wal2json"))]
+    relays = _both_relays(db, bootstrap, topic_prefix, w2j, "--snapshot", "initial")
     try:
         with psycopg.connect(db, autocommit=True) as conn:
             conn.execute("UPDATE t_default SET a = 'after' WHERE id = 10")
