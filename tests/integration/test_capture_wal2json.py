@@ -7,7 +7,8 @@ wal2json``, read capture_workload/workload.sql over the tables of setup.sql (eve
 NULLs and edge values, each REPLICA IDENTITY, a key change, unchanged TOAST values, ADD /
 DROP COLUMN, a type change, a rename, a typmod change, TRUNCATEs). Keys and values are
 compared whole - ``source`` (lsn, txId, sequence, ts_ms) and the schema blocks included -
-but for the top-level ``ts_*`` (each relay's moment) and the one documented difference
+but for the top-level ``ts_*`` (each relay's moment), ``source.name`` (each one's prefix) and the
+one documented difference
 (docs/table-cdc.md, wal2json): NaN and the infinities of ``real``/``double precision``,
 which wal2json writes as null. A kill -9 of a wal2json capture relay under writes loses
 nothing.
