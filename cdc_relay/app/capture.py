@@ -21,7 +21,8 @@ from cdc_relay.capture.envelope import SourceInfo, TableCodec
 from cdc_relay.capture.route import CaptureRouter
 from cdc_relay.capture.selection import Selection, in_option_order
 from cdc_relay.capture.shape import TableShape, identity_problem
-from cdc_relay.config import CaptureConfig, FlowConfig, ReplicationConfig, RouterConfig
+from cdc_relay.capture.wal2json import Wal2JsonCaptureDecoder, capture_options
+from cdc_relay.config import CaptureConfig, FlowConfig, ReplicationConfig, RouterConfig, TableRef
 from cdc_relay.errors import ConfigError
 
 log = logging.getLogger("cdc_relay")
@@ -56,9 +57,6 @@ def check_capture(capture: CaptureConfig, *, plugin: str, plugin_from_slot: bool
                   message_format: str) -> None:
     """ConfigError for what ``--capture`` does not support yet (docs/table-cdc.md)."""
     Selection.parse(capture.tables)
-    if plugin == "wal2json" and not plugin_from_slot:
-        raise ConfigError("--capture needs --plugin pgoutput for now (wal2json's capture is "
-                          "not done yet: docs/table-cdc.md)")
     refused = [(exactly_once, "--exactly-once"),
                (other_sink, "a sink other than Kafka"),
                (message_format.startswith("cloudevents") or message_format in ("json-schema", "protobuf"),
@@ -72,19 +70,19 @@ def check_capture(capture: CaptureConfig, *, plugin: str, plugin_from_slot: bool
 def prepare_capture(conn: psycopg.Connection[Any], tables_option: str, publication: str,
                     plugin: str, *, truncate: bool = False) -> CaptureSetup:
     """The captured tables exist (ConfigError else), their problems are found (the caller
-    reports them), and the publication publishes their changes (their truncates too with
-    ``truncate``) - before the slot is made."""
+    reports them), and with pgoutput the publication publishes their changes (their
+    truncates too with ``truncate``) - before the slot is made. wal2json needs no
+    publication: the slot's options name the tables (capture/wal2json.py)."""
     from cdc_relay.wal.slot.setup import ensure_capture_publication
 
+    shapes, problems = capture_tables(conn, tables_option, plugin)
     if plugin != "pgoutput":
-        raise ConfigError("--capture needs --plugin pgoutput for now (the slot uses "
-                          f"{plugin}; docs/table-cdc.md)")
-    shapes, problems = capture_tables(conn, tables_option)
+        return CaptureSetup(shapes, problems)
     outcome = ensure_capture_publication(conn, publication, sorted(shapes), truncate=truncate)
     return CaptureSetup(shapes, problems, outcome)
 
 
-def capture_tables(conn: psycopg.Connection[Any], tables_option: str,
+def capture_tables(conn: psycopg.Connection[Any], tables_option: str, plugin: str = "pgoutput",
                    ) -> tuple[dict[tuple[str, str], TableShape], tuple[str, ...]]:
     """The shapes of the tables ``--capture`` names (ConfigError when one is missing or
     nothing matches) and their problems: a replica identity that makes UPDATE/DELETE fail,
@@ -101,7 +99,7 @@ def capture_tables(conn: psycopg.Connection[Any], tables_option: str,
         shape = table_shape(conn, schema, table)
         assert shape is not None  # expand found it
         shapes[(schema, table)] = shape
-        problem = identity_problem(shape)
+        problem = identity_problem(shape, plugin)
         if problem:
             problems.append(problem)
         if lacks_select(conn, schema, table):
@@ -111,17 +109,29 @@ def capture_tables(conn: psycopg.Connection[Any], tables_option: str,
 
 
 def capture_decoder(outbox: Decoder, capture: CaptureConfig, router: RouterConfig, dsn: str,
-                    setup: CaptureSetup) -> CaptureDecoder:
-    """The capture decoder in front of the outbox's pgoutput decoder."""
+                    setup: CaptureSetup) -> Decoder:
+    """The capture decoder in front of the outbox's pgoutput or wal2json decoder."""
     from cdc_relay.decoding.pgoutput import PgOutputDecoder
+    from cdc_relay.decoding.wal2json import Wal2JsonDecoder
     from cdc_relay.pg.catalog import CatalogLookup
 
-    assert isinstance(outbox, PgOutputDecoder)
     options = CodecOptions(capture.prefix, _with_schemas(router.message_format),
                            capture.placeholder, capture.truncate)
     catalog = CatalogLookup(dsn, setup.shapes)
-    return CaptureDecoder(outbox, Selection.parse(capture.tables), catalog, options,
-                          catalog.types)
+    selection = Selection.parse(capture.tables)
+    if isinstance(outbox, Wal2JsonDecoder):
+        return Wal2JsonCaptureDecoder(outbox, selection, catalog, options, catalog.types,
+                                      catalog.positions)
+    assert isinstance(outbox, PgOutputDecoder)
+    return CaptureDecoder(outbox, selection, catalog, options, catalog.types)
+
+
+def wal2json_capture_options(capture: CaptureConfig, outbox: TableRef, setup: CaptureSetup, *,
+                             partitioned: bool) -> list[tuple[str, str]]:
+    """The wal2json options of a relay with ``--capture``: its ``add-tables`` names the
+    outbox (unless ``--no-outbox``) and the captured tables."""
+    return capture_options(outbox if capture.outbox else None, sorted(setup.shapes),
+                           truncate=capture.truncate, partitioned=partitioned)
 
 
 def _with_schemas(message_format: str) -> bool:

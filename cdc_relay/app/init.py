@@ -94,8 +94,10 @@ class InitReport:
         if self.plugin_note:
             lines.append(self.plugin_note)
         if self.captured:
-            lines.append(f"captured tables ({len(self.captured)}, inserts, updates and deletes "
-                         f"published): {', '.join(self.captured)}")
+            how = ("named in the slot's add-tables when the relay streams" if self.plugin ==
+                   "wal2json" else "inserts, updates and deletes published")
+            lines.append(f"captured tables ({len(self.captured)}, {how}): "
+                         f"{', '.join(self.captured)}")
         lines += [f"warning: {problem}" for problem in self.capture_problems]
         lines += [idle_slot_warning(slot) for slot in self.idle_slots]
         return lines

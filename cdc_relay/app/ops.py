@@ -46,7 +46,7 @@ def doctor(*, dsn: str, outbox: OutboxConfig, slot: str, plugin: str | None, pub
     if capture is not None:
         from cdc_relay.ops.doctor.gather_capture import run_capture_checks
 
-        checks += run_capture_checks(dsn, capture, publication)
+        checks += run_capture_checks(dsn, capture, publication, plugin or "pgoutput")
     text = format_checks_json(checks) if output_format == "json" else format_checks(checks)
     return text, exit_code(checks)
 

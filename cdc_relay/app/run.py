@@ -156,6 +156,11 @@ def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
     if settings.capture is not None and capture is not None:
         from cdc_relay.app.capture import capture_decoder, make_capture_router
 
+        if repl.plugin == "wal2json":
+            from cdc_relay.app.capture import wal2json_capture_options
+
+            options = wal2json_capture_options(settings.capture, outbox.table, capture,
+                                               partitioned=partitioned)
         decoder = capture_decoder(decoder, settings.capture, settings.router, repl.dsn, capture)
         capture_router = make_capture_router(settings.capture, repl.dsn)
 

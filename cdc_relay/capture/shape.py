@@ -54,9 +54,17 @@ class TableShape:
         return f"{self.schema}.{self.name}"
 
 
-def identity_problem(shape: TableShape) -> str | None:
-    """Why UPDATE/DELETE on the table fail once it is in a publication that publishes them,
-    with the fix; None when its replica identity is fine."""
+def identity_problem(shape: TableShape, plugin: str = "pgoutput") -> str | None:
+    """Why UPDATE/DELETE on the table fail once it is in a publication that publishes them
+    (with wal2json: why they are not streamed), with the fix; None when its replica
+    identity is fine."""
+    if plugin == "wal2json" and (shape.replica_identity == "n" or (
+            shape.replica_identity == "d" and not shape.key)):
+        what = "REPLICA IDENTITY NOTHING" if shape.replica_identity == "n" else \
+            "no primary key and REPLICA IDENTITY DEFAULT"
+        return (f"{shape.qualified} has {what}: wal2json skips its UPDATE and DELETE (a "
+                f"warning in the server log), they are never streamed. Fix: ALTER TABLE "
+                f"{shape.qualified} REPLICA IDENTITY FULL (or add a primary key)")
     if shape.replica_identity == "n":
         return (f"{shape.qualified} has REPLICA IDENTITY NOTHING: once it is in the publication, "
                 f"UPDATE and DELETE on it fail. Fix: ALTER TABLE {shape.qualified} REPLICA "

@@ -103,7 +103,8 @@ _IGNORED_ACTIONS = frozenset(("U", "D", "T"))
 _ADD_TABLES_SPECIAL = frozenset(",.\\* \t\n\r\f\v")
 
 
-def _escape_add_tables(name: str) -> str:
+def escape_add_tables(name: str) -> str:
+    """``name`` with the characters wal2json's add-tables parser treats specially escaped."""
     return "".join("\\" + ch if ch in _ADD_TABLES_SPECIAL else ch for ch in name)
 
 
@@ -150,7 +151,7 @@ def plugin_options(table: TableRef, *, partitioned: bool = False) -> list[tuple[
       dropped by wal2json (``filter-msg-prefixes`` would need to list every other prefix).
       ``actions`` does not filter messages.
     """
-    tables = f"{_escape_add_tables(table.schema)}.{_escape_add_tables(table.name)}"
+    tables = f"{escape_add_tables(table.schema)}.{escape_add_tables(table.name)}"
     return [
         ("format-version", "2"),
         ("include-transaction", "1"),

@@ -162,6 +162,17 @@ class CatalogLookup:
             return shape
         return table_shape(self._connection(), schema, table)
 
+    def positions(self, schema: str, table: str) -> dict[str, int]:
+        """The table's columns' attribute numbers by name, as the catalog has them now
+        (wal2json's capture decoder places a change's absent columns by them)."""
+        try:
+            rows = self._connection().execute(
+                "SELECT attname, attnum FROM pg_attribute WHERE attrelid = to_regclass(%s) "
+                "AND attnum > 0 AND NOT attisdropped", (_ident(schema, table),)).fetchall()
+        except psycopg.Error as exc:
+            raise translate_error(exc, f"reading the catalog of {schema}.{table}") from exc
+        return {name: int(number) for name, number in rows}
+
     def types(self, oid: int, typmod: int) -> ColumnShape | None:
         """The facts of type ``oid`` (capture/shape.py, ``TypeLookup``)."""
         if (oid, typmod) not in self._types:

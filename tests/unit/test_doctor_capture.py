@@ -79,7 +79,6 @@ def test_a_missing_publication_or_one_for_all_tables() -> None:
     ({"exactly_once": True}, "--exactly-once"),
     ({"other_sink": True}, "a sink other than Kafka"),
     ({"message_format": "cloudevents-structured"}, "--message-format cloudevents-structured"),
-    ({"plugin": "wal2json"}, "needs --plugin pgoutput"),
 ])
 def test_what_capture_does_not_support_yet_is_refused_in_one_line(
         kwargs: dict[str, object], refused: str) -> None:
@@ -90,6 +89,23 @@ def test_what_capture_does_not_support_yet_is_refused_in_one_line(
     with pytest.raises(ConfigError, match=refused):
         check_capture(CaptureConfig("public.t", "shop", outbox=False),
                       **settings)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("plugin", ["pgoutput", "wal2json"])
+def test_both_plugins_are_accepted(plugin: str) -> None:
+    check_capture(CaptureConfig("public.t", "shop"), plugin=plugin, plugin_from_slot=False,
+                  exactly_once=False, snapshot="never", other_sink=False,
+                  message_format="debezium-json")
+
+
+def test_with_wal2json_no_publication_is_needed_and_a_missing_identity_means_lost_updates(
+        ) -> None:
+    facts = replace(FACTS, coverage=None, plugin="wal2json")
+    verdicts = _by_name(facts)
+    assert verdicts["captured tables: publication"][0] is Verdict.PASS
+    nothing = TableShape("public", "n", (), ("id",), "n")
+    problem = identity_problem(nothing, "wal2json")
+    assert problem is not None and "wal2json skips its UPDATE and DELETE" in problem
 
 
 @pytest.mark.parametrize("outbox", [True, False])

@@ -30,6 +30,7 @@ class CaptureFacts:
     not_owned: tuple[str, ...] = ()
     coverage: tuple[bool, frozenset[str]] | None = None
     error: str | None = None
+    plugin: str = "pgoutput"  # wal2json: no publication (the slot's add-tables)
 
 
 def capture_checks(facts: CaptureFacts) -> list[Check]:
@@ -43,7 +44,7 @@ def capture_checks(facts: CaptureFacts) -> list[Check]:
 
 
 def _identity_check(facts: CaptureFacts) -> Check:
-    problems = [p for p in (identity_problem(shape) for shape in facts.shapes) if p]
+    problems = [p for p in (identity_problem(shape, facts.plugin) for shape in facts.shapes) if p]
     if problems:
         fixes = [p.split(" Fix: ", 1) for p in problems]
         return Check("replica identity", Verdict.FAIL, "; ".join(f[0] for f in fixes),
@@ -62,6 +63,9 @@ def _select_check(facts: CaptureFacts) -> Check:
 
 
 def _publication_check(facts: CaptureFacts) -> Check:
+    if facts.plugin == "wal2json":
+        return Check("captured tables: publication", Verdict.PASS,
+                     "none needed: wal2json's add-tables names the captured tables")
     pub, coverage = facts.publication, facts.coverage
     names = [shape.qualified for shape in facts.shapes]
     missing = names if coverage is None else [n for n in names if not (

@@ -15,16 +15,17 @@ from cdc_relay.pg.catalog import expand, lacks_select, owns, publication_coverag
 from cdc_relay.pg.db import connect
 
 
-def run_capture_checks(dsn: str, option: str, publication: str) -> list[Check]:
+def run_capture_checks(dsn: str, option: str, publication: str,
+                       plugin: str = "pgoutput") -> list[Check]:
     """The capture checks; one failing Check when the facts cannot be gathered."""
     try:
-        facts = _gather(dsn, option, publication)
+        facts = _gather(dsn, option, publication, plugin)
     except RelayError as exc:
         return [Check("captured tables", Verdict.FAIL, f"cannot gather the facts: {exc}")]
     return capture_checks(facts)
 
 
-def _gather(dsn: str, option: str, publication: str) -> CaptureFacts:
+def _gather(dsn: str, option: str, publication: str, plugin: str) -> CaptureFacts:
     try:
         selection = Selection.parse(option)
     except ConfigError as exc:
@@ -42,4 +43,5 @@ def _gather(dsn: str, option: str, publication: str) -> CaptureFacts:
             option, publication, shapes,
             no_select=tuple(f"{s}.{t}" for s, t in tables if lacks_select(conn, s, t)),
             not_owned=tuple(f"{s}.{t}" for s, t in tables if not owns(conn, s, t)),
-            coverage=publication_coverage(conn, publication))
+            coverage=publication_coverage(conn, publication) if plugin == "pgoutput" else None,
+            plugin=plugin)
