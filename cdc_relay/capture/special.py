@@ -1,8 +1,8 @@
 """The PostgreSQL types beyond numbers, text and time that Debezium maps by default.
 
 Owns the schema, conversion and fallback of: ``bit(1)`` (a boolean), ``bit(n)`` and
-``varbit`` (``io.debezium.data.Bits``: the bits as one little-endian number, padded to the
-column's length in bytes), ``point`` (``io.debezium.data.geometry.Point``: ``x``, ``y``,
+``varbit`` (``io.debezium.data.Bits``: the bits as one little-endian number in the
+fewest bytes: none for zero), ``point`` (``io.debezium.data.geometry.Point``: ``x``, ``y``,
 the WKB of the point, a null ``srid``), ``hstore`` (``hstore.handling.mode=json``: an
 ``io.debezium.data.Json`` object; ``map``: a map), and the types Debezium writes as the
 text PostgreSQL prints: ``inet`` ``cidr`` ``macaddr`` ``macaddr8`` ``citext``, the
@@ -88,12 +88,11 @@ BY_NAME: dict[str, tuple[dict[str, Any], Callable[[str], Any], Any, bool]] = {
 }
 
 
-def _bits_value(text: str, length: int) -> str:
+def _bits_value(text: str) -> str:
     if text and text.strip("01"):
         raise ValueError(f"not a bit string: {text!r}")
     value = int(text, 2) if text else 0
-    size = max((value.bit_length() + 7) // 8, 0 if length == _VARBIT_LENGTH else (length + 7) // 8)
-    return base64.b64encode(value.to_bytes(size, "little")).decode()
+    return base64.b64encode(value.to_bytes((value.bit_length() + 7) // 8, "little")).decode()
 
 
 def bits_parts(oid: int, typmod: int) -> Parts:
@@ -106,7 +105,7 @@ def bits_parts(oid: int, typmod: int) -> Parts:
             return text == "1"
         return {"type": "boolean"}, boolean, False
     schema = {**_named("bytes", "io.debezium.data.Bits"), "parameters": {"length": str(length)}}
-    return schema, lambda text: _bits_value(text, length), ""
+    return schema, _bits_value, ""
 
 
 def _java_hash(text: str) -> int:

@@ -152,15 +152,18 @@ def timestamptz_text(text: str, digits: int) -> str:
     return out + "Z"
 
 
-def timetz_text(text: str) -> str:
+def timetz_text(text: str, *, fraction: bool = True) -> str:
     """``timetz`` text → the time of day in UTC, ISO-8601 with the fraction's significant
-    digits and ``Z`` (``io.debezium.time.ZonedTime``; ``24:00:00+00`` is ``00:00:00Z``)."""
+    digits and ``Z`` (``io.debezium.time.ZonedTime``; ``24:00:00+00`` is ``00:00:00Z``);
+    without ``fraction``, whole seconds (Debezium's form of an array's element)."""
     match = _TIME.match(text)
     offset = None if match is None else _OFFSET.fullmatch(text, match.end())
     if match is None or offset is None:
         raise ValueError(f"not a timetz: {text!r}")
     hours, minutes, seconds = (int(part) for part in match.groups()[:3])
-    micros = ((hours * 60 + minutes) * 60 + seconds) * 1_000_000 + _fraction(match.group(4))
+    micros = ((hours * 60 + minutes) * 60 + seconds) * 1_000_000
+    if fraction:
+        micros += _fraction(match.group(4))
     sign, off_h, off_m, off_s = offset.groups()
     shift = (int(off_h) * 3600 + int(off_m or 0) * 60 + int(off_s or 0)) * 1_000_000
     micros = (micros - (shift if sign == "+" else -shift)) % _DAY_US

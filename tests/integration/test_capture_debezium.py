@@ -19,6 +19,7 @@ docs/table-cdc.md lists what differs on purpose (and so is kept out of the workl
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -36,7 +37,26 @@ pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).parent / "capture_workload"
 TABLES = ["t_types", "t_default", "t_full", "t_index", "t_nothing", "t_nopk", "t_toast", "t_e",
-          "t_toast2", "t_full_nopk", "t_pk2", "t_ddl", "t_trunc", "t_trunc2"]
+          "t_toast2", "t_full_nopk", "t_pk2", "t_ddl", "t_trunc", "t_trunc2", "t_money", "t_timetz",
+          "t_net", "t_geo", "t_hstore", "t_bits", "t_text2", "t_range", "t_domain", "t_toast3",
+          "t_end"]
+# The type modes (docs/table-cdc.md): Debezium's properties and the relay's flags, two
+# runs that together take every alternative value but base64 (the unit tests have it).
+MODES = {
+    "defaults": ({}, ()),
+    "string-connect-hex-map": (
+        {"decimal.handling.mode": "string", "time.precision.mode": "connect",
+         "interval.handling.mode": "string", "binary.handling.mode": "hex",
+         "hstore.handling.mode": "map", "money.fraction.digits": "3"},
+        ("--capture-decimal-handling", "string", "--capture-time-precision", "connect",
+         "--capture-interval-handling", "string", "--capture-binary-handling", "hex",
+         "--capture-hstore-handling", "map", "--capture-money-fraction-digits", "3")),
+    "double-micros-urlsafe": (
+        {"decimal.handling.mode": "double", "time.precision.mode": "adaptive_time_microseconds",
+         "binary.handling.mode": "base64-url-safe"},
+        ("--capture-decimal-handling", "double", "--capture-time-precision",
+         "adaptive_time_microseconds", "--capture-binary-handling", "base64-url-safe")),
+}
 
 
 def _unavailable() -> str | None:
@@ -77,8 +97,9 @@ def _schema(text: str | None) -> Any:
     return dict(data)["schema"] if _has_schema(data) else None
 
 
+@pytest.mark.parametrize("modes", list(MODES))
 def test_relay_events_equal_debezium_embedded_event_by_event(
-        db: str, broker: object, topic_prefix: str, tmp_path: Path) -> None:
+        db: str, broker: object, topic_prefix: str, tmp_path: Path, modes: str) -> None:
     why = _unavailable()
     if why is not None:  # make test installs the extra: in CI this is a failure
         skip_or_fail_in_ci(f"Debezium embedded cannot run here: {why}")
@@ -90,13 +111,14 @@ def test_relay_events_equal_debezium_embedded_event_by_event(
         conn.execute(f"CREATE PUBLICATION dbz_pub FOR TABLE {tables}")
         conn.execute("SELECT pg_create_logical_replication_slot('dbz', 'pgoutput')")
     schemaless = f"{topic_prefix}s"
+    dbz_extra, flags = MODES[modes]
     relays = [
         start_relay(db, bootstrap, topic_prefix, plugin="pgoutput", extra=(
             "--capture", tables, "--capture-prefix", topic_prefix, "--message-format",
-            "debezium-json", "--capture-truncate")),
+            "debezium-json", "--capture-truncate", *flags)),
         start_relay(db, bootstrap, schemaless, slot="cdc_relay_b", plugin="pgoutput", extra=(
             "--capture", tables, "--capture-prefix", schemaless, "--message-format",
-            "debezium-json-schemaless", "--capture-truncate")),
+            "debezium-json-schemaless", "--capture-truncate", *flags)),
     ]
     try:
         with psycopg.connect(db, autocommit=True) as conn:
@@ -107,8 +129,9 @@ def test_relay_events_equal_debezium_embedded_event_by_event(
         out = tmp_path / "debezium.jsonl"
         subprocess.run([sys.executable, "-m", "tests.integration.debezium_child",
                         str(conn_info["host"]), str(conn_info["port"]), str(conn_info["dbname"]),
-                        "dbz", "dbz_pub", "dbz", tables, "10000", str(out)],
-                       check=True, timeout=300, capture_output=True, stdin=subprocess.DEVNULL)
+                        "dbz", "dbz_pub", "dbz", tables, "until:dbz.public.t_end", str(out)],
+                       check=True, timeout=300, capture_output=True, stdin=subprocess.DEVNULL,
+                       env={**os.environ, "DBZ_EXTRA": json.dumps(dbz_extra)})
         debezium = [json.loads(line) for line in out.read_text().splitlines()]
         assert len(debezium) > 50
         truncates = [topic for topic, _, value in debezium if value and '"op":"t"' in value]
