@@ -125,10 +125,8 @@ def _money_text(text: str) -> str:
 
 def money_mapping_parts(digits: int, mode: str) -> Parts:
     """``money`` under ``mode``, at scale ``digits`` (``money.fraction.digits``)."""
-    if mode == "string":
-        string = _string(digits)
-        return {"type": "string"}, lambda text: string(_money_text(text)), \
-            format(Decimal(0).scaleb(-digits), "f")
+    if mode == "string":  # the value's own digits, as Debezium's (the fallback at ``digits``)
+        return {"type": "string"}, _money_text, format(Decimal(0).scaleb(-digits), "f")
     if mode == "double":
         return {"type": "double"}, lambda text: float(_money_text(text)), 0.0
     schema = {"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal", "version": 1,

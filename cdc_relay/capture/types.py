@@ -140,8 +140,9 @@ def _millis(text: str) -> int:
 
 def _bytea_mapping(modes: TypeModes) -> Mapping:
     mode = modes.binary
-    return Mapping(binary_schema(mode), _bytea(mode), "",
-                   lambda text: binary_value(text.encode(), mode), literal_default=False)
+    # Debezium's unchanged-TOAST bytea: the placeholder's bytes, or its text in a string mode
+    placeholder = (lambda text: binary_value(text.encode(), mode)) if mode == "bytes" else str
+    return Mapping(binary_schema(mode), _bytea(mode), "", placeholder, literal_default=False)
 
 
 _SIMPLE: dict[int, Callable[[], Mapping]] = {
