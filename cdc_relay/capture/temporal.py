@@ -167,10 +167,10 @@ def timetz_text(text: str, *, fraction: bool = True) -> str:
     sign, off_h, off_m, off_s = offset.groups()
     shift = (int(off_h) * 3600 + int(off_m or 0) * 60 + int(off_s or 0)) * 1_000_000
     micros = (micros - (shift if sign == "+" else -shift)) % _DAY_US
-    second, fraction = divmod(micros, 1_000_000)
+    second, part = divmod(micros, 1_000_000)
     minute, second = divmod(second, 60)
     hour, minute = divmod(minute, 60)
-    digits = f".{fraction:06d}".rstrip("0") if fraction else ""
+    digits = f".{part:06d}".rstrip("0") if part else ""
     return f"{hour:02d}:{minute:02d}:{second:02d}{digits}Z"
 
 

@@ -137,14 +137,30 @@ def test_relay_events_equal_debezium_embedded_event_by_event(
         truncates = [topic for topic, _, value in debezium if value and '"op":"t"' in value]
         assert sorted(truncates) == ["dbz.public.t_trunc", "dbz.public.t_trunc",
                                      "dbz.public.t_trunc2"]  # Debezium emits them: compared
+        lost = _lost_bytea(debezium) if "base64-url-safe" in flags else []
         for prefix, envelope_only in ((topic_prefix, False), (schemaless, True)):
             with KafkaCollector(bootstrap, prefix + ".public.") as collector:
                 got = collector.collect(count=len(debezium), timeout=60)
             differences = _differences(debezium, got, prefix, envelope_only=envelope_only)
             assert not differences, f"{len(differences)} differences:\n" + "\n".join(differences[:30])
+            if lost:  # the relay's dead letter instead
+                with KafkaCollector(bootstrap, prefix + ".dlq") as collector:
+                    dead = collector.collect(count=1, timeout=60)
+                assert b"unchanged TOASTed bytea" in dead[0].headers["error"]
     finally:
         for relay in relays:
             relay.stop()
+
+
+def _lost_bytea(debezium: list[list[str | None]]) -> list[list[str | None]]:
+    """A known difference (docs/table-cdc.md): under ``binary.handling.mode=base64-url-safe``
+    Debezium writes an unchanged TOASTed bytea as null; the relay dead-letters the row. The
+    one such update of the workload is taken out of Debezium's records (and returned)."""
+    lost = [r for r in debezium if r[0] == "dbz.public.t_toast2" and r[2] is not None
+            and '"op":"u"' in r[2] and '"ba":null' in r[2]]
+    assert len(lost) == 1
+    debezium.remove(lost[0])
+    return lost
 
 
 def _differences(debezium: list[list[str | None]], got: list[Msg], prefix: str, *,
