@@ -144,6 +144,10 @@ def _bytea_mapping(modes: TypeModes) -> Mapping:
                    literal_default=False)
 
 
+def _bits_unchanged(placeholder: str) -> str:
+    raise ValueError("an unchanged TOASTed varbit (Debezium writes null, losing the value)")
+
+
 def _bytea_unchanged(placeholder: str, mode: str) -> str:
     """Debezium's unchanged-TOAST bytea: the placeholder's bytes (``bytes``), its text
     (``hex``); under ``base64``/``base64-url-safe`` Debezium writes null, losing the value:
@@ -200,7 +204,7 @@ def _scalar(column: ColumnShape, modes: TypeModes) -> Mapping:
         return Mapping(*money_mapping_parts(modes.money_digits, modes.decimal),
                        literal_default=False)
     if oid in (1560, 1562):
-        return Mapping(*special.bits_parts(oid, column.typmod))
+        return Mapping(*special.bits_parts(oid, column.typmod), placeholder=_bits_unchanged)
     name = column.type_name.rsplit(".", 1)[-1].strip('"')
     known = special.BY_OID.get(oid) or special.BY_NAME.get(name)
     if known is not None:

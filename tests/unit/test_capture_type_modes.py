@@ -119,6 +119,8 @@ def test_bits_are_a_boolean_for_one_bit_else_little_endian_in_the_fewest_bytes()
     assert [bits.convert(t) for t in ("1100000001", "0000000001", "0000000000")] == \
         ["AQM=", "AQ==", ""]
     assert _map(1562).schema["parameters"] == {"length": "2147483647"}
+    with pytest.raises(ValueError, match="unchanged TOASTed varbit"):
+        _map(1562).placeholder("__debezium_unavailable_value")
     column = ColumnShape("b", 1560, 3, default="'101'::\"bit\"")
     assert literal_default(column, mapping_for(column)) == (True, "BQ==")
 
