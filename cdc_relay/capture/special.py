@@ -23,6 +23,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+from cdc_relay.capture.arrays import quoted
 from cdc_relay.capture.jsonw import dumps
 
 __all__ = ["BY_NAME", "BY_OID", "bits_parts", "hstore_parts", "java_order"]
@@ -130,14 +131,7 @@ def java_order(pairs: list[tuple[str, str | None]]) -> dict[str, str | None]:
 def _quoted(text: str, pos: int) -> tuple[str, int]:
     if text[pos] != '"':
         raise ValueError(f"not an hstore: {text[:40]!r}")
-    chars: list[str] = []
-    pos += 1
-    while text[pos] != '"':
-        if text[pos] == "\\":
-            pos += 1
-        chars.append(text[pos])
-        pos += 1
-    return "".join(chars), pos + 1
+    return quoted(text, pos)
 
 
 def parse_hstore(text: str) -> list[tuple[str, str | None]]:

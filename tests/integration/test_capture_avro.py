@@ -202,14 +202,7 @@ def test_schemas_and_events_equal_debezium_embedded_with_confluents_avroconverte
                                     timeout=60)
     finally:
         assert relay.stop() == 0, relay.stderr
-    info = conninfo_to_dict(db)
-    out = tmp_path / "debezium.jsonl"
-    subprocess.run([sys.executable, "-m", "tests.integration.debezium_child", str(info["host"]),
-                    str(info["port"]), str(info["dbname"]), "dbz", "dbz_pub", dbz, "public.items",
-                    "5", str(out), "no_data", schema_registry.ccompat_url],
-                   check=True, timeout=300, capture_output=True, stdin=subprocess.DEVNULL)
-    theirs = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(theirs) == 5, theirs
+    theirs = _debezium_avro(db, dbz, "public.items", schema_registry, tmp_path, {})
     client = SchemaRegistryClient({"url": schema_registry.ccompat_url})
     for part, versions in (("key", [1]), ("value", [1, 2])):
         assert client.get_versions(f"{topic}-{part}") == versions
@@ -220,17 +213,8 @@ def test_schemas_and_events_equal_debezium_embedded_with_confluents_avroconverte
             # the same text, property order included, but for the prefix
             assert mine.replace(f'"{topic_prefix}.public', '"PFX.public') == their.replace(
                 f'"{dbz}.public', '"PFX.public'), f"{part} v{version}:\nours   {mine}\ntheirs {their}"
-    ours = [_decode(schema_registry, m) for m in got if m.topic == topic]
-    for (key, value), (_, their_key, their_value) in zip(ours, theirs, strict=True):
-        dbz_msg = Msg(f"{dbz}.public.items", 0, 0, bytes.fromhex(their_key),
-                      None if their_value is None else bytes.fromhex(their_value), {}, 0)
-        dbz_key, dbz_value = _decode(schema_registry, dbz_msg)
-        assert key == dbz_key
-        mine_v, their_v = _comparable(value), _comparable(dbz_value)
-        if mine_v is not None:
-            mine_v["source"].pop("version")
-            their_v["source"].pop("version")
-        assert mine_v == their_v
+    _same_records([m for m in got if m.topic == topic], theirs, schema_registry,
+                  f"{dbz}.public.items")
 
 
 def test_a_snapshot_publishes_read_events_as_avro_then_streams(
@@ -319,30 +303,45 @@ def test_the_other_types_and_modes_equal_debezium_embedded_with_avroconverter(
             got = collector.collect(count=5, timeout=60)
     finally:
         assert relay.stop() == 0, relay.stderr
-    info = conninfo_to_dict(db)
-    out = tmp_path / "debezium.jsonl"
-    subprocess.run([sys.executable, "-m", "tests.integration.debezium_child", str(info["host"]),
-                    str(info["port"]), str(info["dbname"]), "dbz", "dbz_pub", dbz, "public.kinds",
-                    "5", str(out), "no_data", schema_registry.ccompat_url],
-                   check=True, timeout=300, capture_output=True, stdin=subprocess.DEVNULL,
-                   env={**os.environ, "DBZ_EXTRA": json.dumps(dbz_extra)})
-    theirs = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(theirs) == 5, theirs
+    theirs = _debezium_avro(db, dbz, "public.kinds", schema_registry, tmp_path, dbz_extra)
     client = SchemaRegistryClient({"url": schema_registry.ccompat_url})
     for part in ("key", "value"):
         mine = client.get_latest_version(f"{topic}-{part}").schema.schema_str or ""
         their = client.get_latest_version(f"{dbz}.public.kinds-{part}").schema.schema_str or ""
         assert mine.replace(f'"{topic_prefix}.public', '"PFX.public') == their.replace(
             f'"{dbz}.public', '"PFX.public'), f"{part}:\nours   {mine}\ntheirs {their}"
+    _same_records(got, theirs, schema_registry, f"{dbz}.public.kinds")
+
+
+def _debezium_avro(db: str, dbz: str, table: str, registry: ApicurioRegistry, tmp_path: Path,
+                   extra: dict[str, str]) -> list[list[str | None]]:
+    """Debezium embedded's 5 records of ``table`` with AvroConverter (``extra`` connector
+    properties), as [topic, key hex, value hex]."""
+    info = conninfo_to_dict(db)
+    out = tmp_path / "debezium.jsonl"
+    subprocess.run([sys.executable, "-m", "tests.integration.debezium_child", str(info["host"]),
+                    str(info["port"]), str(info["dbname"]), "dbz", "dbz_pub", dbz, table,
+                    "5", str(out), "no_data", registry.ccompat_url],
+                   check=True, timeout=300, capture_output=True, stdin=subprocess.DEVNULL,
+                   env={**os.environ, "DBZ_EXTRA": json.dumps(extra)})
+    theirs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(theirs) == 5, theirs
+    return theirs
+
+
+def _same_records(got: list[Msg], theirs: list[list[str | None]], registry: ApicurioRegistry,
+                  dbz_topic: str) -> None:
+    """Our messages and Debezium's decode to the same records, but ``source.version``
+    (NaN is not equal to itself: compared as JSON text)."""
     for mine_msg, (_, their_key, their_value) in zip(got, theirs, strict=True):
-        dbz_msg = Msg(f"{dbz}.public.kinds", 0, 0, bytes.fromhex(their_key),
+        assert their_key is not None
+        dbz_msg = Msg(dbz_topic, 0, 0, bytes.fromhex(their_key),
                       None if their_value is None else bytes.fromhex(their_value), {}, 0)
-        (key, value), (dbz_key, dbz_value) = _decode(schema_registry, mine_msg), \
-            _decode(schema_registry, dbz_msg)
+        (key, value), (dbz_key, dbz_value) = _decode(registry, mine_msg), \
+            _decode(registry, dbz_msg)
         assert key == dbz_key
         mine_v, their_v = _comparable(value), _comparable(dbz_value)
         if mine_v is not None:
             mine_v["source"].pop("version")
             their_v["source"].pop("version")
-        # NaN is not equal to itself: compared as JSON text
         assert json.dumps(mine_v, default=repr) == json.dumps(their_v, default=repr)
