@@ -180,9 +180,9 @@ _ARRAYS = {1000: 16, 1005: 21, 1007: 23, 1016: 20, 1021: 700, 1022: 701, 1231: 1
            1015: 1043, 1014: 1042, 2951: 2950, 199: 114, 3807: 3802, 1001: 17, 1182: 1082,
            1183: _TIME, 1115: _TIMESTAMP, 1185: _TIMESTAMPTZ, 1187: 1186, 1270: _TIMETZ,
            1041: 869, 651: 650, 1040: 829, 775: 774, 3905: 3904, 3927: 3926, 3907: 3906,
-           3909: 3908, 3911: 3910, 3913: 3912}
+           3909: 3908, 3911: 3910, 3913: 3912, 3643: 3614, 1028: 26}
 # element types whose arrays Debezium leaves out of its events (or writes as null)
-_NO_ARRAY = frozenset({_MONEY, 600, 1560, 1562, 142, 3614, 26})
+_NO_ARRAY = frozenset({_MONEY, 600, 1560, 1562, 142})
 
 
 def _scalar(column: ColumnShape, modes: TypeModes) -> Mapping:
@@ -233,10 +233,10 @@ def mapping_for(column: ColumnShape, modes: TypeModes = DEFAULT_MODES) -> Mappin
                                column.type_name.removesuffix("[]"), labels=column.labels), modes)
     if element == _TIMETZ:  # Debezium drops the fraction of an array's timetz
         item = replace(item, convert=lambda text: temporal.timetz_text(text, fraction=False))
-    return _array(item)
+    return _array(item, items_optional=element != 3614)  # Debezium's tsvector[]: items required
 
 
-def _array(item: Mapping) -> Mapping:
+def _array(item: Mapping, *, items_optional: bool = True) -> Mapping:
     """One-dimensional arrays of a mapped type (capture/arrays.py reads the text form)."""
     convert = item.convert
 
@@ -254,8 +254,8 @@ def _array(item: Mapping) -> Mapping:
             return list(text.encode())
         raise ValueError(f"an unchanged TOAST array of {kind} has no Debezium form here yet")
 
-    return Mapping({"type": "array", "items": ordered(item.schema, optional=True)}, values, [],
-                   placeholder, literal_default=False)
+    return Mapping({"type": "array", "items": ordered(item.schema, optional=items_optional)},
+                   values, [], placeholder, literal_default=False)
 
 
 def ordered(schema: dict[str, Any], *, optional: bool, default: tuple[bool, Any] = (False, None),

@@ -162,6 +162,15 @@ def test_types_debezium_writes_as_postgresql_prints_them(column: ColumnShape,
     assert mapping_for(column).schema == schema
 
 
+def test_arrays_of_the_new_types_as_debezium_writes_them() -> None:
+    assert _map(1041, element_oid=869).convert("{::1,NULL}") == ["::1", None]
+    assert _map(1028, element_oid=26).convert("{1,4294967295}") == [1, 4294967295]
+    tsvectors = _map(3643, element_oid=3614).schema["items"]
+    assert (tsvectors["name"], tsvectors["optional"]) == ("io.debezium.data.Tsvector", False)
+    hstores = mapping_for(ColumnShape("h", 16501, type_name="hstore[]", element_oid=16500))
+    assert hstores.convert('{"\\"a\\"=>\\"1\\"",NULL}') == ['{"a":"1"}', None]
+
+
 def test_a_domain_takes_its_base_types_mapping_without_a_default() -> None:
     price = ColumnShape("p", 20000, -1, "numeric(8,3)", default="1.5", base_oid=1700,
                         base_typmod=((8 << 16) | 3) + 4)

@@ -51,7 +51,7 @@ CREATE TABLE t_net (id int PRIMARY KEY, i inet, c cidr, mac macaddr, mac8 macadd
 CREATE TABLE t_geo (id int PRIMARY KEY, pt point, pt_nn point NOT NULL DEFAULT '(1,2)');
 CREATE TABLE t_hstore (id int PRIMARY KEY, hs hstore, hs_nn hstore NOT NULL DEFAULT '', a_hs hstore[]);
 CREATE TABLE t_bits (id int PRIMARY KEY, b1 bit(1), b3 bit(3), b10 bit(10), b70 bit(70), vb varbit, vb5 varbit(5), b3_nn bit(3) NOT NULL DEFAULT B'101', b1_d bit(1) DEFAULT B'0', vb_nn varbit NOT NULL DEFAULT B'1');
-CREATE TABLE t_text2 (id int PRIMARY KEY, tv tsvector, x xml, lt ltree, ct citext, ct_nn citext NOT NULL DEFAULT 'x', x_nn xml NOT NULL DEFAULT '<a/>', tv_nn tsvector NOT NULL DEFAULT 'a', lt_nn ltree NOT NULL DEFAULT 'a.b', a_ct citext[], a_lt ltree[], o oid, o_nn oid NOT NULL DEFAULT 7);
+CREATE TABLE t_text2 (id int PRIMARY KEY, tv tsvector, x xml, lt ltree, ct citext, ct_nn citext NOT NULL DEFAULT 'x', x_nn xml NOT NULL DEFAULT '<a/>', tv_nn tsvector NOT NULL DEFAULT 'a', lt_nn ltree NOT NULL DEFAULT 'a.b', a_ct citext[], a_lt ltree[], o oid, o_nn oid NOT NULL DEFAULT 7, a_tv tsvector[], a_o oid[]);
 CREATE TABLE t_range (id int PRIMARY KEY, r4 int4range, r8 int8range, rn numrange, rts tsrange, rtz tstzrange, rd daterange, r4_nn int4range NOT NULL DEFAULT '[1,2)', a_r4 int4range[], a_rtz tstzrange[], a_rd daterange[]);
 CREATE TABLE t_domain (id posint PRIMARY KEY, d1 posint, d2 price, d3 tags, d4 nn_text, d5 posint DEFAULT 5, d6 price2, d7 cash);
 CREATE TABLE t_toast3 (id int PRIMARY KEY, hs hstore, x xml, ct citext, tv tsvector, small int);

@@ -92,7 +92,7 @@ INSERT INTO t_bits (id, b1, b3, b10, b70, vb, vb5) VALUES (2, B'0', B'000', B'00
 INSERT INTO t_bits (id, vb) VALUES (3, repeat('10', 40)::varbit);
 INSERT INTO t_bits (id, vb) VALUES (4, B'');
 DELETE FROM t_bits WHERE id = 4;
-INSERT INTO t_text2 VALUES (1, 'a fat cat sat', '<a x="1">x &amp; y</a>', 'Top.Science.Astronomy', 'MiXeD', 'Q', '<b/>', 'b c', 'x.y', '{A,NULL,b}', '{a.b,c}', 42, 8);
+INSERT INTO t_text2 VALUES (1, 'a fat cat sat', '<a x="1">x &amp; y</a>', 'Top.Science.Astronomy', 'MiXeD', 'Q', '<b/>', 'b c', 'x.y', '{A,NULL,b}', '{a.b,c}', 42, 8, ARRAY['a b'::tsvector, ''], '{1,NULL,4294967295}');
 INSERT INTO t_text2 (id, tv, x) VALUES (2, '', '');
 DELETE FROM t_text2 WHERE id = 2;
 INSERT INTO t_range VALUES (1, '[1,5)', '[1,10]', '(1.5,2.5]', '[2020-01-01,2020-02-01)', '[2020-01-01 00:00+00,2020-02-01 00:00+00)', '[2020-01-01,2020-02-01)', '[3,4)', '{"[1,2)",NULL,empty}', '{"[2020-01-01 00:00+00,)"}', '{"[,2020-01-01)"}');
