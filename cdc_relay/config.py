@@ -517,7 +517,9 @@ class CaptureConfig:
     """Table CDC (``run --capture``, docs/table-cdc.md): the tables (``--capture`` text,
     patterns parsed by capture/selection.py), the topic prefix (Debezium's ``topic.prefix``),
     whether the outbox is relayed too, tombstones after deletes, the unchanged-TOAST
-    placeholder, truncate events (``op: t``, opt-in as Debezium's ``skipped.operations``)."""
+    placeholder, truncate events (``op: t``, opt-in as Debezium's ``skipped.operations``),
+    and the type modes as Debezium's properties name them (``decimal.handling.mode``...;
+    checked where capture/modes.py makes them a TypeModes)."""
 
     tables: str
     prefix: str
@@ -525,6 +527,12 @@ class CaptureConfig:
     tombstones: bool = True
     placeholder: str = UNAVAILABLE_VALUE
     truncate: bool = False
+    decimal_handling: str = "precise"
+    time_precision: str = "adaptive"
+    interval_handling: str = "numeric"
+    binary_handling: str = "bytes"
+    hstore_handling: str = "json"
+    money_fraction_digits: int = 2
 
     def __post_init__(self) -> None:
         if not self.tables.strip():

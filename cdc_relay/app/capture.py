@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from cdc_relay import __version__
 from cdc_relay.capture.decoder import CaptureDecoder, CodecOptions
 from cdc_relay.capture.envelope import SourceInfo, TableCodec
+from cdc_relay.capture.modes import TypeModes
 from cdc_relay.capture.route import CaptureRouter
 from cdc_relay.capture.selection import Selection, in_option_order
 from cdc_relay.capture.shape import TableShape, identity_problem
@@ -55,8 +56,10 @@ class CaptureSetup:
 def check_capture(capture: CaptureConfig, *, plugin: str, plugin_from_slot: bool,
                   exactly_once: bool, snapshot: str, other_sink: bool,
                   message_format: str) -> None:
-    """ConfigError for what ``--capture`` does not support yet (docs/table-cdc.md)."""
+    """ConfigError for what ``--capture`` does not support yet (docs/table-cdc.md), or a
+    type mode Debezium does not have."""
     Selection.parse(capture.tables)
+    type_modes(capture)
     refused = [(exactly_once, "--exactly-once"),
                (other_sink, "a sink other than Kafka"),
                (message_format.startswith("cloudevents") or message_format in ("json-schema", "protobuf"),
@@ -116,7 +119,7 @@ def capture_decoder(outbox: Decoder, capture: CaptureConfig, router: RouterConfi
     from cdc_relay.pg.catalog import CatalogLookup
 
     options = CodecOptions(capture.prefix, _with_schemas(router.message_format),
-                           capture.placeholder, capture.truncate)
+                           capture.placeholder, capture.truncate, type_modes(capture))
     catalog = CatalogLookup(dsn, setup.shapes)
     selection = Selection.parse(capture.tables)
     if isinstance(outbox, Wal2JsonDecoder):
@@ -132,6 +135,16 @@ def wal2json_capture_options(capture: CaptureConfig, outbox: TableRef, setup: Ca
     outbox (unless ``--no-outbox``) and the captured tables."""
     return capture_options(outbox if capture.outbox else None, sorted(setup.shapes),
                            truncate=capture.truncate, partitioned=partitioned)
+
+
+def type_modes(capture: CaptureConfig) -> TypeModes:
+    """The captured tables' type modes (ConfigError for a value Debezium does not have)."""
+    try:
+        return TypeModes(capture.decimal_handling, capture.time_precision,
+                         capture.interval_handling, capture.binary_handling,
+                         capture.hstore_handling, capture.money_fraction_digits)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def _with_schemas(message_format: str) -> bool:
@@ -156,8 +169,9 @@ def table_snapshot(capture: CaptureConfig, router_config: RouterConfig, dsn: str
     from cdc_relay.wal.backfill.tables import TableSnapshot
 
     schemas = _with_schemas(router_config.message_format)
+    modes = type_modes(capture)
     codecs = [TableCodec(setup.shapes[t], tuple(c.name for c in setup.shapes[t].columns),
-                         capture.prefix, schemas, capture.placeholder)
+                         capture.prefix, schemas, capture.placeholder, modes=modes)
               for t in in_option_order(capture.tables, setup.shapes)]
     return TableSnapshot(codecs, make_capture_router(capture, dsn), *parts,
                          with_outbox=capture.outbox)

@@ -11,7 +11,20 @@ Pure; must not do I/O.
 
 from __future__ import annotations
 
-__all__ = ["parse_array"]
+__all__ = ["parse_array", "quoted"]
+
+
+def quoted(text: str, pos: int) -> tuple[str, int]:
+    """The double-quoted string at ``text[pos]`` (backslash escapes), and the position after
+    it (IndexError when it is not closed) - array elements' and hstore's quoting."""
+    chars: list[str] = []
+    pos += 1
+    while text[pos] != '"':
+        if text[pos] == "\\":
+            pos += 1
+        chars.append(text[pos])
+        pos += 1
+    return "".join(chars), pos + 1
 
 
 def parse_array(text: str) -> list[str | None]:
@@ -27,15 +40,8 @@ def parse_array(text: str) -> list[str | None]:
         if body[pos] == "{":
             raise ValueError("a multi-dimensional array (Debezium writes it as nulls)")
         if body[pos] == '"':
-            chars: list[str] = []
-            pos += 1
-            while body[pos] != '"':
-                if body[pos] == "\\":
-                    pos += 1
-                chars.append(body[pos])
-                pos += 1
-            pos += 1
-            elements.append("".join(chars))
+            element, pos = quoted(body, pos)
+            elements.append(element)
         else:
             comma = body.find(",", pos)
             stop = end if comma < 0 else comma

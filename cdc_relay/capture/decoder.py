@@ -36,8 +36,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from cdc_relay.capture.envelope import TableCodec
+from cdc_relay.capture.modes import TypeModes
 from cdc_relay.capture.selection import Selection
 from cdc_relay.capture.shape import RelationColumn, TableShape, TypeLookup, shape_at
+from cdc_relay.capture.types import DEFAULT_MODES
 from cdc_relay.decoding.compiled import DecodeFunction
 from cdc_relay.errors import DecodeError
 from cdc_relay.model import UNCHANGED, CapturedRow, Change, Lsn
@@ -56,12 +58,14 @@ ShapeLookup = Callable[[str, str], TableShape | None]
 
 @dataclass(frozen=True, slots=True)
 class CodecOptions:
-    """How codecs are built: the topic prefix, schema blocks on or off, the placeholder."""
+    """How codecs are built: the topic prefix, schema blocks on or off, the placeholder,
+    truncate events, the type modes."""
 
     prefix: str
     schemas: bool
     placeholder: str = "__debezium_unavailable_value"
     truncate: bool = False
+    modes: TypeModes = DEFAULT_MODES
 
 
 class OutboxDecoder(Protocol):
@@ -155,7 +159,7 @@ class CaptureDecoder:
                          self._types)
         options = self._options
         codec = TableCodec(shape, tuple(c.name for c in columns), options.prefix,
-                           options.schemas, options.placeholder)
+                           options.schemas, options.placeholder, modes=options.modes)
         self._known[(schema, name)] = (tuple(columns), identity, codec)
         self._codecs[relid] = codec
 

@@ -25,8 +25,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdc_relay.capture.jsonw import dumps
+from cdc_relay.capture.modes import TypeModes
 from cdc_relay.capture.shape import ColumnShape, TableShape
-from cdc_relay.capture.types import Mapping, Unsupported, literal_default, mapping_for, ordered
+from cdc_relay.capture.types import (
+    DEFAULT_MODES,
+    Mapping,
+    Unsupported,
+    literal_default,
+    mapping_for,
+    ordered,
+)
 from cdc_relay.model import UNCHANGED
 
 _SNAPSHOT_VALUES = "true,first,first_in_data_collection,last_in_data_collection,last,false,incremental"
@@ -82,12 +90,13 @@ class TableCodec:
     """One captured table's events (see the module docstring).
 
     ``columns`` are the Relation message's column names in its order, the shape that of the
-    Relation's moment (capture/shape.py, ``shape_at``). ``problem`` is set (and nothing can be encoded) when a
+    Relation's moment (capture/shape.py, ``shape_at``), ``modes`` the type modes
+    (capture/modes.py). ``problem`` is set (and nothing can be encoded) when a
     column's type has no mapping yet, or the Relation names a column the shape lacks.
     """
 
     def __init__(self, shape: TableShape, columns: tuple[str, ...], prefix: str,
-                 schemas: bool, placeholder: str) -> None:
+                 schemas: bool, placeholder: str, *, modes: TypeModes = DEFAULT_MODES) -> None:
         self.shape = shape
         self.topic = f"{prefix}.{shape.schema}.{shape.name}"
         self.problem: str | None = None
@@ -102,7 +111,7 @@ class TableCodec:
                                 "(capture/shape.py, shape_at): a bug, please report it")
                 return
             try:
-                self._fields.append(_field(column))
+                self._fields.append(_field(column, modes))
             except Unsupported as exc:
                 self.problem = (f"column {name!r} of {shape.qualified}: {exc} (docs/table-cdc.md, "
                                 "types): its rows go to the dead-letter topic")
@@ -179,8 +188,8 @@ class TableCodec:
         return dumps(key), dumps(envelope)
 
 
-def _field(column: ColumnShape) -> _Field:
-    mapping = mapping_for(column)
+def _field(column: ColumnShape, modes: TypeModes) -> _Field:
+    mapping = mapping_for(column, modes)
     return _Field(column.name, mapping, not column.not_null, literal_default(column, mapping))
 
 

@@ -24,7 +24,10 @@ from dataclasses import dataclass, replace
 class ColumnShape:
     """One column: ``type_oid`` / ``typmod`` as pg_attribute has them (the array type's for
     an array, whose ``element_oid`` is then set), ``default`` as ``pg_get_expr`` prints
-    the column default, ``labels`` an enum's (or an enum array element's) labels in order."""
+    the column default, ``labels`` an enum's (or an enum array element's) labels in order.
+    A domain's column has the domain's OID and ``base_oid`` / ``base_typmod`` its base type's
+    (through nested domains; ``element_oid``, ``labels`` and ``type_name`` are the base
+    type's, ``not_null`` includes the domain's NOT NULL)."""
 
     name: str
     type_oid: int
@@ -34,6 +37,8 @@ class ColumnShape:
     default: str | None = None
     element_oid: int = 0
     labels: tuple[str, ...] | None = None
+    base_oid: int = 0
+    base_typmod: int = -1
 
 
 @dataclass(frozen=True, slots=True)

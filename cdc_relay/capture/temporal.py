@@ -18,13 +18,16 @@ Pure; must not do I/O. Every parser raises ValueError for text it does not read.
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 
 __all__ = [
     "date_days",
+    "interval_iso",
     "interval_micros",
     "time_micros",
     "timestamp_micros",
     "timestamptz_text",
+    "timetz_text",
 ]
 
 TIMESTAMP_INFINITY = 9223372036825200000  # PGStatement.DATE_POSITIVE_INFINITY
@@ -149,10 +152,32 @@ def timestamptz_text(text: str, digits: int) -> str:
     return out + "Z"
 
 
-def interval_micros(text: str) -> int:
-    """``interval`` text (IntervalStyle postgres) → ``io.debezium.time.MicroDuration``."""
-    years = months = days = hours = minutes = 0
-    seconds = 0.0
+def timetz_text(text: str, *, fraction: bool = True) -> str:
+    """``timetz`` text → the time of day in UTC, ISO-8601 with the fraction's significant
+    digits and ``Z`` (``io.debezium.time.ZonedTime``; ``24:00:00+00`` is ``00:00:00Z``);
+    without ``fraction``, whole seconds (Debezium's form of an array's element)."""
+    match = _TIME.match(text)
+    offset = None if match is None else _OFFSET.fullmatch(text, match.end())
+    if match is None or offset is None:
+        raise ValueError(f"not a timetz: {text!r}")
+    hours, minutes, seconds = (int(part) for part in match.groups()[:3])
+    micros = ((hours * 60 + minutes) * 60 + seconds) * 1_000_000
+    if fraction:
+        micros += _fraction(match.group(4))
+    sign, off_h, off_m, off_s = offset.groups()
+    shift = (int(off_h) * 3600 + int(off_m or 0) * 60 + int(off_s or 0)) * 1_000_000
+    micros = (micros - (shift if sign == "+" else -shift)) % _DAY_US
+    second, part = divmod(micros, 1_000_000)
+    minute, second = divmod(second, 60)
+    hour, minute = divmod(minute, 60)
+    digits = f".{part:06d}".rstrip("0") if part else ""
+    return f"{hour:02d}:{minute:02d}:{second:02d}{digits}Z"
+
+
+def _interval_parts(text: str) -> tuple[int, int, int, int, int, int]:
+    """(years, months, days, hours, minutes, microseconds of the seconds) of ``interval``
+    text, each with its own sign as PostgreSQL prints it."""
+    years = months = days = hours = minutes = micros = 0
     rest = text
     for match in _INTERVAL_UNIT.finditer(text):
         value = int(match.group(1))
@@ -169,11 +194,27 @@ def interval_micros(text: str) -> int:
         clock = _INTERVAL_TIME.fullmatch(rest)
         if clock is None:
             raise ValueError(f"not an interval: {text!r}")
-        negative = clock.group(1) == "-"
         hours, minutes = int(clock.group(2)), int(clock.group(3))
-        seconds = int(clock.group(4)) + _fraction(clock.group(5)) / 1e6
-        if negative:
-            hours, minutes, seconds = -hours, -minutes, -seconds
+        micros = int(clock.group(4)) * 1_000_000 + _fraction(clock.group(5))
+        if clock.group(1) == "-":
+            hours, minutes, micros = -hours, -minutes, -micros
+    return years, months, days, hours, minutes, micros
+
+
+def interval_micros(text: str) -> int:
+    """``interval`` text (IntervalStyle postgres) → ``io.debezium.time.MicroDuration``."""
+    years, months, days, hours, minutes, micros = _interval_parts(text)
+    whole, fraction = divmod(abs(micros), 1_000_000)
+    seconds = (whole + fraction / 1e6) * (-1 if micros < 0 else 1)  # Debezium's arithmetic
     number_of_days = (years * 12 + months) * _DAYS_PER_MONTH + days
     number_of_seconds = ((number_of_days * 24 + hours) * 60 + minutes) * 60 + seconds
     return int(number_of_seconds * 1e6)
+
+
+def interval_iso(text: str) -> str:
+    """``interval`` text → ``io.debezium.time.Interval`` (``interval.handling.mode=string``):
+    ``P<y>Y<m>M<d>DT<h>H<m>M<s>S``, each part with its own sign, the seconds' trailing
+    zeros dropped (``P1Y2M3DT4H5M6.789S``, ``P0Y0M0DT0H0M-0.000001S``)."""
+    years, months, days, hours, minutes, micros = _interval_parts(text)
+    seconds = format(Decimal(micros).scaleb(-6).normalize(), "f") if micros else "0"
+    return f"P{years}Y{months}M{days}DT{hours}H{minutes}M{seconds}S"

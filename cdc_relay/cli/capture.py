@@ -11,12 +11,31 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import click
+
+from cdc_relay.capture.modes import (
+    BINARY_MODES,
+    DECIMAL_MODES,
+    HSTORE_MODES,
+    INTERVAL_MODES,
+    TIME_MODES,
+)
 from cdc_relay.cli.options import F, option
 from cdc_relay.config import UNAVAILABLE_VALUE, CaptureConfig
 from cdc_relay.errors import ConfigError
 
+# option suffix, allowed values, the Debezium property it mirrors (docs/table-cdc.md, type modes)
+MODE_OPTIONS = (
+    ("decimal_handling", DECIMAL_MODES, "decimal.handling.mode"),
+    ("time_precision", TIME_MODES, "time.precision.mode"),
+    ("interval_handling", INTERVAL_MODES, "interval.handling.mode"),
+    ("binary_handling", BINARY_MODES, "binary.handling.mode"),
+    ("hstore_handling", HSTORE_MODES, "hstore.handling.mode"),
+)
 _NAMES = ("capture", "capture_prefix", "no_outbox", "capture_tombstones", "capture_placeholder",
-          "capture_truncate")
+          "capture_truncate", *(f"capture_{name}" for name, _, _ in MODE_OPTIONS),
+          "capture_money_fraction_digits")
+
 
 
 def capture_options(f: F) -> F:
@@ -44,6 +63,13 @@ def capture_options(f: F) -> F:
         option("--capture-truncate/--no-capture-truncate", default=False, show_default=True,
                help="A TRUNCATE of a captured table as an op: t event (the publication then "
                     "publishes truncates; off as in Debezium)."),
+        *(option(f"--capture-{name.replace('_', '-')}", type=click.Choice(allowed),
+                 default=allowed[0], show_default=True,
+                 help=f"Captured tables' values as Debezium's {prop} writes them.")
+          for name, allowed, prop in MODE_OPTIONS),
+        option("--capture-money-fraction-digits", type=click.IntRange(0, 20), default=2,
+               show_default=True, help="The scale of a money column (Debezium's "
+                                       "money.fraction.digits)."),
     ]
     wrapped: Any = command
     for decorator in reversed(decorators):
@@ -61,6 +87,8 @@ def config_from(values: dict[str, Any]) -> CaptureConfig | None:
     if values["capture_prefix"] is None:
         raise ConfigError("--capture needs --capture-prefix (the topics are PREFIX.SCHEMA.TABLE, "
                           "as Debezium's topic.prefix)")
+    modes = {name: values[f"capture_{name}"] for name, _, _ in MODE_OPTIONS}
     return CaptureConfig(values["capture"], values["capture_prefix"], not values["no_outbox"],
                          values["capture_tombstones"], values["capture_placeholder"],
-                         values["capture_truncate"])
+                         values["capture_truncate"], **modes,
+                         money_fraction_digits=values["capture_money_fraction_digits"])

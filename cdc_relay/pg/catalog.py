@@ -1,7 +1,8 @@
 """The captured tables as the catalog describes them (``run --capture``, ``init``, ``doctor``).
 
 Owns the catalog queries of table CDC: expanding ``--capture`` patterns into existing
-tables, a table's shape (columns with type, typmod, NOT NULL, default, enum labels;
+tables, a table's shape (columns with type, typmod, NOT NULL, default, enum labels, a
+domain's base type;
 primary key order; replica identity; capture/shape.py), and the facts ``init`` and
 ``doctor`` report: the SELECT privilege, ownership (adding a table to a publication needs
 it) and what the publication covers. The verdict on a replica identity is pure
@@ -24,21 +25,33 @@ from cdc_relay.pg.db import translate_error
 _TABLES = """
 SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relkind IN ('r', 'p') AND n.nspname = ANY(%s) ORDER BY 1, 2"""
-_COLUMNS = """
-SELECT a.attname, a.atttypid, a.atttypmod, format_type(a.atttypid, a.atttypmod), a.attnotnull,
-       pg_get_expr(d.adbin, d.adrelid), t.typelem, t.typtype, e.typtype,
+# A domain's base type, through nested domains: (base OID, its typmod, any NOT NULL).
+_DOMAIN = """LEFT JOIN LATERAL (
+  WITH RECURSIVE d(base, typmod, nn, depth) AS (
+    SELECT t0.typbasetype, t0.typtypmod, t0.typnotnull, 0 FROM pg_type t0
+    WHERE t0.oid = {oid} AND t0.typtype = 'd'
+    UNION ALL
+    SELECT b.typbasetype, CASE WHEN d.typmod >= 0 THEN d.typmod ELSE b.typtypmod END,
+           d.nn OR b.typnotnull, d.depth + 1
+    FROM d JOIN pg_type b ON b.oid = d.base WHERE b.typtype = 'd')
+  SELECT base, typmod, nn FROM d ORDER BY depth DESC LIMIT 1) dom ON true
+JOIN pg_type t ON t.oid = COALESCE(dom.base, {oid})
+LEFT JOIN pg_type e ON e.oid = t.typelem"""
+_FACTS = """format_type(t.oid, COALESCE(dom.typmod, {typmod})), {not_null} OR COALESCE(dom.nn, false),
+       {default}, t.typelem, t.typtype, e.typtype,
        (SELECT array_agg(enumlabel ORDER BY enumsortorder) FROM pg_enum
-        WHERE enumtypid = CASE WHEN t.typtype = 'e' THEN t.oid ELSE t.typelem END)
-FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
-LEFT JOIN pg_type e ON e.oid = t.typelem
+        WHERE enumtypid = CASE WHEN t.typtype = 'e' THEN t.oid ELSE t.typelem END),
+       COALESCE(dom.base, 0), COALESCE(dom.typmod, -1)"""
+_COLUMNS = f"""
+SELECT a.attname, a.atttypid, a.atttypmod, {_FACTS.format(typmod="a.atttypmod",
+    not_null="a.attnotnull", default="pg_get_expr(d.adbin, d.adrelid)")}
+FROM pg_attribute a {_DOMAIN.format(oid="a.atttypid")}
 LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
 WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum"""
-_TYPE = """
-SELECT '', t.oid, %(typmod)s, format_type(t.oid, %(typmod)s), false, NULL, t.typelem, t.typtype,
-       e.typtype,
-       (SELECT array_agg(enumlabel ORDER BY enumsortorder) FROM pg_enum
-        WHERE enumtypid = CASE WHEN t.typtype = 'e' THEN t.oid ELSE t.typelem END)
-FROM pg_type t LEFT JOIN pg_type e ON e.oid = t.typelem WHERE t.oid = %(oid)s"""
+_TYPE = f"""
+SELECT '', %(oid)s::oid, %(typmod)s, {_FACTS.format(typmod="%(typmod)s", not_null="false",
+    default="NULL")}
+FROM (SELECT 1) one {_DOMAIN.format(oid="%(oid)s::oid")}"""
 _KEY = """
 SELECT a.attname FROM pg_index i, unnest(i.indkey) WITH ORDINALITY k(attnum, n)
 JOIN pg_attribute a ON a.attnum = k.attnum
@@ -93,11 +106,13 @@ def type_facts(conn: psycopg.Connection[Any], oid: int, typmod: int) -> ColumnSh
 
 
 def _column(row: tuple[Any, ...]) -> ColumnShape:
-    name, oid, typmod, type_name, not_null, default, elem, typtype, elem_type, labels = row
+    (name, oid, typmod, type_name, not_null, default, elem, typtype, elem_type, labels,
+     base, base_typmod) = row
     enum = typtype == "e" or (elem and elem_type == "e")
     return ColumnShape(name, oid, typmod, type_name, bool(not_null), default,
                        int(elem) if elem and type_name.endswith("[]") else 0,
-                       tuple(labels) if enum and labels is not None else None)
+                       tuple(labels) if enum and labels is not None else None,
+                       int(base), int(base_typmod))
 
 
 def lacks_select(conn: psycopg.Connection[Any], schema: str, table: str) -> bool:

