@@ -86,6 +86,14 @@ def _registry_factory(inner: SinkFactory, kafka: KafkaConfig, logger: logging.Lo
     return registry_sink_factory(inner, Encoder(kafka.schema_registry), logger)
 
 
+def with_schema_registry(inner: SinkFactory, kafka: KafkaConfig, logger: logging.Logger) -> SinkFactory:
+    """``inner`` (a Kafka sink factory, e.g. exactly-once's transactional one) encoding
+    through the schema registry when a registry format is configured, else ``inner``."""
+    if kafka.schema_registry is None:
+        return inner
+    return _registry_factory(inner, kafka, logger)
+
+
 def probe_sink(other: OtherSink, timeout: float) -> list[SinkProbe]:
     """The doctor's reachability and permission findings for a sink other than Kafka."""
     found: list[SinkProbe] = sink_module(sink_name(other)).probe(other, timeout)
