@@ -97,16 +97,8 @@ class Encoder:
         self._values: dict[str, tuple[Serializer, Callable[[Any], Any]]] = {
             event_type: self._value_serializer(schema, conf) for event_type, schema in schemas.items()}
         self._key = self._key_serializer()
+        # the aggregate id -> what the key serializer takes (a struct key's parse: outbox_encoder.py)
         self._key_convert: Callable[[str], Any] = _same
-        if config.key_schema:
-            from cdc_relay.sink.registry.struct_key import struct_key
-
-            self._key, self._key_convert = struct_key(config, self.client, conf)
-        self._pre_encoded: Any = None
-        if config.value_encoding == "pre-encoded":
-            from cdc_relay.sink.registry.pre_encoded import PreEncoded
-
-            self._pre_encoded = PreEncoded(config, self.client)
         # captured tables' encoder (cdc_relay/sink/registry/captured.py), made on first use
         self.capture_encoder: object = None
 
@@ -152,12 +144,8 @@ class Encoder:
     def encode(self, message: Message, event_type: str) -> tuple[bytes | None, bytes | None]:
         """(key, value) of ``message`` (routed with the raw format) for ``event_type``; with
         ``--value-encoding pre-encoded`` the value is the payload's bytes as they are
-        (cdc_relay/sink/registry/pre_encoded.py)."""
-        value: Callable[[], bytes | None]
-        if self._pre_encoded is not None:
-            value = functools.partial(self._pre_encoded.value, message.value or b"")
-        else:
-            value = self._json_value(message, event_type)
+        (cdc_relay/sink/registry/outbox_encoder.py)."""
+        value = self._value(message, event_type)
         try:
             return self._encode_key(message), value()
         except SchemaRegistryError as exc:
@@ -169,7 +157,7 @@ class Encoder:
                 raise RegistryTrouble(f"schema registry {self.config.url} unreachable: {exc}") from exc
             raise
 
-    def _json_value(self, message: Message, event_type: str) -> Callable[[], bytes | None]:
+    def _value(self, message: Message, event_type: str) -> Callable[[], bytes | None]:
         """The value's encoding, once the payload is parsed for ``event_type``'s schema."""
         entry = self._values.get(event_type)
         if entry is None:
