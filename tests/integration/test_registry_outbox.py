@@ -1,0 +1,133 @@
+"""The outbox through a schema registry beyond JSON payloads: payloads the application
+encoded (``emit_encoded`` with confluent-kafka's serializer, ``--value-encoding
+pre-encoded``) passed through unchanged, and struct keys (``--key-schema``), against real
+PostgreSQL, Apache Kafka and Apicurio Registry, read back with confluent-kafka's own
+deserializers (docs/messages.md, schema registry)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import psycopg
+import pytest
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from cdc_relay.local.apache_kafka import ApacheKafka
+from cdc_relay.local.apicurio import ApicurioRegistry
+from cdc_relay.outbox_encoded import emit_encoded
+from tests.integration.test_schema_registry import AVRO, GOOD, JSON_SCHEMA, by_id, emit_events, schema_file
+from tests.integration.wal_support import init_db, start_relay
+from tests.support import CliProcess, KafkaCollector, init_outbox
+
+pytestmark = pytest.mark.integration
+
+KEY_AVRO = {"type": "record", "name": "OrderKey", "namespace": "shop",
+            "fields": [{"name": "tenant", "type": "string"}, {"name": "order_id", "type": "long"}]}
+
+
+def create_bytea_outbox(dsn: str) -> None:
+    """The outbox with a bytea payload column, created before ``init`` adds the relay's
+    bookkeeping (docs/messages.md, pre-encoded payloads)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE public.outbox_events (id uuid PRIMARY KEY, aggregate_type "
+                     "varchar(100) NOT NULL, aggregate_id varchar(100) NOT NULL, event_type "
+                     "varchar(100) NOT NULL, payload bytea NOT NULL)")
+
+
+def insert_raw(dsn: str, aggregate_id: str, data: bytes) -> str:
+    """An event whose bytea payload is ``data`` as it is (no serializer)."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("INSERT INTO public.outbox_events (id, aggregate_type, aggregate_id, "
+                           "event_type, payload) VALUES (gen_random_uuid(), 'order', %s, "
+                           "'OrderCreated', %s) RETURNING id::text", (aggregate_id, data)).fetchone()
+        conn.commit()
+    assert row is not None
+    return str(row[0])
+
+
+def relay_command(mode: str, db: str, bootstrap: str, prefix: str, extra: tuple[str, ...]) -> CliProcess:
+    if mode == "run":
+        return start_relay(db, bootstrap, prefix, plugin="pgoutput", extra=extra)
+    return CliProcess(["poll", "--dsn", db, "--brokers", bootstrap, "--topic-pattern",
+                       prefix + ".{aggregate_type}", "--dead-letter-topic", prefix + ".dlq",
+                       "--interval", "200ms", *extra])
+
+
+@pytest.mark.parametrize(("mode", "message_format"), [("run", "avro"), ("poll", "json-schema")])
+def test_payloads_the_application_encoded_pass_through_unchanged_and_bad_frames_are_dead_lettered(
+        db: str, broker: ApacheKafka, schema_registry: ApicurioRegistry, topic_prefix: str,
+        mode: str, message_format: str) -> None:
+    create_bytea_outbox(db)
+    if mode == "run":
+        init_db(db, plugin="pgoutput")
+    else:
+        init_outbox(db, "--no-slot")
+    topic = f"{topic_prefix}.order"
+    client = SchemaRegistryClient({"url": schema_registry.ccompat_url})
+    serializer = (AvroSerializer(client, json.dumps(AVRO)) if message_format == "avro"
+                  else JSONSerializer(json.dumps(JSON_SCHEMA), client))
+    with psycopg.connect(db) as conn:
+        good = str(emit_encoded(conn, "order", "o-1", "OrderCreated", GOOD, serializer=serializer,
+                                topic=topic))
+        again = str(emit_encoded(conn, "order", "o-2", "OrderCreated", dict(GOOD, id=8),
+                                 serializer=serializer, topic=topic))
+        conn.commit()
+        written = conn.execute("SELECT payload FROM public.outbox_events WHERE id = %s",
+                               (good,)).fetchone()
+    assert written is not None
+    no_magic = insert_raw(db, "o-3", b'{"id": 7}')
+    unknown = insert_raw(db, "o-4", b"\x00" + (987654).to_bytes(4, "big") + b"\x02")
+    args = ("--message-format", message_format, "--schema-registry", schema_registry.ccompat_url,
+            "--value-encoding", "pre-encoded")
+    with relay_command(mode, db, broker.bootstrap, topic_prefix, args) as relay, \
+            KafkaCollector(broker.bootstrap, topic_prefix) as collector:
+        ids = {good, again, no_magic, unknown}
+        messages = by_id(collector.collect(until=lambda ms: ids <= set(by_id(ms)), timeout=60))
+        assert relay.stop() == 0, relay.stderr
+    delivered = messages[good]
+    assert delivered.topic == topic
+    assert delivered.value == bytes(written[0])  # the application's bytes, unchanged
+    value_ctx = SerializationContext(topic, MessageField.VALUE)
+    if message_format == "avro":
+        reader = AvroDeserializer(client)
+        assert reader(delivered.value, value_ctx) == GOOD
+        assert reader(messages[again].value, value_ctx) == dict(GOOD, id=8)
+        assert reader(delivered.key, SerializationContext(topic, MessageField.KEY)) == "o-1"
+    else:
+        assert JSONDeserializer(None, schema_registry_client=client)(delivered.value, value_ctx) == GOOD
+    for dead, reason in ((no_magic, "is not in the Confluent wire format"),
+                         (unknown, "names schema id 987654, which schema registry")):
+        assert messages[dead].topic == f"{topic_prefix}.dlq"
+        assert reason in messages[dead].headers["error"].decode()
+
+
+def test_a_struct_key_is_registered_under_the_key_subject_and_a_key_that_does_not_fit_is_dead_lettered(
+        db: str, broker: ApacheKafka, schema_registry: ApicurioRegistry, topic_prefix: str,
+        tmp_path: Path) -> None:
+    init_db(db, plugin="pgoutput")
+    key_file = tmp_path / "OrderKey.avsc"
+    key_file.write_text(json.dumps(KEY_AVRO))
+    struct = json.dumps({"tenant": "t1", "order_id": 7})
+    good, plain = emit_events(db, (struct, "OrderCreated", GOOD), ("o-9", "OrderCreated", GOOD))
+    args = ("--message-format", "avro", "--schema-registry", schema_registry.ccompat_url,
+            "--value-schema", f"OrderCreated={schema_file(tmp_path, 'avro')}",
+            "--key-schema", str(key_file))
+    with start_relay(db, broker.bootstrap, topic_prefix, plugin="pgoutput", extra=args) as relay, \
+            KafkaCollector(broker.bootstrap, topic_prefix) as collector:
+        messages = by_id(collector.collect(until=lambda ms: {good, plain} <= set(by_id(ms)),
+                                           timeout=60))
+        assert relay.stop() == 0, relay.stderr
+    topic = f"{topic_prefix}.order"
+    client = SchemaRegistryClient({"url": schema_registry.ccompat_url})
+    reader = AvroDeserializer(client)
+    key = reader(messages[good].key, SerializationContext(topic, MessageField.KEY))
+    assert key == {"tenant": "t1", "order_id": 7}
+    assert reader(messages[good].value, SerializationContext(topic, MessageField.VALUE)) == GOOD
+    registered = json.loads(client.get_latest_version(f"{topic}-key").schema.schema_str)
+    assert registered["name"] == "OrderKey"
+    assert messages[plain].topic == f"{topic_prefix}.dlq"
+    assert "is not the JSON of the --key-schema" in messages[plain].headers["error"].decode()
