@@ -9,7 +9,9 @@ registry trouble ``RETRIABLE`` with ``Cause.REGISTRY`` (the event waits: WAL mod
 from its watermark after a backoff, polling mode releases the row without an attempt; no
 position is confirmed past it). A captured table's change (a CapturedMessage) is encoded
 as Debezium's AvroConverter does (cdc_relay/sink/registry/captured.py); its new schema
-refused by the registry is ``SchemaRefused``, which stops the relay. Dead letters (the
+refused by the registry is ``SchemaRefused``, which stops the relay; the registry
+refusing access (401/403, while encoding or at the warm-up's probe) is ``AccessRefused``
+(exit 6: cdc_relay/sink/registry/access.py). Dead letters (the
 dead-letter topic) pass as they are: raw JSON, so a dead letter never depends on the
 registry.
 
@@ -33,6 +35,7 @@ from cdc_relay.sink.base import (
     Sink,
     SinkFactory,
 )
+from cdc_relay.sink.registry.access import probe, refusal
 from cdc_relay.sink.registry.captured import CaptureEncoder, shared_capture_encoder
 from cdc_relay.sink.registry.encoder import Encoder, RegistryTrouble, Unencodable
 
@@ -54,6 +57,7 @@ class RegistrySink:
         self._encoder = encoder
         self._dead_letter_topic = encoder.config.dead_letter_topic
         self._capture: CaptureEncoder | None = None
+        self._probed = False
 
     def _captured(self) -> CaptureEncoder:
         """The captured tables' encoder, made at the first captured change; shared by the
@@ -73,6 +77,9 @@ class RegistrySink:
             except Unencodable as exc:
                 raise ProduceRejected(DeliveryError(ErrorKind.PERMANENT, str(exc))) from exc
             except RegistryTrouble as exc:
+                refused = refusal(self._encoder.config, exc)
+                if refused is not None:
+                    raise refused from exc  # wrong credentials: exit 6 (access.py)
                 raise ProduceRejected(DeliveryError(ErrorKind.RETRIABLE, str(exc),
                                                     Cause.REGISTRY)) from exc
             message = replace(message, key=key, value=value)
@@ -95,7 +102,11 @@ class RegistrySink:
         return self.inner.fatal_error
 
     def warm_up(self, timeout: float) -> None:
+        """The producer's warm-up, then (once) the registry's credentials (access.py)."""
         self.inner.warm_up(timeout)
+        if not self._probed:
+            self._probed = True
+            probe(self._encoder.config, self._encoder.client)
 
     def set_handler(self, handler: DeliveryHandler, delivered: BatchHandler | None = None) -> None:
         self.inner.set_handler(handler, delivered)
