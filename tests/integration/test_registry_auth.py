@@ -17,8 +17,9 @@ from cdc_relay.local.apache_kafka import ApacheKafka
 from cdc_relay.local.apicurio import ApicurioRegistry
 from cdc_relay.local.nginx import RegistryProxy
 from tests.integration.test_schema_registry import GOOD, emit_events, schema_file
+from tests.integration.test_registry_outbox import relay_command
 from tests.integration.wal_support import init_db, start_relay
-from tests.support import KafkaCollector, wait_for
+from tests.support import KafkaCollector, init_outbox, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -55,17 +56,19 @@ def test_the_right_credentials_over_tls_with_a_custom_ca_deliver(
     assert reader(message.value, SerializationContext(topic, MessageField.VALUE)) == GOOD
 
 
-@pytest.mark.parametrize("kind", ["basic", "bearer"])
+@pytest.mark.parametrize(("mode", "kind"), [("run", "basic"), ("run", "bearer"), ("poll", "basic")])
 def test_wrong_credentials_stop_the_relay_with_one_line_and_exit_6_before_any_event(
         db: str, broker: ApacheKafka, registry_proxy: RegistryProxy, topic_prefix: str,
-        tmp_path: Path, kind: str) -> None:
-    init_db(db, plugin="pgoutput")
+        tmp_path: Path, mode: str, kind: str) -> None:
+    if mode == "run":
+        init_db(db, plugin="pgoutput")
+    else:
+        init_outbox(db, "--no-slot")
     (event,) = emit_events(db, ("o-1", "OrderCreated", GOOD))
     wrong = "not-the-Pa55word"
     args = ("--message-format", "avro", "--value-schema",
             f"OrderCreated={schema_file(tmp_path, 'avro')}", *credentials(registry_proxy, kind, wrong))
-    with start_relay(db, broker.bootstrap, topic_prefix, plugin="pgoutput", extra=args,
-                     wait=False) as relay, \
+    with relay_command(mode, db, broker.bootstrap, topic_prefix, args, wait=False) as relay, \
             KafkaCollector(broker.bootstrap, topic_prefix) as collector:
         wait_for(lambda: not relay.running(), timeout=60, message="the relay exiting")
         assert collector.collect(timeout=1.0) == []  # nothing sent, the event waits in the slot

@@ -49,9 +49,11 @@ def insert_raw(dsn: str, aggregate_id: str, data: bytes) -> str:
     return str(row[0])
 
 
-def relay_command(mode: str, db: str, bootstrap: str, prefix: str, extra: tuple[str, ...]) -> CliProcess:
+def relay_command(mode: str, db: str, bootstrap: str, prefix: str, extra: tuple[str, ...], *,
+                  wait: bool = True) -> CliProcess:
+    """``run`` (pgoutput) or ``poll`` with the test's topics and ``extra``."""
     if mode == "run":
-        return start_relay(db, bootstrap, prefix, plugin="pgoutput", extra=extra)
+        return start_relay(db, bootstrap, prefix, plugin="pgoutput", extra=extra, wait=wait)
     return CliProcess(["poll", "--dsn", db, "--brokers", bootstrap, "--topic-pattern",
                        prefix + ".{aggregate_type}", "--dead-letter-topic", prefix + ".dlq",
                        "--interval", "200ms", *extra])
