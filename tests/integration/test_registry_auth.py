@@ -16,8 +16,8 @@ from cdc_relay.errors import ExitCode
 from cdc_relay.local.apache_kafka import ApacheKafka
 from cdc_relay.local.apicurio import ApicurioRegistry
 from cdc_relay.local.nginx import RegistryProxy
-from tests.integration.test_schema_registry import GOOD, emit_events, schema_file
 from tests.integration.test_registry_outbox import relay_command
+from tests.integration.test_schema_registry import GOOD, emit_events, schema_file
 from tests.integration.wal_support import init_db, start_relay
 from tests.support import KafkaCollector, init_outbox, wait_for
 
