@@ -15,6 +15,7 @@ registry). Must not touch the system's nginx service, its configuration or its l
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import socket
@@ -26,7 +27,7 @@ from types import TracebackType
 from typing import Self
 
 from cdc_relay.errors import LocalServiceError
-from cdc_relay.local.helpers import HOST, free_port, tail, wait_serving
+from cdc_relay.local.helpers import HOST, free_port, tail, terminate, wait_serving
 
 DEFAULT_BINARY = "/usr/sbin/nginx"
 
@@ -73,7 +74,7 @@ class RegistryProxy:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
         try:
             for port in (self.basic_port, self.bearer_port):
-                if not wait_serving(self._proc, port, lambda p=port: self._answers(p), timeout=20):
+                if not wait_serving(self._proc, port, functools.partial(self._answers, port), timeout=20):
                     raise LocalServiceError(f"another process took port {port}")
         except (TimeoutError, LocalServiceError) as exc:
             log = tail(tmp / "error.log")
@@ -110,13 +111,7 @@ class RegistryProxy:
 
     def stop(self) -> None:
         """Stop our nginx (by its PID: the master ends its workers) and remove its files."""
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait(10)
+        terminate(self._proc)
         self._proc = None
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
