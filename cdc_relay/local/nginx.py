@@ -7,6 +7,9 @@ without starting the service) in the foreground on free 127.0.0.1 ports, and sto
 by its own PID. Two HTTPS ports proxy to the upstream registry: ``basic_url`` asks for
 HTTP basic auth (``user`` / ``password``), ``bearer_url`` for ``Authorization: Bearer
 <token>``; anything else is answered 401 (nginx's own HTML page, as a real proxy does).
+``forbid_registration(True)`` makes the basic-auth port answer 403 to registering a schema
+(a user without write access to the subjects) and ``False`` grants it again: the config is
+rewritten and our nginx reloaded (SIGHUP to its PID).
 
 Used by the tests of the relay against a protected registry (docs/messages.md, schema
 registry). Must not touch the system's nginx service, its configuration or its logs.
@@ -18,6 +21,7 @@ import contextlib
 import functools
 import os
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -43,6 +47,8 @@ class RegistryProxy:
         self._tmp: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self.basic_port = self.bearer_port = 0
+        self.forbidden = False
+        self._keystore = Path()
         self.ca = Path()
 
     def url(self, port: int, path: str = "/apis/ccompat/v7") -> str:
@@ -68,7 +74,8 @@ class RegistryProxy:
         self.ca = tls.ca
         self.basic_port, self.bearer_port = free_port(), free_port()
         (tmp / "htpasswd").write_text(f"{self.user}:{{PLAIN}}{self.password}\n", encoding="utf-8")
-        (tmp / "nginx.conf").write_text(self._config(tls.keystore), encoding="utf-8")
+        self._keystore = tls.keystore
+        (tmp / "nginx.conf").write_text(self._config(), encoding="utf-8")
         self._proc = subprocess.Popen(
             [self._binary, "-p", str(tmp), "-c", str(tmp / "nginx.conf"), "-e", str(tmp / "error.log")],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
@@ -82,13 +89,22 @@ class RegistryProxy:
             raise LocalServiceError(f"nginx did not start ({exc}):\n{log}") from exc
         return self
 
-    def _config(self, keystore: Path) -> str:
-        tmp = self._tmp
+    def forbid_registration(self, forbidden: bool) -> None:
+        """Answer 403 to POST …/versions on the basic-auth port (or no more); reload."""
+        assert self._tmp is not None and self._proc is not None
+        self.forbidden = forbidden
+        (self._tmp / "nginx.conf").write_text(self._config(), encoding="utf-8")
+        self._proc.send_signal(signal.SIGHUP)
+
+    def _config(self) -> str:
+        tmp, keystore = self._tmp, self._keystore
         assert tmp is not None
         user = "user root root;\n" if os.geteuid() == 0 else ""  # workers read the files
+        proxy = f"proxy_pass {self.upstream}; proxy_set_header Authorization \"\";"
         common = (f"    ssl_certificate {keystore};\n    ssl_certificate_key {keystore};\n"
-                  f"    location / {{\n      proxy_pass {self.upstream};\n"
-                  "      proxy_set_header Authorization \"\";\n    }\n")
+                  f"    location / {{ {proxy} }}\n")
+        forbid = (f"    location ~ /versions$ {{ limit_except GET {{ deny all; }} {proxy} }}\n"
+                  if self.forbidden else "")
         return (
             f"{user}daemon off;\nmaster_process on;\nworker_processes 1;\npid {tmp}/nginx.pid;\n"
             f"error_log {tmp}/error.log warn;\nevents {{ worker_connections 64; }}\nhttp {{\n"
@@ -97,7 +113,7 @@ class RegistryProxy:
             f"  uwsgi_temp_path {tmp}/uwsgi;\n  scgi_temp_path {tmp}/scgi;\n"
             f"  server {{\n    listen {HOST}:{self.basic_port} ssl;\n"
             f"    auth_basic \"schema registry\";\n    auth_basic_user_file {tmp}/htpasswd;\n"
-            f"{common}  }}\n"
+            f"{forbid}{common}  }}\n"
             f"  server {{\n    listen {HOST}:{self.bearer_port} ssl;\n"
             f"    if ($http_authorization != \"Bearer {self.token}\") {{ return 401; }}\n"
             f"{common}  }}\n}}\n")

@@ -74,7 +74,7 @@ def test_wrong_credentials_stop_the_relay_with_one_line_and_exit_6_before_any_ev
         assert collector.collect(timeout=1.0) == []  # nothing sent, the event waits in the slot
     assert relay.stop() == ExitCode.REFUSED, relay.stderr
     url = registry_proxy.basic_url if kind == "basic" else registry_proxy.bearer_url
-    lines = [line for line in relay.stderr.splitlines() if "refused access (HTTP 401" in line]
+    lines = [line for line in relay.stderr.splitlines() if "refused the relay's credentials" in line]
     assert lines and url in lines[0] and "Fix: check basic.auth.user.info" in lines[0], relay.stderr
     assert wrong not in relay.stderr
     assert "Traceback" not in relay.stderr
@@ -96,4 +96,28 @@ def test_a_registry_whose_certificate_is_not_trusted_holds_the_event_back_with_o
                  message="the certificate line")
         assert collector.collect(timeout=1.0) == []
         assert relay.stop() == 0, relay.stderr
+    assert registry_proxy.password not in relay.stderr
+
+
+def test_a_subject_the_user_may_not_write_waits_with_one_line_until_it_is_granted(
+        db: str, broker: ApacheKafka, schema_registry: ApicurioRegistry,
+        registry_proxy: RegistryProxy, topic_prefix: str, tmp_path: Path) -> None:
+    init_db(db, plugin="pgoutput")
+    (event,) = emit_events(db, ("o-1", "OrderCreated", GOOD))
+    registry_proxy.forbid_registration(True)
+    args = ("--message-format", "avro", "--value-schema",
+            f"OrderCreated={schema_file(tmp_path, 'avro')}", *credentials(registry_proxy, "basic"))
+    with start_relay(db, broker.bootstrap, topic_prefix, plugin="pgoutput", extra=args) as relay, \
+            KafkaCollector(broker.bootstrap, topic_prefix) as collector:
+        wait_for(lambda: "does not let this user use the subject (HTTP 403" in relay.stderr,
+                 timeout=60, message="the 403 line")
+        assert collector.collect(timeout=1.0) == []  # waits: nothing sent, nothing skipped
+        assert relay.running()
+        registry_proxy.forbid_registration(False)  # the admin grants it
+        (message,) = collector.collect(count=1, timeout=90)
+        assert relay.stop() == 0, relay.stderr
+    assert message.headers["id"].decode() == event
+    reader = AvroDeserializer(SchemaRegistryClient({"url": schema_registry.ccompat_url}))
+    topic = f"{topic_prefix}.order"
+    assert reader(message.value, SerializationContext(topic, MessageField.VALUE)) == GOOD
     assert registry_proxy.password not in relay.stderr

@@ -112,16 +112,24 @@ def test_registry_trouble_while_checking_an_id_waits_and_is_not_remembered() -> 
     assert encoder.value(hex_text(FRAME)) == FRAME
 
 
-@pytest.mark.parametrize("status", [401, 403])
-def test_an_access_refusal_while_encoding_is_access_refused_with_the_fix_and_no_password(
-        status: int) -> None:
+def test_refused_credentials_while_encoding_are_access_refused_with_the_fix_and_no_password() -> None:
     trouble = RegistryTrouble("refused")
-    trouble.__cause__ = SchemaRegistryError(status, -1, "Unknown Schema Registry Error: b'<html>'")
+    trouble.__cause__ = SchemaRegistryError(401, -1, "Unknown Schema Registry Error: b'<html>'")
     refused = refusal(PRE, trouble)
     assert isinstance(refused, AccessRefused) and refused.exit_code == ExitCode.REFUSED
     line = str(refused)
-    assert f"(HTTP {status};" in line and "Fix:" in line and "<html>" not in line
+    assert "(HTTP 401;" in line and "Fix: check basic.auth.user.info" in line
+    assert "<html>" not in line and "retrying cannot fix this" in line
     assert "hunter2" not in line and "http://user:***@registry" in line
+
+
+def test_a_forbidden_subject_waits_with_the_grant_it_needs() -> None:
+    trouble = RegistryTrouble("refused")
+    trouble.__cause__ = SchemaRegistryError(403, 40301, "User cannot access the resource")
+    line = refusal(PRE, trouble)
+    assert isinstance(line, str)
+    assert "(HTTP 403: User cannot access the resource;" in line and "the event waits" in line
+    assert "hunter2" not in line
 
 
 def test_other_registry_trouble_is_no_access_refusal() -> None:

@@ -1,14 +1,16 @@
-"""The schema registry refusing the relay's credentials: exit 6, at start-up and mid-run.
+"""The schema registry refusing the relay: a login is exit 6, a permission waits.
 
-Owns telling an access refusal (HTTP 401, 403) from other registry trouble and the line
-it ends the relay with (docs/messages.md, schema registry; docs/design.md, the
-retry-or-exit policy: what waiting cannot fix is one line with the fix and
-``AccessRefused``, exit 6). ``probe`` asks the registry once when a producer warms up, so
-a wrong password stops the relay before the first event instead of at the first event
-type it has not seen: 401 there is AccessRefused; an unreachable registry, or a 403 on
-listing subjects (a user allowed to register but not to list), is left to the events,
-which wait. ``refusal`` turns registry trouble met while encoding (a 401 or 403 under the
-encoder's RegistryTrouble) into AccessRefused.
+Owns telling an access refusal (HTTP 401, 403) from other registry trouble and its line
+(docs/messages.md, schema registry), by the rules the broker follows (docs/design.md, the
+retry-or-exit policy; docs/operations.md, exit codes): refused credentials (401) cannot be
+fixed by waiting - one line with the fix and ``AccessRefused``, exit 6, as a Kafka SASL
+login; a user who may not use one subject (403) is like a missing topic WRITE ACL - the
+event waits, one line naming the grant, until the registry's admin grants it.
+
+``probe`` asks the registry once when a producer warms up, so a wrong password stops the
+relay before the first event instead of at the first event type it has not seen; an
+unreachable registry or a 403 there is left to the events. ``refusal`` turns registry
+trouble met while encoding into AccessRefused (401) or the waiting line (403).
 
 Must not: log secrets (the URL is masked), retry, or produce.
 """
@@ -29,19 +31,24 @@ def refused_line(config: RegistryConfig, status: int, said: str) -> str:
     settings = " ".join(sorted(k for k in config.client_config if k.startswith(("basic.", "bearer."))))
     given = f"the relay sent {settings}" if settings else "the relay sent no credentials"
     words = "" if said.startswith("Unknown Schema Registry Error") else f": {said[:200]}"
-    fix = ("check basic.auth.user.info=USER:PASSWORD (or bearer.auth.*) in "
-           "--schema-registry-config" if status == 401 else
-           "grant this user read and write on the subjects (or the registry's developer role)")
-    return mask_secrets(f"schema registry {config.url} refused access (HTTP {status}{words}; "
-                        f"{given}). Fix: {fix}; retrying cannot fix this")
+    if status == 401:
+        return mask_secrets(f"schema registry {config.url} refused the relay's credentials (HTTP "
+                            f"401{words}; {given}). Fix: check basic.auth.user.info=USER:PASSWORD "
+                            "(or bearer.auth.*) in --schema-registry-config; retrying cannot "
+                            "fix this")
+    return mask_secrets(f"schema registry {config.url} does not let this user use the subject "
+                        f"(HTTP {status}{words}; {given}). Fix: grant it read and write on the "
+                        "subject (or the registry's developer role); the event waits")
 
 
-def refusal(config: RegistryConfig, exc: BaseException) -> AccessRefused | None:
-    """AccessRefused when ``exc`` (registry trouble while encoding) was caused by a 401/403."""
+def refusal(config: RegistryConfig, exc: BaseException) -> AccessRefused | str | None:
+    """For registry trouble met while encoding (``exc``): AccessRefused when a 401 caused
+    it, the waiting line when a 403 did, else None."""
     cause = exc.__cause__
-    if isinstance(cause, SchemaRegistryError) and cause.http_status_code in REFUSALS:
-        return AccessRefused(refused_line(config, cause.http_status_code, str(cause.error_message)))
-    return None
+    if not isinstance(cause, SchemaRegistryError) or cause.http_status_code not in REFUSALS:
+        return None
+    line = refused_line(config, cause.http_status_code, str(cause.error_message))
+    return AccessRefused(line) if cause.http_status_code == 401 else line
 
 
 def probe(config: RegistryConfig, client: SchemaRegistryClient) -> None:

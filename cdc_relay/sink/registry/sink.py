@@ -10,8 +10,9 @@ from its watermark after a backoff, polling mode releases the row without an att
 position is confirmed past it). A captured table's change (a CapturedMessage) is encoded
 as Debezium's AvroConverter does (cdc_relay/sink/registry/captured.py); its new schema
 refused by the registry is ``SchemaRefused``, which stops the relay; the registry
-refusing access (401/403, while encoding or at the warm-up's probe) is ``AccessRefused``
-(exit 6: cdc_relay/sink/registry/access.py). Dead letters (the
+refusing the credentials (401, while encoding or at the warm-up's probe) is
+``AccessRefused`` (exit 6), a 403 waits with the grant it needs
+(cdc_relay/sink/registry/access.py). Dead letters (the
 dead-letter topic) pass as they are: raw JSON, so a dead letter never depends on the
 registry.
 
@@ -78,9 +79,9 @@ class RegistrySink:
                 raise ProduceRejected(DeliveryError(ErrorKind.PERMANENT, str(exc))) from exc
             except RegistryTrouble as exc:
                 refused = refusal(self._encoder.config, exc)
-                if refused is not None:
+                if isinstance(refused, Exception):
                     raise refused from exc  # wrong credentials: exit 6 (access.py)
-                raise ProduceRejected(DeliveryError(ErrorKind.RETRIABLE, str(exc),
+                raise ProduceRejected(DeliveryError(ErrorKind.RETRIABLE, refused or str(exc),
                                                     Cause.REGISTRY)) from exc
             message = replace(message, key=key, value=value)
         self.inner.produce(message, token)
