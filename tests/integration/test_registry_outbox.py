@@ -8,17 +8,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from cdc_relay.local.apache_kafka import ApacheKafka
 from cdc_relay.local.apicurio import ApicurioRegistry
 from cdc_relay.outbox_encoded import emit_encoded
+from cdc_relay.sink.registry.schemas import load_value_schemas
 from tests.integration.test_schema_registry import AVRO, GOOD, JSON_SCHEMA, by_id, emit_events, schema_file
 from tests.integration.wal_support import init_db, start_relay
 from tests.support import CliProcess, KafkaCollector, init_outbox
@@ -59,10 +62,37 @@ def relay_command(mode: str, db: str, bootstrap: str, prefix: str, extra: tuple[
                        "--interval", "200ms", *extra])
 
 
-@pytest.mark.parametrize(("mode", "message_format"), [("run", "avro"), ("poll", "json-schema")])
+class AppCodec:
+    """The application's serializer for ``message_format`` and the consumer's reader."""
+
+    def __init__(self, message_format: str, client: SchemaRegistryClient, tmp_path: Path) -> None:
+        self.message_format = message_format
+        self.message: Any = None
+        if message_format == "avro":
+            self.serializer: Any = AvroSerializer(client, json.dumps(AVRO))
+            self.reader: Any = AvroDeserializer(client)
+        elif message_format == "json-schema":
+            self.serializer = JSONSerializer(json.dumps(JSON_SCHEMA), client)
+            self.reader = JSONDeserializer(None, schema_registry_client=client)
+        else:
+            path = str(schema_file(tmp_path, "protobuf"))
+            self.message = load_value_schemas("protobuf", (("OrderCreated", path),))["OrderCreated"].message
+            self.serializer = ProtobufSerializer(self.message, client, {"use.deprecated.format": False})
+            self.reader = ProtobufDeserializer(self.message, {"use.deprecated.format": False})
+
+    def payload(self, value: dict[str, Any]) -> Any:
+        return self.message(**value) if self.message is not None else value
+
+    def read(self, data: bytes | None, topic: str) -> Any:
+        value = self.reader(data, SerializationContext(topic, MessageField.VALUE))
+        return {"id": value.id, "note": value.note} if self.message is not None else value
+
+
+@pytest.mark.parametrize(("mode", "message_format"),
+                         [("run", "avro"), ("poll", "json-schema"), ("run", "protobuf")])
 def test_payloads_the_application_encoded_pass_through_unchanged_and_bad_frames_are_dead_lettered(
         db: str, broker: ApacheKafka, schema_registry: ApicurioRegistry, topic_prefix: str,
-        mode: str, message_format: str) -> None:
+        tmp_path: Path, mode: str, message_format: str) -> None:
     create_bytea_outbox(db)
     if mode == "run":
         init_db(db, plugin="pgoutput")
@@ -70,13 +100,12 @@ def test_payloads_the_application_encoded_pass_through_unchanged_and_bad_frames_
         init_outbox(db, "--no-slot")
     topic = f"{topic_prefix}.order"
     client = SchemaRegistryClient({"url": schema_registry.ccompat_url})
-    serializer = (AvroSerializer(client, json.dumps(AVRO)) if message_format == "avro"
-                  else JSONSerializer(json.dumps(JSON_SCHEMA), client))
+    codec = AppCodec(message_format, client, tmp_path)
     with psycopg.connect(db) as conn:
-        good = str(emit_encoded(conn, "order", "o-1", "OrderCreated", GOOD, serializer=serializer,
-                                topic=topic))
-        again = str(emit_encoded(conn, "order", "o-2", "OrderCreated", dict(GOOD, id=8),
-                                 serializer=serializer, topic=topic))
+        good = str(emit_encoded(conn, "order", "o-1", "OrderCreated", codec.payload(GOOD),
+                                serializer=codec.serializer, topic=topic))
+        again = str(emit_encoded(conn, "order", "o-2", "OrderCreated", codec.payload(dict(GOOD, id=8)),
+                                 serializer=codec.serializer, topic=topic))
         conn.commit()
         written = conn.execute("SELECT payload FROM public.outbox_events WHERE id = %s",
                                (good,)).fetchone()
@@ -93,14 +122,11 @@ def test_payloads_the_application_encoded_pass_through_unchanged_and_bad_frames_
     delivered = messages[good]
     assert delivered.topic == topic
     assert delivered.value == bytes(written[0])  # the application's bytes, unchanged
-    value_ctx = SerializationContext(topic, MessageField.VALUE)
+    assert codec.read(delivered.value, topic) == GOOD
+    assert codec.read(messages[again].value, topic) == dict(GOOD, id=8)
     if message_format == "avro":
-        reader = AvroDeserializer(client)
-        assert reader(delivered.value, value_ctx) == GOOD
-        assert reader(messages[again].value, value_ctx) == dict(GOOD, id=8)
-        assert reader(delivered.key, SerializationContext(topic, MessageField.KEY)) == "o-1"
-    else:
-        assert JSONDeserializer(None, schema_registry_client=client)(delivered.value, value_ctx) == GOOD
+        key_ctx = SerializationContext(topic, MessageField.KEY)
+        assert AvroDeserializer(client)(delivered.key, key_ctx) == "o-1"
     for dead, reason in ((no_magic, "is not in the Confluent wire format"),
                          (unknown, "names schema id 987654, which schema registry")):
         assert messages[dead].topic == f"{topic_prefix}.dlq"

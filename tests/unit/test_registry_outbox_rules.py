@@ -65,6 +65,7 @@ def test_a_bytea_payload_in_the_wire_format_passes_through_unchanged() -> None:
 @pytest.mark.parametrize(("payload", "reason"), [
     (b'{"id": 1}', "is not bytea"),
     (b"\\xzz", "is not bytea hex output"),
+    (b"\\000\\000", "set bytea_output = 'hex'"),
     (hex_text(b"\x01" + FRAME[1:]), "first byte 01"),
     (hex_text(b"\x00\x00"), "(2 bytes"),
 ])

@@ -43,6 +43,9 @@ def wire_bytes(payload: bytes) -> tuple[bytes, int]:
     """(the bytes, their schema id) of a bytea payload's text output; Unencodable when it
     is not the Confluent wire format."""
     if not payload.startswith(b"\\x"):
+        if payload.startswith(b"\\"):
+            raise Unencodable("--value-encoding pre-encoded: the bytea payload is in the escape "
+                              "output format: set bytea_output = 'hex' (PostgreSQL's default)")
         shown = payload[:20].decode("utf-8", "replace")
         raise Unencodable(f"--value-encoding pre-encoded: the payload is not bytea (its text "
                           f"starts {shown!r}, not \\x): make the outbox's payload column bytea")
