@@ -133,16 +133,23 @@ def test_payloads_the_application_encoded_pass_through_unchanged_and_bad_frames_
         assert reason in messages[dead].headers["error"].decode()
 
 
+@pytest.mark.parametrize("message_format", ["avro", "json-schema", "protobuf"])
 def test_a_struct_key_is_registered_under_the_key_subject_and_a_key_that_does_not_fit_is_dead_lettered(
         db: str, broker: ApacheKafka, schema_registry: ApicurioRegistry, topic_prefix: str,
-        tmp_path: Path) -> None:
+        tmp_path: Path, message_format: str) -> None:
     init_db(db, plugin="pgoutput")
-    key_file = tmp_path / "OrderKey.avsc"
-    key_file.write_text(json.dumps(KEY_AVRO))
-    struct = json.dumps({"tenant": "t1", "order_id": 7})
-    good, plain = emit_events(db, (struct, "OrderCreated", GOOD), ("o-9", "OrderCreated", GOOD))
-    args = ("--message-format", "avro", "--schema-registry", schema_registry.ccompat_url,
-            "--value-schema", f"OrderCreated={schema_file(tmp_path, 'avro')}",
+    if message_format == "avro":
+        key_file = tmp_path / "OrderKey.avsc"
+        key_file.write_text(json.dumps(KEY_AVRO))
+        key_value: dict[str, Any] = {"tenant": "t1", "order_id": 7}
+    else:  # the OrderCreated shape (id, note) as the key's object or message
+        (tmp_path / "key").mkdir()
+        key_file = schema_file(tmp_path / "key", message_format)
+        key_value = {"id": 7, "note": "t1"}
+    good, plain = emit_events(db, (json.dumps(key_value), "OrderCreated", GOOD),
+                              ("o-9", "OrderCreated", GOOD))
+    args = ("--message-format", message_format, "--schema-registry", schema_registry.ccompat_url,
+            "--value-schema", f"OrderCreated={schema_file(tmp_path, message_format)}",
             "--key-schema", str(key_file))
     with start_relay(db, broker.bootstrap, topic_prefix, plugin="pgoutput", extra=args) as relay, \
             KafkaCollector(broker.bootstrap, topic_prefix) as collector:
@@ -151,11 +158,16 @@ def test_a_struct_key_is_registered_under_the_key_subject_and_a_key_that_does_no
         assert relay.stop() == 0, relay.stderr
     topic = f"{topic_prefix}.order"
     client = SchemaRegistryClient({"url": schema_registry.ccompat_url})
-    reader = AvroDeserializer(client)
-    key = reader(messages[good].key, SerializationContext(topic, MessageField.KEY))
-    assert key == {"tenant": "t1", "order_id": 7}
-    assert reader(messages[good].value, SerializationContext(topic, MessageField.VALUE)) == GOOD
-    registered = json.loads(client.get_latest_version(f"{topic}-key").schema.schema_str)
-    assert registered["name"] == "OrderKey"
+    codec = AppCodec(message_format, client, tmp_path)
+    key_ctx = SerializationContext(topic, MessageField.KEY)
+    key = codec.reader(messages[good].key, key_ctx)
+    if codec.message is not None:
+        key = {"id": key.id, "note": key.note}
+    assert key == key_value
+    assert codec.read(messages[good].value, topic) == GOOD
+    assert f"{topic}-key" in client.get_subjects()
+    if message_format == "avro":
+        registered = json.loads(client.get_latest_version(f"{topic}-key").schema.schema_str)
+        assert registered["name"] == "OrderKey"
     assert messages[plain].topic == f"{topic_prefix}.dlq"
     assert "is not the JSON of the --key-schema" in messages[plain].headers["error"].decode()
