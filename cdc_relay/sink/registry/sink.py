@@ -53,12 +53,14 @@ def _event_type(message: Message) -> str:
 class RegistrySink:
     """``inner`` (a KafkaSink) with the outbox's key and value encoded by ``encoder``."""
 
-    def __init__(self, inner: Sink, encoder: Encoder) -> None:
+    def __init__(self, inner: Sink, encoder: Encoder, *, probe: bool = False) -> None:
+        """``probe``: check the registry's credentials at the warm-up (the factory's first
+        sink: a replacement producer does not ask again)."""
         self.inner = inner
         self._encoder = encoder
         self._dead_letter_topic = encoder.config.dead_letter_topic
         self._capture: CaptureEncoder | None = None
-        self._probed = False
+        self._probe = probe
 
     def _captured(self) -> CaptureEncoder:
         """The captured tables' encoder, made at the first captured change; shared by the
@@ -103,10 +105,10 @@ class RegistrySink:
         return self.inner.fatal_error
 
     def warm_up(self, timeout: float) -> None:
-        """The producer's warm-up, then (once) the registry's credentials (access.py)."""
+        """The producer's warm-up, then (the first sink) the registry's credentials (access.py)."""
         self.inner.warm_up(timeout)
-        if not self._probed:
-            self._probed = True
+        if self._probe:
+            self._probe = False
             probe(self._encoder.config, self._encoder.client)
 
     def set_handler(self, handler: DeliveryHandler, delivered: BatchHandler | None = None) -> None:
@@ -125,7 +127,11 @@ def registry_sink_factory(inner: SinkFactory, encoder: Encoder,
                           encoder.config.message_format, encoder.config.url,
                           ", ".join(encoder.event_types) or "none")
 
+    first = [True]
+
     def build(on_delivery: DeliveryHandler) -> Sink:
-        return RegistrySink(inner(on_delivery), encoder)
+        sink = RegistrySink(inner(on_delivery), encoder, probe=first[0])
+        first[0] = False
+        return sink
 
     return build
