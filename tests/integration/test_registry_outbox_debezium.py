@@ -17,7 +17,6 @@ import psycopg
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
-from psycopg.conninfo import conninfo_to_dict
 
 from cdc_relay.local.apache_kafka import ApacheKafka
 from cdc_relay.local.apicurio import ApicurioRegistry
@@ -56,11 +55,9 @@ def test_pre_encoded_payloads_reach_kafka_with_the_bytes_debeziums_router_sends(
             KafkaCollector(broker.bootstrap, topic_prefix) as collector:
         ours = collector.collect(count=3, timeout=60)
         assert relay.stop() == 0, relay.stderr
-    info = conninfo_to_dict(db)
     out = tmp_path / "debezium.jsonl"
-    subprocess.run([sys.executable, "-m", "tests.integration.debezium_outbox_child",
-                    str(info["host"]), str(info["port"]), str(info["dbname"]), "dbz",
-                    "cdc_relay_outbox", topic_prefix, "3", str(out)],
+    subprocess.run([sys.executable, "-m", "tests.integration.debezium_outbox_child", db, "dbz",
+                    topic_prefix, "3", str(out)],
                    check=True, timeout=300, capture_output=True, stdin=subprocess.DEVNULL)
     debezium = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(t, bytes.fromhex(v)) for t, _, v in debezium] == [(m.topic, m.value) for m in ours]
