@@ -19,7 +19,7 @@ from cdc_relay.local.nginx import RegistryProxy
 from tests.integration.test_registry_outbox import relay_command
 from tests.integration.test_schema_registry import GOOD, emit_events, schema_file
 from tests.integration.wal_support import init_db, start_relay
-from tests.support import KafkaCollector, init_outbox, wait_for
+from tests.support import KafkaCollector, Msg, init_outbox, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -38,6 +38,13 @@ def credentials(proxy: RegistryProxy, kind: str, secret: str | None = None) -> t
     return ("--schema-registry", url, *(a for s in settings for a in ("--schema-registry-config", s)))
 
 
+def assert_delivered(registry: ApicurioRegistry, message: Msg, event: str) -> None:
+    """``message`` is ``event``, its value GOOD as confluent-kafka's deserializer reads it."""
+    assert message.headers["id"].decode() == event
+    reader = AvroDeserializer(SchemaRegistryClient({"url": registry.ccompat_url}))
+    assert reader(message.value, SerializationContext(message.topic, MessageField.VALUE)) == GOOD
+
+
 @pytest.mark.parametrize("kind", ["basic", "bearer"])
 def test_the_right_credentials_over_tls_with_a_custom_ca_deliver(
         db: str, broker: ApacheKafka, schema_registry: ApicurioRegistry,
@@ -50,10 +57,7 @@ def test_the_right_credentials_over_tls_with_a_custom_ca_deliver(
             KafkaCollector(broker.bootstrap, topic_prefix) as collector:
         (message,) = collector.collect(count=1, timeout=60)
         assert relay.stop() == 0, relay.stderr
-    assert message.headers["id"].decode() == event
-    reader = AvroDeserializer(SchemaRegistryClient({"url": schema_registry.ccompat_url}))
-    topic = f"{topic_prefix}.order"
-    assert reader(message.value, SerializationContext(topic, MessageField.VALUE)) == GOOD
+    assert_delivered(schema_registry, message, event)
 
 
 @pytest.mark.parametrize(("mode", "kind"), [("run", "basic"), ("run", "bearer"), ("poll", "basic")])
@@ -116,8 +120,5 @@ def test_a_subject_the_user_may_not_write_waits_with_one_line_until_it_is_grante
         registry_proxy.forbid_registration(False)  # the admin grants it
         (message,) = collector.collect(count=1, timeout=90)
         assert relay.stop() == 0, relay.stderr
-    assert message.headers["id"].decode() == event
-    reader = AvroDeserializer(SchemaRegistryClient({"url": schema_registry.ccompat_url}))
-    topic = f"{topic_prefix}.order"
-    assert reader(message.value, SerializationContext(topic, MessageField.VALUE)) == GOOD
+    assert_delivered(schema_registry, message, event)
     assert registry_proxy.password not in relay.stderr
