@@ -31,6 +31,10 @@ wal-kinesis                                                an HTTP receiver, mot
 wal-*-eos      as the plugin's WAL mode                    ``run --exactly-once --txn-interval
                                                            100ms`` (``-eos-20ms``, ``-eos-500ms``:
                                                            other intervals; not in the default set)
+wal-pgoutput-  as wal-pgoutput                            ``run --plugin pgoutput --message-format
+avro                                                       avro`` through a fresh Apicurio Registry
+                                                           (workload.ORDER_PLACED_AVRO; only when
+                                                           named, throughput only)
 debezium-      ``--plugin pgoutput --no-trigger``          ``python -m benchmarks.debezium``:
 embedded                                                   Debezium embedded with the outbox
                                                            router, the reference (``-poll10``:
@@ -77,6 +81,7 @@ class Mode:
     module: str = "cdc_relay"  # what ``python -m`` runs: the relay, or a baseline
     sink: str = "kafka"  # kafka | rabbitmq | nats | sqs | redis | http | kinesis (other_sinks.py)
     workload: str = "outbox"  # outbox rows, or "table": a captured table's changes (table_cdc.py)
+    registry: bool = False  # a fresh Apicurio Registry; the payload encoded with ORDER_PLACED_AVRO
 
     @property
     def is_relay(self) -> bool:
@@ -119,6 +124,8 @@ MODES: dict[str, Mode] = {m.name: m for m in (
             "--txn-interval", interval))
       for plugin in ("wal2json", "pgoutput")
       for suffix, interval in (("", "100ms"), ("-20ms", "20ms"), ("-500ms", "500ms"))),
+    Mode("wal-pgoutput-avro", "wal", "pgoutput", ("--plugin", "pgoutput", "--no-trigger"),
+         ("run", "--plugin", "pgoutput", "--message-format", "avro"), registry=True),
     Mode("debezium-embedded", "wal", "pgoutput", ("--plugin", "pgoutput", "--no-trigger"), (),
          module="benchmarks.debezium"),
     Mode("debezium-embedded-poll10", "wal", "pgoutput", ("--plugin", "pgoutput", "--no-trigger"),
@@ -133,7 +140,8 @@ MODES: dict[str, Mode] = {m.name: m for m in (
 TABLE_CDC_MODES = ("capture-pgoutput", "debezium-capture")
 # A full or quick run measures these; the other exactly-once intervals, wal-sqs and the
 # modes of the sinks added with it only when named.
-NAMED_ONLY = ("wal-sqs", "wal-redis", "wal-http", "wal-kinesis", *TABLE_CDC_MODES)
+NAMED_ONLY = ("wal-sqs", "wal-redis", "wal-http", "wal-kinesis", "wal-pgoutput-avro",
+              *TABLE_CDC_MODES)
 DEFAULT_MODES = tuple(name for name in MODES
                       if not name.endswith(("-20ms", "-500ms")) and name not in NAMED_ONLY)
 

@@ -53,6 +53,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import psycopg
 
 from benchmarks import table_cdc
@@ -64,7 +65,7 @@ from benchmarks.plan import EVENTS_PER_BACKLOG_TXN, Mode, Plan
 from benchmarks.procs import CTX, RelayProcess, finish, run_cli, spawn, wait_event
 from benchmarks.procstat import cpu_seconds, postmaster_pid, tree_cpu_seconds
 from benchmarks.progress import Progress
-from benchmarks.workload import TABLE, Backlog, preload, rate_writer, rows
+from benchmarks.workload import ORDER_PLACED_AVRO, TABLE, Backlog, preload, rate_writer, rows
 from cdc_relay.local.postgres import PostgresCluster
 from cdc_relay.outbox import insert_statement
 
@@ -99,6 +100,7 @@ class ModeRun:
         self.bootstrap = ""
         self.broker_pid: int | None = None  # the fresh Kafka broker (machine brokers are not ours)
         self.sink_args: tuple[str, ...] = ()
+        self.registry_args: tuple[str, ...] = ()  # --schema-registry … for a registry mode
         self.counter: Any = count_process
         self.counter_args: Any = lambda topic: (self.bootstrap, topic)
         # One connection for every check while the relay runs: a new connection per check
@@ -114,7 +116,8 @@ class ModeRun:
         for n in self.plan.sizes:
             with self._fresh():
                 throughput.append(self.throughput(n))
-        if self.mode.sink != "kafka" or self.table_cdc:  # the latency harness reads outbox events
+        # the latency harness reads JSON outbox events
+        if self.mode.sink != "kafka" or self.table_cdc or self.mode.registry:
             return throughput, []
         with self._fresh():
             latency = self.latency()
@@ -131,10 +134,32 @@ class ModeRun:
                 if self.table_cdc:  # before init --capture adds it to the publication
                     table_cdc.create_table(self.dsn)
                 run_cli(["init", "--dsn", self.dsn, *self.mode.init_args], self._log("init"))
-                yield
+                with self._registry():
+                    yield
         finally:
             self.monitor = None
             self.cluster.drop_database(self.db)
+
+    @contextlib.contextmanager
+    def _registry(self) -> Iterator[None]:
+        """A fresh Apicurio Registry for a registry mode (its schema ids cached by the relay
+        after the first event), and the relay's options for it."""
+        if not self.mode.registry:
+            yield
+            return
+        from cdc_relay.local.apicurio import ApicurioRegistry
+
+        schema = self.workdir / "OrderPlaced.avsc"
+        schema.write_text(orjson.dumps(ORDER_PLACED_AVRO).decode())
+        registry = ApicurioRegistry()
+        try:
+            registry.start()
+            self.registry_args = ("--schema-registry", registry.ccompat_url,
+                                  "--value-schema", f"OrderPlaced={schema}")
+            yield
+        finally:
+            self.registry_args = ()
+            registry.cleanup()
 
     @contextlib.contextmanager
     def _broker(self) -> Iterator[str]:
@@ -171,7 +196,8 @@ class ModeRun:
                                 module=self.mode.module)
         extra = self.plan.relay_extra if self.mode.sink == "kafka" else ()
         return RelayProcess([*self.mode.relay_args, *common, "--dead-letter-topic", "bench.dlq",
-                             "--log-level", "warning", *self.sink_args, *extra], self._log(what))
+                             "--log-level", "warning", *self.sink_args, *self.registry_args, *extra],
+                            self._log(what))
 
     # ------------------------------------------------------------ backlog throughput
 

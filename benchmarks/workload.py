@@ -36,6 +36,18 @@ _NOTE = "benchmark payload padding to about two hundred bytes"
 Row = tuple[uuid.UUID, str, str, str, str]
 
 
+# The payload's Avro schema, for the wal-pgoutput-avro mode (--value-schema OrderPlaced=…).
+ORDER_PLACED_AVRO = {
+    "type": "record", "name": "OrderPlaced", "namespace": "bench", "fields": [
+        {"name": "orderId", "type": "string"}, {"name": "customerId", "type": "string"},
+        {"name": "amount", "type": "double"}, {"name": "currency", "type": "string"},
+        {"name": "items", "type": {"type": "array", "items": {
+            "type": "record", "name": "Item", "fields": [
+                {"name": "sku", "type": "string"}, {"name": "qty", "type": "long"},
+                {"name": "price", "type": "double"}]}}},
+        {"name": "note", "type": "string"}]}
+
+
 def payload(n: int) -> str:
     """A ~200-byte order-like JSON document for event number ``n``."""
     return orjson.dumps({

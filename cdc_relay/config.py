@@ -164,6 +164,9 @@ def parse_columns(text: str | None) -> OutboxColumns:
 _TOPIC_FIELDS = ("aggregate_type", "event_type", "table", "schema")
 # Encoded by the Kafka sink through a schema registry (cdc_relay/sink/registry, docs/messages.md).
 REGISTRY_FORMATS = ("avro", "json-schema", "protobuf")
+# The outbox payload under a registry format: JSON encoded by --value-schema, or bytea
+# already in the Confluent wire format (cdc_relay/sink/registry/pre_encoded.py).
+VALUE_ENCODINGS = ("schema", "pre-encoded")
 MESSAGE_FORMATS = ("raw", "debezium-json", "debezium-json-schemaless", *CLOUDEVENTS_FORMATS,
                    *REGISTRY_FORMATS)
 _HEADER_NAME_RE = re.compile(r"^[\x21-\x7e]{1,249}$")
@@ -293,7 +296,10 @@ class RegistryConfig:
     ``subject_strategy``: ``topic`` (TopicNameStrategy), ``record``, ``topic-record``;
     ``value_schemas``: (event type, schema file) pairs, or ("", directory) for a directory
     of ``<event type>.<ext>`` files (not needed without the outbox: ``outbox`` False);
-    ``dead_letter_topic``: sent as the router made it.
+    ``dead_letter_topic``: sent as the router made it. ``value_encoding``: ``schema`` (the
+    JSON payload encoded by its event type's value schema) or ``pre-encoded`` (a bytea
+    payload already in the Confluent wire format, passed through); ``key_schema``: a
+    record schema file for a struct key (the aggregate id is its JSON), else the string.
     """
 
     url: str
@@ -304,6 +310,8 @@ class RegistryConfig:
     value_schemas: tuple[tuple[str, str], ...] = ()
     dead_letter_topic: str = "outbox.dead-letters"
     outbox: bool = True  # False: captured tables only (run --capture --no-outbox)
+    value_encoding: str = "schema"
+    key_schema: str = ""
 
     def __post_init__(self) -> None:
         if self.message_format not in REGISTRY_FORMATS:
@@ -315,7 +323,13 @@ class RegistryConfig:
         if self.subject_strategy not in SUBJECT_STRATEGIES:
             raise ConfigError(f"unknown subject name strategy {self.subject_strategy!r}: use "
                               + ", ".join(SUBJECT_STRATEGIES))
-        if not self.value_schemas and self.outbox:
+        if self.value_encoding not in VALUE_ENCODINGS:
+            raise ConfigError(f"unknown value encoding {self.value_encoding!r}: use "
+                              + " or ".join(VALUE_ENCODINGS))
+        if self.value_encoding == "pre-encoded" and self.value_schemas:
+            raise ConfigError("--value-encoding pre-encoded takes the schema id from each payload: "
+                              "drop --value-schema (or use --value-encoding schema)")
+        if not self.value_schemas and self.outbox and self.value_encoding == "schema":
             raise ConfigError(f"--message-format {self.message_format} needs --value-schema "
                               "EVENT_TYPE=FILE (repeatable) or --value-schema DIRECTORY")
 

@@ -291,11 +291,27 @@ def emit_steps(aggregate_type: str, aggregate_id: str, event_type: str, payload:
 
     ``where``: called only for the lookup; names the database (e.g. host, port, dbname).
     """
+    return _steps(lambda event_id: event_row(aggregate_type, aggregate_id, event_type, payload,
+                                             event_id), style, where, options)
+
+
+def emit_bytes_steps(aggregate_type: str, aggregate_id: str, event_type: str, data: bytes, *,
+                     style: str, where: Callable[[], Hashable],
+                     **options: Unpack[EmitOptions]) -> Generator[Query, Any, uuid.UUID]:
+    """:func:`emit_steps` for a ``bytea`` payload column: ``data`` is stored as it is (the
+    registry-encoded payloads of docs/messages.md; no JSON check)."""
+    if not isinstance(data, bytes):
+        raise TypeError(f"the encoded payload must be bytes, got {type(data).__name__}")
+    return _steps(lambda event_id: (*event_row(aggregate_type, aggregate_id, event_type, None,
+                                               event_id)[:4], data), style, where, options)
+
+
+def _steps(row_of: Callable[[uuid.UUID | str | None], tuple[Any, ...]], style: str,
+           where: Callable[[], Hashable], options: EmitOptions) -> Generator[Query, Any, uuid.UUID]:
     table = options.get("table", DEFAULT_TABLE)
     columns = options.get("columns")
     plain = insert_sql(table, columns, False, style)  # first: bad names fail before any I/O
-    event_id = one_event_id(options.get("event_id"), options.get("id"))
-    row = event_row(aggregate_type, aggregate_id, event_type, payload, event_id)
+    row = row_of(one_event_id(options.get("event_id"), options.get("id")))
     traceparent = options.get("traceparent")
     trace = trace_context(traceparent, options.get("tracestate"))
     return _emit(plain, row, trace, table, columns, style, where, explicit=traceparent)

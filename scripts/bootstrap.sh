@@ -168,6 +168,7 @@ install_without_starting() {
   local pkg service
   for pkg in "$@"; do
     service=$pkg
+    [ "$pkg" != nginx-light ] || service=nginx
     update-rc.d "$service" disable >/dev/null 2>&1 || true
     DPKG_MAINTSCRIPT_PACKAGE=$pkg deb-systemd-helper disable "$service.service" >/dev/null 2>&1 || true
     if [ -d /run/systemd/system ]; then
@@ -209,6 +210,8 @@ command -v promtool >/dev/null && command -v prometheus >/dev/null || missing+=(
 command -v nats-server >/dev/null || missing+=(nats-server)
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v pgbouncer >/dev/null || missing+=(pgbouncer)
+# nginx: the TLS + basic-auth proxy in front of Apicurio in the registry-auth tests
+command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
 if [ "$(id -u)" != 0 ]; then
   if [ ${#missing[@]} -gt 0 ] || [ ${#JAVA_PKGS[@]} -gt 0 ]; then
     say "missing: ${missing[*]} ${JAVA_PKGS[*]}. The tests that need them skip; install them (as root): apt-get install --no-install-recommends ${missing[*]} ${JAVA_PKGS[*]}"

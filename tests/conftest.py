@@ -31,6 +31,7 @@ from cdc_relay import accel
 from cdc_relay.local.apache_kafka import KAFKA_3_9, ApacheKafka
 from cdc_relay.local.apicurio import ApicurioRegistry
 from cdc_relay.local.broker import Broker
+from cdc_relay.local.nginx import RegistryProxy
 from cdc_relay.local.postgres import PostgresCluster
 from tests.databases import Databases
 
@@ -107,6 +108,14 @@ def schema_registry() -> Iterator[ApicurioRegistry]:
 def private_schema_registry() -> Iterator[ApicurioRegistry]:
     """An Apicurio Registry of this test's own, to stop and start mid-stream."""
     yield from _running(ApicurioRegistry())
+
+
+@pytest.fixture
+def registry_proxy(schema_registry: ApicurioRegistry) -> Iterator[RegistryProxy]:
+    """nginx in front of the session's Apicurio: HTTPS with a CA of its own, basic auth at
+    ``.basic_url``, a bearer token at ``.bearer_url`` (cdc_relay.local.nginx)."""
+    with RegistryProxy(schema_registry.url) as proxy:
+        yield proxy
 
 
 @pytest.fixture(scope="session")

@@ -564,6 +564,11 @@ def exactly_once_parts(settings: WalSettings) -> ExactlyOnceParts:
         max_message_bytes=max_bytes, limits=eos.limits))
     log.info("exactly-once: transactional.id %s, checkpoint topic %s", txn.transactional_id,
              txn.checkpoint_topic)
-    return ExactlyOnceParts(transactional_sink_factory(kafka, txn,
-                                                       logger=logging.getLogger("cdc_relay.kafka")),
-                            mode)
+    from cdc_relay.sink.factory import with_schema_registry
+
+    logger = logging.getLogger("cdc_relay.kafka")
+    # A registry format encodes before the transactional produce: a registry outage is a
+    # failed produce, which replaces the producer and replays from the checkpoint.
+    factory = with_schema_registry(transactional_sink_factory(kafka, txn, logger=logger), kafka,
+                                   logger)
+    return ExactlyOnceParts(factory, mode)

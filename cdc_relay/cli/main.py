@@ -149,6 +149,7 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
         cloudevents_source: str, snapshot: str,
         schema_registry: str | None, schema_registry_config: tuple[str, ...],
         subject_name_strategy: str, value_schema: tuple[str, ...],
+        value_encoding: str, key_schema: str | None,
         metrics_port: int | None, metrics_host: str, log_level: str, log_format: str,
         exactly_once: ExactlyOnceConfig | None, capture: CaptureConfig | None,
         continuity: dict[str, Any], standby_dsn: str | None, primary_dsn: str | None) -> int:
@@ -165,10 +166,8 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
     registry = registry_config(message_format, schema_registry, schema_registry_config,
                                subject_name_strategy, value_schema, sink=sink,
                                dead_letter_topic=dead_letter_topic,
-                               outbox=capture is None or capture.outbox)
-    if registry is not None and exactly_once is not None:
-        raise ConfigError(f"--message-format {message_format} cannot be combined with "
-                          "--exactly-once yet (docs/messages.md)")
+                               outbox=capture is None or capture.outbox,
+                               value_encoding=value_encoding, key_schema=key_schema)
     if registry is not None and capture is not None and message_format != "avro":
         raise ConfigError(f"--capture with --message-format {message_format} is not supported "
                           "yet: captured tables take avro, debezium-json or "
@@ -234,6 +233,7 @@ def poll(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_
          partition_column: str | None, cloudevents_source: str, poll_snapshot: str | None,
          schema_registry: str | None, schema_registry_config: tuple[str, ...],
          subject_name_strategy: str, value_schema: tuple[str, ...],
+         value_encoding: str, key_schema: str | None,
          metrics_port: int | None,
          metrics_host: str, log_level: str, log_format: str) -> int:
     """Polling mode: claim outbox rows (SKIP LOCKED), publish them, mark them processed."""
@@ -252,7 +252,8 @@ def poll(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_
                           header=header, message_format=message_format)
     registry = registry_config(message_format, schema_registry, schema_registry_config,
                                subject_name_strategy, value_schema, sink=sink,
-                               dead_letter_topic=dead_letter_topic)
+                               dead_letter_topic=dead_letter_topic,
+                               value_encoding=value_encoding, key_schema=key_schema)
     settings = PollSettings(
         poll=PollConfig(dsn=dsn, batch_size=batch_size, interval=interval,
                         max_attempts=max_attempts, backoff_base=backoff_base,

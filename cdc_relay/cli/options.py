@@ -28,6 +28,7 @@ from cdc_relay.config import (
     MESSAGE_FORMATS,
     REGISTRY_FORMATS,
     SUBJECT_STRATEGIES,
+    VALUE_ENCODINGS,
     CredentialsConfig,
     OutboxConfig,
     RegistryConfig,
@@ -260,7 +261,15 @@ def kafka_options(f: F) -> F:
 def message_options(f: F) -> F:
     """``--message-format``, ``--header``, ``--partition-column``, ``--cloudevents-source``,
     and the schema registry's ``--schema-registry``, ``--schema-registry-config``,
-    ``--subject-name-strategy``, ``--value-schema`` (docs/messages.md)."""
+    ``--subject-name-strategy``, ``--value-schema``, ``--value-encoding``, ``--key-schema``
+    (docs/messages.md)."""
+    f = option("--key-schema", default=None, metavar="FILE",
+               help="Encode the key as this struct (a record/object/message schema file, as "
+                    "--value-schema); the aggregate id holds its JSON. Default: the string.")(f)
+    f = option("--value-encoding", type=click.Choice(list(VALUE_ENCODINGS)), default="schema",
+               show_default=True,
+               help="schema: the JSON payload encoded by --value-schema; pre-encoded: a bytea "
+                    "payload already in the Confluent wire format, passed through.")(f)
     f = option("--value-schema", multiple=True, metavar="EVENT_TYPE=FILE|DIRECTORY",
                help="The value schema of an event type (repeatable): .avsc (avro), .json "
                     "(json-schema), .desc FileDescriptorSet[#package.Message] (protobuf); or "
@@ -293,12 +302,14 @@ def message_options(f: F) -> F:
 
 def registry_config(message_format: str, url: str | None, settings: tuple[str, ...],
                     subject_strategy: str, value_schema: tuple[str, ...], *, sink: str,
-                    dead_letter_topic: str, outbox: bool = True) -> RegistryConfig | None:
+                    dead_letter_topic: str, outbox: bool = True, value_encoding: str = "schema",
+                    key_schema: str | None = None) -> RegistryConfig | None:
     """The RegistryConfig of the schema-registry options; None for the other formats."""
     if message_format not in REGISTRY_FORMATS:
-        if url or settings or value_schema:
-            raise ConfigError("--schema-registry, --schema-registry-config and --value-schema go "
-                              "with --message-format avro|json-schema|protobuf")
+        if url or settings or value_schema or key_schema or value_encoding != "schema":
+            raise ConfigError("--schema-registry, --schema-registry-config, --value-schema, "
+                              "--value-encoding and --key-schema go with --message-format "
+                              "avro|json-schema|protobuf")
         return None
     if sink != "kafka":
         raise ConfigError(f"--message-format {message_format} is for the Kafka sink (not {sink})")
@@ -310,7 +321,7 @@ def registry_config(message_format: str, url: str | None, settings: tuple[str, .
     return RegistryConfig(url=url or "", message_format=message_format, client_config=client,
                           serializer_config=serializer, subject_strategy=subject_strategy,
                           value_schemas=tuple(schemas), dead_letter_topic=dead_letter_topic,
-                          outbox=outbox)
+                          outbox=outbox, value_encoding=value_encoding, key_schema=key_schema or "")
 
 
 def router_config(topic_pattern: str, dead_letter_topic: str, message_format: str = "raw",

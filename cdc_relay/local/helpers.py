@@ -89,6 +89,18 @@ def wait_serving(proc: subprocess.Popen[bytes], port: int, answers: Callable[[],
         time.sleep(0.02)
 
 
+def terminate(proc: subprocess.Popen[bytes] | None, timeout: float = 10.0) -> None:
+    """SIGTERM ``proc`` (ours, by its PID) and wait; SIGKILL after ``timeout`` s."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout)
+
+
 def parse_pg_version(text: str) -> int:
     """The major version in ``postgres --version`` output, e.g. 15."""
     match = _VERSION_RE.search(text)

@@ -26,7 +26,7 @@ from types import TracebackType
 from typing import Self
 
 from cdc_relay.errors import LocalServiceError
-from cdc_relay.local.helpers import HOST, free_port, tail, wait_serving
+from cdc_relay.local.helpers import HOST, free_port, tail, terminate, wait_serving
 
 DEFAULT_BINARY = "/usr/sbin/pgbouncer"
 
@@ -96,13 +96,7 @@ class Pgbouncer:
 
     def stop(self) -> None:
         """Stop our pgbouncer (by its PID) and remove its files."""
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait(10)
+        terminate(self._proc)
         self._proc = None
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)

@@ -77,13 +77,21 @@ def _registry_factory(inner: SinkFactory, kafka: KafkaConfig, logger: logging.Lo
     confluent-kafka's registry extras missing: a one-line ConfigError."""
     assert kafka.schema_registry is not None
     try:
-        from cdc_relay.sink.registry.encoder import Encoder
+        from cdc_relay.sink.registry.outbox_encoder import OutboxEncoder
         from cdc_relay.sink.registry.sink import registry_sink_factory
     except ImportError as exc:
         raise ConfigError(f"--message-format {kafka.schema_registry.message_format} needs "
                           f"confluent-kafka's schema registry extras ({exc.name} is missing): "
                           "pip install 'cdc-relay[registry]'") from exc
-    return registry_sink_factory(inner, Encoder(kafka.schema_registry), logger)
+    return registry_sink_factory(inner, OutboxEncoder(kafka.schema_registry), logger)
+
+
+def with_schema_registry(inner: SinkFactory, kafka: KafkaConfig, logger: logging.Logger) -> SinkFactory:
+    """``inner`` (a Kafka sink factory, e.g. exactly-once's transactional one) encoding
+    through the schema registry when a registry format is configured, else ``inner``."""
+    if kafka.schema_registry is None:
+        return inner
+    return _registry_factory(inner, kafka, logger)
 
 
 def probe_sink(other: OtherSink, timeout: float) -> list[SinkProbe]:

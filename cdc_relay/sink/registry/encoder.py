@@ -18,6 +18,7 @@ Must not: produce, or decide what happens to a failed event.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -96,6 +97,8 @@ class Encoder:
         self._values: dict[str, tuple[Serializer, Callable[[Any], Any]]] = {
             event_type: self._value_serializer(schema, conf) for event_type, schema in schemas.items()}
         self._key = self._key_serializer()
+        # the aggregate id -> what the key serializer takes (a struct key's parse: outbox_encoder.py)
+        self._key_convert: Callable[[str], Any] = _same
         # captured tables' encoder (cdc_relay/sink/registry/captured.py), made on first use
         self.capture_encoder: object = None
 
@@ -139,7 +142,23 @@ class Encoder:
         return StringSerializer("utf_8")
 
     def encode(self, message: Message, event_type: str) -> tuple[bytes | None, bytes | None]:
-        """(key, value) of ``message`` (routed with the raw format) for ``event_type``."""
+        """(key, value) of ``message`` (routed with the raw format) for ``event_type``; with
+        ``--value-encoding pre-encoded`` the value is the payload's bytes as they are
+        (cdc_relay/sink/registry/outbox_encoder.py)."""
+        value = self._value(message, event_type)
+        try:
+            return self._encode_key(message), value()
+        except SchemaRegistryError as exc:
+            raise RegistryTrouble(_registry_text(self.config, exc)) from exc
+        except (SerializationError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise Unencodable(f"the payload does not fit the {event_type} schema: {exc}") from exc
+        except Exception as exc:
+            if isinstance(exc, OSError) or type(exc).__module__.split(".")[0] in _HTTP_MODULES:
+                raise RegistryTrouble(f"schema registry {self.config.url} unreachable: {exc}") from exc
+            raise
+
+    def _value(self, message: Message, event_type: str) -> Callable[[], bytes | None]:
+        """The value's encoding, once the payload is parsed for ``event_type``'s schema."""
         entry = self._values.get(event_type)
         if entry is None:
             raise Unencodable(f"event type {event_type!r} has no value schema: add --value-schema "
@@ -150,19 +169,15 @@ class Encoder:
             payload = convert(orjson.loads(message.value or b"null"))
         except (orjson.JSONDecodeError, ValueError) as exc:
             raise Unencodable(f"the payload does not fit the {event_type} schema: {exc}") from exc
-        key = None if message.key is None else message.key.decode()
-        topic = message.topic
-        try:
-            return (self._key(key, SerializationContext(topic, MessageField.KEY)),
-                    serializer(payload, SerializationContext(topic, MessageField.VALUE)))
-        except SchemaRegistryError as exc:
-            raise RegistryTrouble(_registry_text(self.config, exc)) from exc
-        except (SerializationError, ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise Unencodable(f"the payload does not fit the {event_type} schema: {exc}") from exc
-        except Exception as exc:
-            if isinstance(exc, OSError) or type(exc).__module__.split(".")[0] in _HTTP_MODULES:
-                raise RegistryTrouble(f"schema registry {self.config.url} unreachable: {exc}") from exc
-            raise
+        return functools.partial(serializer, payload,
+                                 SerializationContext(message.topic, MessageField.VALUE))
+
+    def _encode_key(self, message: Message) -> bytes | None:
+        """The aggregate id as the registry's string, or as the --key-schema struct."""
+        if message.key is None:
+            return None
+        key = self._key_convert(message.key.decode())
+        return self._key(key, SerializationContext(message.topic, MessageField.KEY))
 
 
 def _same(value: Any) -> Any:

@@ -9,7 +9,10 @@ registry trouble ``RETRIABLE`` with ``Cause.REGISTRY`` (the event waits: WAL mod
 from its watermark after a backoff, polling mode releases the row without an attempt; no
 position is confirmed past it). A captured table's change (a CapturedMessage) is encoded
 as Debezium's AvroConverter does (cdc_relay/sink/registry/captured.py); its new schema
-refused by the registry is ``SchemaRefused``, which stops the relay. Dead letters (the
+refused by the registry is ``SchemaRefused``, which stops the relay; the registry
+refusing the credentials (401, while encoding or at the warm-up's probe) is
+``AccessRefused`` (exit 6), a 403 waits with the grant it needs
+(cdc_relay/sink/registry/access.py). Dead letters (the
 dead-letter topic) pass as they are: raw JSON, so a dead letter never depends on the
 registry.
 
@@ -33,6 +36,7 @@ from cdc_relay.sink.base import (
     Sink,
     SinkFactory,
 )
+from cdc_relay.sink.registry.access import probe, refusal
 from cdc_relay.sink.registry.captured import CaptureEncoder, shared_capture_encoder
 from cdc_relay.sink.registry.encoder import Encoder, RegistryTrouble, Unencodable
 
@@ -49,11 +53,14 @@ def _event_type(message: Message) -> str:
 class RegistrySink:
     """``inner`` (a KafkaSink) with the outbox's key and value encoded by ``encoder``."""
 
-    def __init__(self, inner: Sink, encoder: Encoder) -> None:
+    def __init__(self, inner: Sink, encoder: Encoder, *, probe: bool = False) -> None:
+        """``probe``: check the registry's credentials at the warm-up (the factory's first
+        sink: a replacement producer does not ask again)."""
         self.inner = inner
         self._encoder = encoder
         self._dead_letter_topic = encoder.config.dead_letter_topic
         self._capture: CaptureEncoder | None = None
+        self._probe = probe
 
     def _captured(self) -> CaptureEncoder:
         """The captured tables' encoder, made at the first captured change; shared by the
@@ -73,7 +80,10 @@ class RegistrySink:
             except Unencodable as exc:
                 raise ProduceRejected(DeliveryError(ErrorKind.PERMANENT, str(exc))) from exc
             except RegistryTrouble as exc:
-                raise ProduceRejected(DeliveryError(ErrorKind.RETRIABLE, str(exc),
+                refused = refusal(self._encoder.config, exc)
+                if isinstance(refused, Exception):
+                    raise refused from exc  # wrong credentials: exit 6 (access.py)
+                raise ProduceRejected(DeliveryError(ErrorKind.RETRIABLE, refused or str(exc),
                                                     Cause.REGISTRY)) from exc
             message = replace(message, key=key, value=value)
         self.inner.produce(message, token)
@@ -95,7 +105,11 @@ class RegistrySink:
         return self.inner.fatal_error
 
     def warm_up(self, timeout: float) -> None:
+        """The producer's warm-up, then (the first sink) the registry's credentials (access.py)."""
         self.inner.warm_up(timeout)
+        if self._probe:
+            self._probe = False
+            probe(self._encoder.config, self._encoder.client)
 
     def set_handler(self, handler: DeliveryHandler, delivered: BatchHandler | None = None) -> None:
         self.inner.set_handler(handler, delivered)
@@ -113,7 +127,11 @@ def registry_sink_factory(inner: SinkFactory, encoder: Encoder,
                           encoder.config.message_format, encoder.config.url,
                           ", ".join(encoder.event_types) or "none")
 
+    first = [True]
+
     def build(on_delivery: DeliveryHandler) -> Sink:
-        return RegistrySink(inner(on_delivery), encoder)
+        sink = RegistrySink(inner(on_delivery), encoder, probe=first[0])
+        first[0] = False
+        return sink
 
     return build
