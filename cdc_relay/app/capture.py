@@ -52,15 +52,14 @@ class CaptureSetup:
 
 
 def check_capture(capture: CaptureConfig, *, plugin: str, plugin_from_slot: bool,
-                  exactly_once: bool, snapshot: str, other_sink: bool,
+                  snapshot: str, other_sink: bool,
                   message_format: str) -> None:
     """ConfigError for what ``--capture`` does not support yet (docs/table-cdc.md)."""
     Selection.parse(capture.tables)
     if plugin == "wal2json" and not plugin_from_slot:
         raise ConfigError("--capture needs --plugin pgoutput for now (wal2json's capture is "
                           "not done yet: docs/table-cdc.md)")
-    refused = [(exactly_once, "--exactly-once"),
-               (other_sink, "a sink other than Kafka"),
+    refused = [(other_sink, "a sink other than Kafka"),
                (message_format.startswith("cloudevents") or message_format in ("json-schema", "protobuf"),
                 "--message-format " + message_format)]
     for refuse, what in refused:

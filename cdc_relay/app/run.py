@@ -104,7 +104,7 @@ class WalSettings:
         if self.capture is not None:
             check_capture(self.capture, plugin=self.replication.plugin,
                           plugin_from_slot=self.replication.plugin_from_slot,
-                          exactly_once=self.exactly_once is not None, snapshot=self.snapshot,
+                          snapshot=self.snapshot,
                           other_sink=self.sink is not None,
                           message_format=self.router.message_format)
         if self.snapshot not in ("initial", "never"):

@@ -76,7 +76,6 @@ def test_a_missing_publication_or_one_for_all_tables() -> None:
 
 
 @pytest.mark.parametrize(("kwargs", "refused"), [
-    ({"exactly_once": True}, "--exactly-once"),
     ({"other_sink": True}, "a sink other than Kafka"),
     ({"message_format": "cloudevents-structured"}, "--message-format cloudevents-structured"),
     ({"plugin": "wal2json"}, "needs --plugin pgoutput"),
@@ -84,7 +83,7 @@ def test_a_missing_publication_or_one_for_all_tables() -> None:
 def test_what_capture_does_not_support_yet_is_refused_in_one_line(
         kwargs: dict[str, object], refused: str) -> None:
     settings: dict[str, object] = {"plugin": "pgoutput", "plugin_from_slot": False,
-                                   "exactly_once": False, "snapshot": "never",
+                                   "snapshot": "never",
                                    "other_sink": False, "message_format": "debezium-json",
                                    **kwargs}
     with pytest.raises(ConfigError, match=refused):
@@ -95,5 +94,5 @@ def test_what_capture_does_not_support_yet_is_refused_in_one_line(
 @pytest.mark.parametrize("outbox", [True, False])
 def test_a_snapshot_of_captured_tables_is_accepted_with_or_without_the_outbox(outbox: bool) -> None:
     check_capture(CaptureConfig("public.t", "shop", outbox=outbox), plugin="pgoutput",
-                  plugin_from_slot=False, exactly_once=False, snapshot="initial",
+                  plugin_from_slot=False, snapshot="initial",
                   other_sink=False, message_format="debezium-json")
