@@ -453,7 +453,8 @@ def _backfill_then_stream(settings: WalSettings, stop: threading.Event) -> int:
         from cdc_relay.app.capture import capture_snapshot
 
         captured, tables = capture_snapshot(settings.capture, settings.router, repl,
-                                            (router, sink_factory, settings.flow, backfill))
+                                            (router, sink_factory, settings.flow, backfill),
+                                            stats.captured)
     _log_start(settings)
     with _serve_metrics(settings.metrics, stats, dsn=repl.dsn, slot=repl.slot, backfill=backfill,
                         sink=sink_name(settings.sink)):

@@ -65,3 +65,5 @@ INSERT INTO t_trunc VALUES (3, 'c');
 TRUNCATE t_trunc, t_trunc2;
 INSERT INTO t_trunc VALUES (4, 'd');
 INSERT INTO t_trunc2 VALUES ('y');
+INSERT INTO t_pkhdr VALUES (1.5, E'a\nb"c\\dé/', '\x00ff', 1);
+UPDATE t_pkhdr SET n = 0.01, v = 2;
