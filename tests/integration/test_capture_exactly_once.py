@@ -8,28 +8,24 @@ from __future__ import annotations
 
 import json
 import random
-import threading
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 
 from cdc_relay.local.apache_kafka import ApacheKafka
-from cdc_relay.local.helpers import free_port
 from cdc_relay.local.postgres import PostgresCluster
 from cdc_relay.outbox import emit
 from tests.integration.eos_support import READ_COMMITTED, checkpoints, start_eos_relay
 from tests.integration.tcp_proxy import TcpProxy
 from tests.integration.test_exactly_once_faults import (
-    _newest_checkpoint,
-    _wait_kill_point,
     caught_up_reader,
+    kill_at,
     read_when_settled,
+    repeatedly,
 )
-from tests.integration.wal_support import Expected, confirmed_flush, current_wal
+from tests.integration.wal_support import Expected, current_wal
 from tests.support import CliProcess, KafkaCollector, Msg, init_outbox, wait_for
 
 
@@ -90,26 +86,6 @@ def write(dsn: str, *, transactions: int, seed: int, outbox: Expected, changes: 
             changes.committed.update(done)
 
 
-@contextmanager
-def steady(dsn: str, outbox: Expected, changes: Changes) -> Iterator[None]:
-    done = threading.Event()
-
-    def writer() -> None:
-        seed = 500
-        while not done.is_set():
-            write(dsn, transactions=5, seed=seed, outbox=outbox, changes=changes)
-            seed += 1
-            done.wait(0.1)
-
-    thread = threading.Thread(target=writer, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join()
-
-
 def _relay(dsn: str, bootstrap: str, prefix: str, *extra: str) -> CliProcess:
     return start_eos_relay(dsn, bootstrap, prefix, plugin="pgoutput", extra=(
         "--capture", "public.items", "--capture-prefix", prefix, *extra))
@@ -126,14 +102,12 @@ def _identities(messages: list[Msg], prefix: str) -> tuple[Counter[tuple[str, in
         if m.value is None:
             tombstones += 1
             continue
-        event = json.loads(m.value)
-        if event["op"] == "d":
-            found["d", event["before"]["change"]] += 1
+        identity = _identity(m.value)
+        found[identity] += 1
+        if identity[0] == "d":
             follower = captured[i + 1] if i + 1 < len(captured) else None
             assert follower is not None and follower.value is None and follower.key == m.key, \
                 "a delete without its tombstone right after it"
-        else:
-            found["w", event["after"]["change"]] += 1
     return found, tombstones
 
 
@@ -158,11 +132,16 @@ def _assert_exactly_once(messages: list[Msg], prefix: str, outbox: Expected,
 
 def _arrived(prefix: str, outbox: Expected, changes: Changes) -> Any:
     def arrived(messages: list[Msg]) -> bool:
-        found = {(("d", json.loads(m.value)["before"]["change"])
-                  if json.loads(m.value)["op"] == "d" else ("w", json.loads(m.value)["after"]["change"]))
-                 for m in messages if m.topic == f"{prefix}.public.items" and m.value is not None}
+        found = {_identity(m.value) for m in messages
+                 if m.topic == f"{prefix}.public.items" and m.value is not None}
         return changes.committed <= found and outbox.ids <= set(_outbox_ids(messages))
     return arrived
+
+
+def _identity(value: bytes) -> tuple[str, int]:
+    """A change event's identity (see Changes)."""
+    event = json.loads(value)
+    return ("d", event["before"]["change"]) if event["op"] == "d" else ("w", event["after"]["change"])
 
 
 def _setup(dsn: str) -> None:
@@ -182,25 +161,16 @@ def test_a_captured_table_killed_at_chosen_points_arrives_exactly_once(
     rng = random.Random(7)
     ahead: list[str] = []
     proxy = TcpProxy(pg_cluster.port)  # the killed relays reach PostgreSQL through it
-    through_proxy = db.replace(f"port={pg_cluster.port}", f"port={proxy.port}")
+    capture = ("--capture", "public.items", "--capture-prefix", topic_prefix)
     with caught_up_reader(broker.bootstrap, topic_prefix) as live:
         try:
-            with steady(db, outbox, changes):
+            with repeatedly(lambda seed: write(db, transactions=5, seed=seed, outbox=outbox,
+                                               changes=changes), seed=500, pause=0.1):
                 for kind in ["mid-transaction", "after-commit", "random", "after-commit"]:
-                    port = free_port()
-                    relay = _relay(through_proxy, broker.bootstrap, topic_prefix, "--metrics-port",
-                                   str(port), "--status-interval", "1s", "--txn-interval", "150ms")
-                    with KafkaCollector(broker.bootstrap, f"{topic_prefix}.checkpoints",
-                                        config=READ_COMMITTED) as cp_reader:
-                        try:
-                            _wait_kill_point(kind, port, rng, db, proxy, relay, cp_reader)
-                        finally:
-                            assert relay.kill() == -9
-                            proxy.cut()  # what a pause held back never arrives
-                            proxy.restore()
-                            proxy.resume()
-                        if _newest_checkpoint(cp_reader, 0.3) > confirmed_flush(db):
-                            ahead.append(kind)
+                    _, left_ahead = kill_at(kind, db, broker, topic_prefix, proxy, rng,
+                                            plugin="pgoutput", extra=capture)
+                    if left_ahead:
+                        ahead.append(kind)
         finally:
             proxy.close()
         with _relay(db, broker.bootstrap, topic_prefix) as last:
