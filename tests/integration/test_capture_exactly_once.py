@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 
 from cdc_relay.local.apache_kafka import ApacheKafka
+from cdc_relay.local.helpers import free_port
 from cdc_relay.local.postgres import PostgresCluster
 from cdc_relay.outbox import emit
 from tests.integration.eos_support import READ_COMMITTED, checkpoints, start_eos_relay
@@ -26,7 +27,7 @@ from tests.integration.test_exactly_once_faults import (
     repeatedly,
 )
 from tests.integration.wal_support import Expected, current_wal
-from tests.support import CliProcess, KafkaCollector, Msg, init_outbox, wait_for
+from tests.support import CliProcess, KafkaCollector, Msg, init_outbox, scrape, wait_for
 
 
 @dataclass
@@ -217,3 +218,37 @@ def test_captured_changes_of_one_postgres_transaction_commit_with_its_outbox_eve
            if m.topic.endswith(".public.items")]
     assert sorted(ops) == sorted(["c", "c", "d", "tombstone", "c", "d", "tombstone", "c"])
     assert len(checkpoints(messages)) == 2 and len(_outbox_ids(messages)) == 1
+
+
+def test_a_split_transaction_of_key_changes_killed_mid_way_resumes_after_the_messages_in_kafka(
+        db: str, broker: ApacheKafka, topic_prefix: str) -> None:
+    """``--txn-split-events`` inside one PostgreSQL transaction of key changes (three
+    messages each: the splits fall inside rows too); killed after two partial commits, the
+    next relay skips exactly the messages in Kafka."""
+    rows, split = 5000, 1000
+    with psycopg.connect(db, autocommit=True) as conn:  # before the slot: not streamed
+        conn.execute("CREATE TABLE items (id bigint PRIMARY KEY, change bigint NOT NULL, note text)")
+        conn.execute("ALTER TABLE items REPLICA IDENTITY FULL")
+        conn.execute("INSERT INTO items SELECT g, g, 'x' FROM generate_series(1, %s) g", (rows,))
+    init_outbox(db, "--slot", "cdc_relay", "--plugin", "pgoutput", "--capture", "public.items")
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("UPDATE items SET id = id + 100000, change = change + 100000")
+    end = current_wal(db)
+    port = free_port()
+    extra = ("--txn-split-events", str(split))
+    relay = _relay(db, broker.bootstrap, topic_prefix, *extra, "--metrics-port", str(port))
+    try:
+        wait_for(lambda: scrape(port).get("cdc_relay_transactions_committed_total", 0) >= 2,
+                 timeout=60, interval=0.005, message="two split commits")
+    finally:
+        relay.kill()
+    with _relay(db, broker.bootstrap, topic_prefix, *extra) as second:
+        read_when_settled(db, end)
+        assert "events of the split transaction" in second.stderr
+        assert second.stop() == 0, second.stderr
+    with KafkaCollector(broker.bootstrap, topic_prefix, config=READ_COMMITTED) as collector:
+        messages = collector.collect(until=lambda ms: len(ms) >= 3 * rows, timeout=60)
+        messages = collector.collect(timeout=1.0)
+    found, tombstones = _identities(messages, topic_prefix)
+    expected = {("d", g) for g in range(1, rows + 1)} | {("w", g + 100000) for g in range(1, rows + 1)}
+    assert set(found) == expected and max(found.values()) == 1 and tombstones == rows
