@@ -54,14 +54,13 @@ class CaptureSetup:
 
 
 def check_capture(capture: CaptureConfig, *, plugin: str, plugin_from_slot: bool,
-                  exactly_once: bool, snapshot: str, other_sink: bool,
+                  snapshot: str, other_sink: bool,
                   message_format: str) -> None:
     """ConfigError for what ``--capture`` does not support yet (docs/table-cdc.md), or a
     type mode Debezium does not have."""
     Selection.parse(capture.tables)
     type_modes(capture)
-    refused = [(exactly_once, "--exactly-once"),
-               (other_sink, "a sink other than Kafka"),
+    refused = [(other_sink, "a sink other than Kafka"),
                (message_format.startswith("cloudevents") or message_format in ("json-schema", "protobuf"),
                 "--message-format " + message_format)]
     for refuse, what in refused:
@@ -163,9 +162,11 @@ def make_capture_router(capture: CaptureConfig, dsn: str) -> CaptureRouter:
 
 
 def table_snapshot(capture: CaptureConfig, router_config: RouterConfig, dsn: str,
-                   setup: CaptureSetup, parts: SnapshotParts) -> TableSnapshot:
+                   setup: CaptureSetup, parts: SnapshotParts,
+                   counts: dict[tuple[str, str], int] | None = None) -> TableSnapshot:
     """``--snapshot initial``: the captured tables' snapshot, their codecs in the order
-    Debezium snapshots them (``--capture``'s, as its ``table.include.list``)."""
+    Debezium snapshots them (``--capture``'s, as its ``table.include.list``); ``counts``:
+    the relay's per-table event counts (RelayStats.captured), its ``r`` events added."""
     from cdc_relay.wal.backfill.tables import TableSnapshot
 
     schemas = _with_schemas(router_config.message_format)
@@ -174,11 +175,12 @@ def table_snapshot(capture: CaptureConfig, router_config: RouterConfig, dsn: str
                          capture.prefix, schemas, capture.placeholder, modes=modes)
               for t in in_option_order(capture.tables, setup.shapes)]
     return TableSnapshot(codecs, make_capture_router(capture, dsn), *parts,
-                         with_outbox=capture.outbox)
+                         with_outbox=capture.outbox, counts={} if counts is None else counts)
 
 
 def capture_snapshot(capture: CaptureConfig, router_config: RouterConfig,
-                     repl: ReplicationConfig, parts: SnapshotParts
+                     repl: ReplicationConfig, parts: SnapshotParts,
+                     counts: dict[tuple[str, str], int] | None = None
                      ) -> tuple[CaptureSetup, TableSnapshot]:
     """``--capture --snapshot initial``: the captured tables in the publication (before the
     cut-over may create the slot, which needs them there), their problems logged, and
@@ -190,4 +192,4 @@ def capture_snapshot(capture: CaptureConfig, router_config: RouterConfig,
                                 truncate=capture.truncate)
     for problem in setup.problems:
         log.warning("%s", problem)
-    return setup, table_snapshot(capture, router_config, repl.dsn, setup, parts)
+    return setup, table_snapshot(capture, router_config, repl.dsn, setup, parts, counts)

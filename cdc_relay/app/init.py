@@ -3,7 +3,9 @@
 The root of ``init`` (``init_database``): the outbox's own database objects come from
 pg/schema.py (the migrations, the NOTIFY trigger), the pgoutput publication and the
 logical replication slot from wal/slot/setup.py; with ``--capture`` the captured tables
-join the publication first and their problems are reported (app/capture.py).
+join the publication first (their truncates too with ``--capture-truncate``) and their
+problems are reported (app/capture.py); ``--capture --no-outbox`` installs only that and
+the slot, no outbox schema.
 
 Each mode installs only what it uses (``mode``): WAL mode gets the slot (and, for
 pgoutput, the publication) and no NOTIFY trigger - an existing one is dropped, since it
@@ -43,6 +45,7 @@ from cdc_relay.wal.slot.setup import (
     DEFAULT_PLUGIN,
     ReplicationReport,
     ensure_publication_and_slot,
+    ensure_slot,
     plugin_for_slot,
     validate_wal_options,
 )
@@ -67,6 +70,8 @@ class InitReport:
     plugin_note: str | None = None  # why an existing slot's plugin was used
     captured: tuple[str, ...] = ()  # init --capture: the tables added to the publication
     capture_problems: tuple[str, ...] = ()  # their replica identity / SELECT problems
+    outbox: bool = True  # False: init --capture --no-outbox installed no outbox schema
+    truncates: bool = False  # the publication publishes truncates (init --capture-truncate)
 
     @property
     def changed(self) -> bool:
@@ -85,6 +90,9 @@ class InitReport:
         lines = [f"outbox {self.table}: {schema}", f"mode: {self.mode}",
                  f"notify trigger: {self.trigger.value}"
                  + _TRIGGER_NOTES.get((self.mode, self.trigger), "")]
+        if not self.outbox:
+            lines = [f"outbox: none (--no-outbox: no outbox schema in {self.table.schema}, only "
+                     "what the captured tables need)", f"mode: {self.mode}"]
         if self.publication is not Outcome.SKIPPED:
             lines.append(f"publication {self.publication_name}: {self.publication.value}")
         if self.slot is Outcome.SKIPPED:
@@ -94,8 +102,10 @@ class InitReport:
         if self.plugin_note:
             lines.append(self.plugin_note)
         if self.captured:
+            published = "inserts, updates, deletes and truncates" if self.truncates \
+                else "inserts, updates and deletes"
             how = ("named in the slot's add-tables when the relay streams" if self.plugin ==
-                   "wal2json" else "inserts, updates and deletes published")
+                   "wal2json" else f"{published} published")
             lines.append(f"captured tables ({len(self.captured)}, {how}): "
                          f"{', '.join(self.captured)}")
         lines += [f"warning: {problem}" for problem in self.capture_problems]
@@ -135,6 +145,8 @@ def init_database(
     trace_context: bool = False,
     failover: bool = True,
     capture: str | None = None,
+    no_outbox: bool = False,
+    capture_truncate: bool = False,
 ) -> InitReport:
     """Apply pending migrations, then install what ``mode`` uses (see the module docstring).
 
@@ -149,7 +161,10 @@ def init_database(
     pending and is not reported. ``capture`` (``--capture``'s tables, WAL mode with
     pgoutput): the tables are added to the publication, which then publishes updates and
     deletes, before the slot is made; their replica identity and SELECT problems are
-    reported (app/capture.py). Idempotent: a second run changes nothing and its report
+    reported (app/capture.py); with ``capture_truncate`` the publication publishes their
+    truncates too. ``no_outbox`` (with ``capture``): no outbox schema, only the publication
+    of the captured tables and the slot (its record in ``outbox.table``'s schema).
+    Idempotent: a second run changes nothing and its report
     says so (``changed``). Creating a slot waits for transactions already running in
     the database. Raises ConfigError for invalid names or options (before connecting),
     ServiceUnavailable / DatabaseError for PostgreSQL trouble, with the fix in the message.
@@ -161,6 +176,8 @@ def init_database(
         raise ConfigError("WAL mode needs a replication slot name (--slot)")
     if capture is not None and mode != "wal":
         raise ConfigError("--capture needs WAL mode (init --mode wal): table CDC reads the slot")
+    if capture is None and (no_outbox or capture_truncate):
+        raise ConfigError("--no-outbox and --capture-truncate need --capture TABLE[,TABLE...]")
     names = template_names(outbox)
     validate_wal_options(slot, plugin or DEFAULT_PLUGIN, publication)
     table = validated_table(outbox.table)
@@ -169,6 +186,10 @@ def init_database(
         refuse_pooler(dsn)  # before anything is made through an endpoint that cannot stream
     with connect(dsn, autocommit=True) as conn:
         require_writable(conn, dsn, "init", standby_alternative=INIT_STANDBY_ALTERNATIVE)
+        if no_outbox:
+            assert slot is not None and capture is not None
+            return _capture_only(conn, table, slot, plugin, publication, capture,
+                                 truncate=capture_truncate, failover=failover)
         try:
             features = frozenset({"trace_context"} if trace_context else ())
             applied, version, trigger = apply_schema(
@@ -184,7 +205,8 @@ def init_database(
             if plugin is None:
                 plugin, note = plugin_for_slot(conn, slot)
             if capture is not None:  # before the slot: pgoutput needs the publication then
-                captured = prepare_capture(conn, capture, publication, plugin)
+                captured = prepare_capture(conn, capture, publication, plugin,
+                                           truncate=capture_truncate)
             replication = _replication_or_partial(conn, table, slot, plugin, publication,
                                                   applied, version, failover=failover)
         else:
@@ -205,7 +227,26 @@ def init_database(
         plugin_note=note,
         captured=tuple(f"{schema}.{table}" for schema, table in sorted(captured.shapes)),
         capture_problems=captured.problems,
+        truncates=capture_truncate,
     )
+
+
+def _capture_only(conn: psycopg.Connection[Any], table: TableRef, slot: str, plugin: str | None,
+                  publication: str, capture: str, *, truncate: bool,
+                  failover: bool) -> InitReport:
+    """``init --capture --no-outbox``: the captured tables' publication, then the slot (its
+    record in ``table``'s schema, as ``run --no-outbox`` keeps it); no outbox schema."""
+    note = None
+    if plugin is None:
+        plugin, note = plugin_for_slot(conn, slot)
+    captured = prepare_capture(conn, capture, publication, plugin, truncate=truncate)
+    slot_outcome = ensure_slot(conn, slot, plugin, table, failover)
+    return InitReport(
+        table=table, migrations_applied=(), schema_version=0, trigger=Outcome.SKIPPED,
+        publication=captured.publication or Outcome.EXISTED, slot=slot_outcome,
+        slot_name=slot, publication_name=publication, plugin=plugin, plugin_note=note,
+        captured=tuple(f"{schema}.{name}" for schema, name in sorted(captured.shapes)),
+        capture_problems=captured.problems, outbox=False, truncates=truncate)
 
 
 def _replication_or_partial(conn: psycopg.Connection[Any], table: TableRef, slot: str,

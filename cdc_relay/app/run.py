@@ -104,7 +104,7 @@ class WalSettings:
         if self.capture is not None:
             check_capture(self.capture, plugin=self.replication.plugin,
                           plugin_from_slot=self.replication.plugin_from_slot,
-                          exactly_once=self.exactly_once is not None, snapshot=self.snapshot,
+                          snapshot=self.snapshot,
                           other_sink=self.sink is not None,
                           message_format=self.router.message_format)
         if self.snapshot not in ("initial", "never"):
@@ -458,7 +458,8 @@ def _backfill_then_stream(settings: WalSettings, stop: threading.Event) -> int:
         from cdc_relay.app.capture import capture_snapshot
 
         captured, tables = capture_snapshot(settings.capture, settings.router, repl,
-                                            (router, sink_factory, settings.flow, backfill))
+                                            (router, sink_factory, settings.flow, backfill),
+                                            stats.captured)
     _log_start(settings)
     with _serve_metrics(settings.metrics, stats, dsn=repl.dsn, slot=repl.slot, backfill=backfill,
                         sink=sink_name(settings.sink)):

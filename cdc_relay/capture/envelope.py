@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from cdc_relay.capture.headers import key_header
 from cdc_relay.capture.jsonw import dumps
 from cdc_relay.capture.modes import TypeModes
 from cdc_relay.capture.shape import ColumnShape, TableShape
@@ -156,6 +157,13 @@ class TableCodec:
         if not self._key:
             return None
         return {self._fields[i].name: self._value(self._fields[i], image[i]) for i in self._key}
+
+    def key_header(self, key: dict[str, Any]) -> bytes:
+        """``key`` as a primary-key change's header carries it (capture/headers.py)."""
+        decimals = {f.name: int(f.mapping.schema["parameters"]["scale"])
+                    for f in (self._fields[i] for i in self._key)
+                    if f.mapping.schema.get("name") == "org.apache.kafka.connect.data.Decimal"}
+        return key_header(key, decimals)
 
     def key_bytes(self, key: dict[str, Any] | None) -> bytes | None:
         """The serialized key (None stays None: a null Kafka key)."""

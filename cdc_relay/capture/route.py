@@ -7,7 +7,8 @@ Owns ``CaptureRouter.route``: a CapturedRow → the messages to produce, in orde
   delete → ``d`` and, with tombstones on, a tombstone (the key, a null value);
 * an update whose old image gives another key than the new one (a primary key changed,
   or a REPLICA IDENTITY INDEX/FULL image Debezium reads a key from) → what Debezium
-  emits for it: ``d`` (old key), its tombstone, ``c`` (new key);
+  emits for it: ``d`` (old key), its tombstone, ``c`` (new key), the first two with the
+  header ``__debezium.newkey``, the ``c`` with ``__debezium.oldkey`` (capture/headers.py);
 * a TRUNCATE (``op`` ``t``, ``--capture-truncate``) → one ``t`` event per table it names,
   as Debezium's: a null key, ``before`` and ``after`` null (no tombstone);
 * a row its codec cannot encode (a type without a mapping, a value it cannot read) →
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdc_relay.capture.envelope import SourceInfo, TableCodec, source_block
+from cdc_relay.capture.headers import NEWKEY, OLDKEY
 from cdc_relay.capture.jsonw import dumps
 from cdc_relay.model import UNCHANGED, CapturedMessage, CapturedRow
 
@@ -80,8 +82,13 @@ class CaptureRouter:
         if row.op == "u" and row.old is not None and codec.has_key:
             old_key = codec.key(row.old)
             if old_key != key:
-                return [*self._delete(row, codec, old_key, old, source, now),
-                        self._event(row, codec, key, None, new, source, "c", now)]
+                assert old_key is not None and key is not None  # codec.has_key
+                deleted = self._delete(row, codec, old_key, old, source, now)
+                for message in deleted:
+                    message.headers = [(NEWKEY, codec.key_header(key))]
+                created = self._event(row, codec, key, None, new, source, "c", now)
+                created.headers = [(OLDKEY, codec.key_header(old_key))]
+                return [*deleted, created]
         return [self._event(row, codec, key, old, new, source, row.op, now)]
 
     def _truncate(self, row: CapturedRow) -> Routed:

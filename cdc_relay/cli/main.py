@@ -91,12 +91,19 @@ def cli(ctx: click.Context, config_file: str | None) -> None:
 @option("--capture", default=None, metavar="TABLE[,TABLE...]",
         help="Tables run --capture will stream: add them to the publication (which then "
              "publishes updates and deletes) and report replica identity and SELECT problems.")
+@option("--no-outbox", is_flag=True, default=False,
+        help="With --capture: install only what capturing needs (the publication, the slot), "
+             "no outbox schema.")
+@option("--capture-truncate", is_flag=True, default=False,
+        help="With --capture: the publication publishes truncates from now on (run "
+             "--capture-truncate streams them).")
 @option("--failover-slot/--no-failover-slot", default=True, show_default=True,
         help="Create the slot as a failover slot on PostgreSQL 17+ (docs/high-availability.md).")
 @click.pass_context
 def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mode: str, slot: str,
          plugin: str | None, publication: str, no_slot: bool, no_trigger: bool,
-         with_trace_context: bool, capture: str | None, failover_slot: bool) -> None:
+         with_trace_context: bool, capture: str | None, no_outbox: bool,
+         capture_truncate: bool, failover_slot: bool) -> None:
     """Apply the outbox schema (idempotent) and install what the relay mode uses."""
     from click.core import ParameterSource
 
@@ -112,7 +119,7 @@ def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mod
                            plugin=plugin, publication=publication, mode=mode,
                            notify_trigger=False if no_trigger else None,
                            trace_context=with_trace_context, failover=failover_slot,
-                           capture=capture)
+                           capture=capture, no_outbox=no_outbox, capture_truncate=capture_truncate)
     click.echo(str(report))
 
 

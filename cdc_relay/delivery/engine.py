@@ -106,7 +106,7 @@ class Engine:
     def __init__(self, sink: Sink, router: Router, counters: Counters,
                  acked: Callable[[list[int]], None], *,
                  serve: Callable[[], None] = _no_service, stop: threading.Event | None = None,
-                 failed: Callable[[OutboxEvent, DeliveryError], bool] | None = None,
+                 failed: Callable[[InFlight, DeliveryError], bool] | None = None,
                  logger: logging.Logger = log) -> None:
         """``acked(tokens)``: the loop's watermark; ``serve()``: the loop's own chores while
         the producer's queue is full; ``stop``: honoured while waiting for room;
@@ -186,9 +186,7 @@ class Engine:
             return
         failed = self.counters.failed_by_type
         failed[event.event_type] = failed.get(event.event_type, 0) + 1
-        # The delivery mode's own handling is for outbox events (exactly-once takes no
-        # captured tables yet: docs/table-cdc.md).
-        if self._failed is not None and type(event) is OutboxEvent and self._failed(event, error):
+        if self._failed is not None and self._failed(event, error):
             return
         if error.kind is ErrorKind.PERMANENT:
             try:

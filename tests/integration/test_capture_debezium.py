@@ -44,7 +44,7 @@ HERE = Path(__file__).parent / "capture_workload"
 TABLES = ["t_types", "t_default", "t_full", "t_index", "t_nothing", "t_nopk", "t_toast", "t_e",
           "t_toast2", "t_full_nopk", "t_pk2", "t_ddl", "t_trunc", "t_trunc2", "t_money", "t_timetz",
           "t_net", "t_geo", "t_hstore", "t_bits", "t_text2", "t_range", "t_domain", "t_toast3",
-          "t_end"]
+          "t_pkhdr", "t_end"]
 # The type modes (docs/table-cdc.md): Debezium's properties and the relay's flags, two
 # runs that together take every alternative value but base64 (the unit tests have it).
 MODES = {
@@ -142,6 +142,7 @@ def test_relay_events_equal_debezium_embedded_event_by_event(
         truncates = [topic for topic, _, value in debezium if value and '"op":"t"' in value]
         assert sorted(truncates) == ["dbz.public.t_trunc", "dbz.public.t_trunc",
                                      "dbz.public.t_trunc2"]  # Debezium emits them: compared
+        headers = _debezium_headers(debezium, out)  # by index in Debezium's own list
         lost = _lost_bytea(debezium) if "base64-url-safe" in flags else []
         for prefix, envelope_only in ((topic_prefix, False), (schemaless, True)):
             with KafkaCollector(bootstrap, prefix + ".public.") as collector:
@@ -152,6 +153,7 @@ def test_relay_events_equal_debezium_embedded_event_by_event(
                 with KafkaCollector(bootstrap, prefix + ".dlq") as collector:
                     dead = collector.collect(count=1, timeout=60)
                 assert b"unchanged TOASTed bytea" in dead[0].headers["error"]
+            assert _key_change_headers(got, prefix) == headers
     finally:
         for relay in relays:
             relay.stop()
@@ -203,6 +205,38 @@ def _differences(debezium: list[list[str | None]], got: list[Msg], prefix: str, 
                 if a != b:
                     differences.append(f"{topic}#{i} {what}:\n  relay    {a}\n  debezium {b}")
     return differences
+
+
+def _debezium_headers(debezium: list[list[str | None]], out: Path) -> dict[tuple[str, int], Any]:
+    """Debezium's ``__debezium.newkey``/``oldkey`` headers (as Kafka Connect's default header
+    converter writes them) by (topic, index in the topic)."""
+    place: list[tuple[str, int]] = []
+    seen: dict[str, int] = {}
+    for topic, _, _ in debezium:
+        assert topic is not None
+        topic = topic.replace("dbz.", "PFX.", 1)
+        place.append((topic, seen.get(topic, 0)))
+        seen[topic] = seen.get(topic, 0) + 1
+    found: dict[tuple[str, int], Any] = {}
+    for line in Path(f"{out}.headers").read_text().splitlines():
+        index, name, text = json.loads(line)
+        found.setdefault(place[index], []).append((name, text))
+    assert len(found) >= 9  # three key changes: d, tombstone, c each
+    return found
+
+
+def _key_change_headers(got: list[Msg], prefix: str) -> dict[tuple[str, int], Any]:
+    """The relay's key-change headers, keyed as ``_debezium_headers``'s (``got`` sorted)."""
+    found: dict[tuple[str, int], Any] = {}
+    seen: dict[str, int] = {}
+    for m in got:
+        topic = m.topic.replace(prefix + ".", "PFX.", 1)
+        headers = [(k, v.decode()) for k, v in m.headers.items()
+                   if k in ("__debezium.newkey", "__debezium.oldkey")]
+        if headers:
+            found[(topic, seen.get(topic, 0))] = headers
+        seen[topic] = seen.get(topic, 0) + 1
+    return found
 
 
 def test_snapshot_initial_read_events_equal_debezium_snapshot_mode_initial(

@@ -64,3 +64,29 @@ def test_a_truncate_is_a_t_event_and_metrics_count_events_by_table_and_op(
         assert "cdc_relay_captured_lag_seconds{table=public.notes}" in metrics
     finally:
         relay.stop()
+
+
+def test_a_snapshots_r_rows_are_counted_per_table_beside_the_streamed_changes(
+        db: str, broker: object, topic_prefix: str) -> None:
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("CREATE TABLE items (id int PRIMARY KEY, v text);"
+                     "CREATE TABLE notes (id int PRIMARY KEY);"
+                     "INSERT INTO items SELECT g, 'x' FROM generate_series(1, 25) g;"
+                     "INSERT INTO notes VALUES (1), (2)")
+    bootstrap = broker.bootstrap  # type: ignore[attr-defined]
+    port = free_port()
+    relay = start_relay(db, bootstrap, topic_prefix, plugin="pgoutput", wait=False, extra=(
+        "--capture", "public.items,public.notes", "--capture-prefix", topic_prefix,
+        "--no-outbox", "--snapshot", "initial", "--metrics-port", str(port)))
+    try:
+        wait_for(lambda: "streaming from slot" in relay.stderr or not relay.running(), timeout=60,
+                 message="the snapshot done, streaming")
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute("INSERT INTO items VALUES (26, 'y')")
+        wanted = {"cdc_relay_captured_events_total{op=r,table=public.items}": 25.0,
+                  "cdc_relay_captured_events_total{op=r,table=public.notes}": 2.0,
+                  "cdc_relay_captured_events_total{op=c,table=public.items}": 1.0}
+        wait_for(lambda: all(scrape(port).get(k) == v for k, v in wanted.items()), timeout=30,
+                 message="the per-table counters, r rows included")
+    finally:
+        relay.stop()

@@ -11,13 +11,14 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 
 import orjson
 import psycopg
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from psycopg.conninfo import conninfo_to_dict
 
 from cdc_relay.local.apache_kafka import ApacheKafka
 from cdc_relay.local.helpers import free_port
@@ -46,26 +47,32 @@ from tests.support import CliProcess, KafkaCollector, wait_for
 
 
 @contextmanager
-def steady_writes(dsn: str, expected: Expected) -> Iterator[threading.Event]:
-    """Transactions of 1..20 events over three topics, some with a business row, every
-    tenth rolled back, until the block ends."""
+def repeatedly(write: Callable[[int], None], *, seed: int, pause: float) -> Iterator[None]:
+    """``write(seed)``, ``seed`` counting up, in a thread until the block ends."""
     done = threading.Event()
 
     def writer() -> None:
-        seed = 100
+        next_seed = seed
         while not done.is_set():
-            write_workload(dsn, transactions=10, seed=seed, expected=expected, max_events=20,
-                           rollback_every=10)
-            seed += 1
-            done.wait(0.3)
+            write(next_seed)
+            next_seed += 1
+            done.wait(pause)
 
     thread = threading.Thread(target=writer, daemon=True)
     thread.start()
     try:
-        yield done
+        yield
     finally:
         done.set()
         thread.join()
+
+
+def steady_writes(dsn: str, expected: Expected) -> AbstractContextManager[None]:
+    """Transactions of 1..20 events over three topics, some with a business row, every
+    tenth rolled back, until the block ends."""
+    return repeatedly(lambda seed: write_workload(
+        dsn, transactions=10, seed=seed, expected=expected, max_events=20, rollback_every=10),
+        seed=100, pause=0.3)
 
 
 @contextmanager
@@ -130,32 +137,38 @@ def _wait_kill_point(kind: str, port: int, rng: random.Random, dsn: str, proxy: 
 BEHIND = "committed view of the checkpoint topic is behind"
 
 
+def kill_at(kind: str, db: str, broker: ApacheKafka, topic_prefix: str, proxy: TcpProxy,
+            rng: random.Random, *, plugin: str, extra: tuple[str, ...] = ()) -> tuple[str, bool]:
+    """A relay reaching PostgreSQL (``db``) through ``proxy``, killed (-9) at the kill point
+    ``kind``: its log, and whether it left the checkpoint ahead of the slot."""
+    port = free_port()
+    through = db.replace(f"port={conninfo_to_dict(db)['port']}", f"port={proxy.port}")
+    relay = start_eos_relay(through, broker.bootstrap, topic_prefix, plugin=plugin, extra=(
+        *extra, "--metrics-port", str(port), "--status-interval", "1s", "--txn-interval", "150ms"))
+    # A checkpoint reader per relay, opened once it has fenced the one before.
+    with KafkaCollector(broker.bootstrap, f"{topic_prefix}.checkpoints",
+                        config=READ_COMMITTED) as cp_reader:
+        try:
+            _wait_kill_point(kind, port, rng, db, proxy, relay, cp_reader)
+        finally:
+            relay.kill()
+            proxy.cut()  # what a pause held back never arrives
+            proxy.restore()
+            proxy.resume()
+        return relay.stderr, _newest_checkpoint(cp_reader, 0.3) > confirmed_flush(db)
+
+
 def _kill_relays(db: str, broker: ApacheKafka, topic_prefix: str, plugin: str, proxy: TcpProxy,
                  kinds: list[str], expected: Expected, ahead_of_slot: list[str], logs: list[str],
-                 rng: random.Random, pg_port: int) -> None:
+                 rng: random.Random) -> None:
     """A relay per kind of kill point, each killed there (-9) while transactions are written."""
     try:
         with steady_writes(db, expected):
             for kind in kinds:
-                port = free_port()
-                relay = start_eos_relay(
-                    db.replace(f"port={pg_port}", f"port={proxy.port}"), broker.bootstrap,
-                    topic_prefix, plugin=plugin, extra=(
-                        "--metrics-port", str(port), "--status-interval", "1s",
-                        "--txn-interval", "150ms"))
-                # A checkpoint reader per relay, opened once it has fenced the one before.
-                with KafkaCollector(broker.bootstrap, f"{topic_prefix}.checkpoints",
-                                    config=READ_COMMITTED) as cp_reader:
-                    try:
-                        _wait_kill_point(kind, port, rng, db, proxy, relay, cp_reader)
-                    finally:
-                        relay.kill()
-                        logs.append(relay.stderr)
-                        proxy.cut()  # what a pause held back never arrives
-                        proxy.restore()
-                        proxy.resume()
-                    if _newest_checkpoint(cp_reader, 0.3) > confirmed_flush(db):
-                        ahead_of_slot.append(kind)
+                log, ahead = kill_at(kind, db, broker, topic_prefix, proxy, rng, plugin=plugin)
+                logs.append(log)
+                if ahead:
+                    ahead_of_slot.append(kind)
     finally:
         proxy.close()
 
@@ -174,8 +187,7 @@ def test_kill_9_at_random_points_leaves_every_committed_event_exactly_once(
     logs: list[str] = []
     proxy = TcpProxy(pg_cluster.port)  # the killed relays reach PostgreSQL through it
     with caught_up_reader(broker.bootstrap, topic_prefix) as live:
-        _kill_relays(db, broker, topic_prefix, plugin, proxy, kinds, expected, ahead_of_slot, logs, rng,
-                     pg_cluster.port)
+        _kill_relays(db, broker, topic_prefix, plugin, proxy, kinds, expected, ahead_of_slot, logs, rng)
         with start_eos_relay(db, broker.bootstrap, topic_prefix, plugin=plugin) as last:
             write_workload(db, transactions=30, seed=999, expected=expected, max_events=20,
                            rollback_every=10)  # more events, through the last relay only

@@ -201,6 +201,10 @@ def facts(backfill: BackfillFacts | None, slot: SlotStatus | None = SLOT) -> Fac
     (BackfillFacts(5, state="done", rows_done=9, rows_total=9), SLOT, Verdict.PASS, "done"),
     (BackfillFacts(5, state="done", pending_before_start=2), SLOT, Verdict.PASS,
      "WAL mode published them without marking them"),
+    (BackfillFacts(12, pending_before_slot=0), SLOT, Verdict.PASS, "no pending row older than"),
+    (BackfillFacts(12, pending_before_slot=3), SLOT, Verdict.WARN,
+     "3 rows older than slot cdc_relay have processed_at NULL and no backfill ran for it: they "
+     "were never published (9 newer rows keep processed_at NULL"),
 ])
 def test_doctor_backfill_check(info: BackfillFacts, slot: SlotStatus | None, verdict: Verdict,
                                words: str) -> None:

@@ -96,8 +96,14 @@ def test_a_key_change_is_a_delete_its_tombstone_and_a_create() -> None:
     decoder.decode(_relation(), 0)
     row = decoder.decode(b"U" + struct.pack("!I", 7) + b"K" + _tuple(b"1", None, None)
                          + b"N" + _tuple(b"2", b"b", b"x"), 0x450)
-    ops = [None if m.value is None else json.loads(m.value)["op"] for m in _route(row)]
+    messages = _route(row)
+    ops = [None if m.value is None else json.loads(m.value)["op"] for m in messages]
     assert ops == ["d", None, "c"]
+    # as Debezium's, through Kafka Connect's default header converter
+    assert [m.headers for m in messages] == [[("__debezium.newkey", b'{"id":2}')]] * 2 + [
+        [("__debezium.oldkey", b'{"id":1}')]]
+    plain = decoder.decode(b"U" + struct.pack("!I", 7) + b"N" + _tuple(b"2", b"c", b"x"), 0x460)
+    assert [m.headers for m in _route(plain)] == [[]]
 
 
 def test_an_unchanged_toast_value_is_the_placeholder() -> None:

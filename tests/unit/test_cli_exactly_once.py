@@ -31,6 +31,8 @@ def _invoke(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
     (["--exactly-once", "--txn-split-events", "0"], "--txn-split-events"),
     (["--exactly-once", "--sink", "nats", "--brokers", "nats://127.0.0.1:1"], "--sink kafka only"),
     (["--exactly-once", "--snapshot", "initial"], "--snapshot initial cannot be combined"),
+    (["--exactly-once", "--snapshot", "initial", "--capture", "public.t", "--capture-prefix", "p",
+      "--plugin", "pgoutput", "--no-outbox"], "--snapshot initial cannot be combined"),
 ])
 def test_bad_exactly_once_options_exit_2_with_one_line(
         extra: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:

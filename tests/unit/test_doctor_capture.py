@@ -76,14 +76,13 @@ def test_a_missing_publication_or_one_for_all_tables() -> None:
 
 
 @pytest.mark.parametrize(("kwargs", "refused"), [
-    ({"exactly_once": True}, "--exactly-once"),
     ({"other_sink": True}, "a sink other than Kafka"),
     ({"message_format": "cloudevents-structured"}, "--message-format cloudevents-structured"),
 ])
 def test_what_capture_does_not_support_yet_is_refused_in_one_line(
         kwargs: dict[str, object], refused: str) -> None:
     settings: dict[str, object] = {"plugin": "pgoutput", "plugin_from_slot": False,
-                                   "exactly_once": False, "snapshot": "never",
+                                   "snapshot": "never",
                                    "other_sink": False, "message_format": "debezium-json",
                                    **kwargs}
     with pytest.raises(ConfigError, match=refused):
@@ -111,5 +110,5 @@ def test_with_wal2json_no_publication_is_needed_and_a_missing_identity_means_los
 @pytest.mark.parametrize("outbox", [True, False])
 def test_a_snapshot_of_captured_tables_is_accepted_with_or_without_the_outbox(outbox: bool) -> None:
     check_capture(CaptureConfig("public.t", "shop", outbox=outbox), plugin="pgoutput",
-                  plugin_from_slot=False, exactly_once=False, snapshot="initial",
+                  plugin_from_slot=False, snapshot="initial",
                   other_sink=False, message_format="debezium-json")

@@ -8,7 +8,7 @@ import pytest
 
 from cdc_relay.config import TxnLimits
 from cdc_relay.delivery.engine import ProducerFailed
-from cdc_relay.model import Begin, Lsn, Message, OutboxEvent
+from cdc_relay.model import Begin, CapturedMessage, Lsn, Message, OutboxEvent
 from cdc_relay.sink.base import Cause, DeliveryError, ErrorKind
 from cdc_relay.sink.transactions import CheckpointViews, TxnError, TxnErrorKind
 from cdc_relay.wal.exactly_once.checkpoint import SKIP_ALL, Checkpoint, checkpoint_key
@@ -101,6 +101,7 @@ class Stream:
         self.tracker = mode.start(sink, Lsn(start))  # type: ignore[arg-type]
         self.produced: list[str] = []
         self.dead: dict[str, str] = {}  # event id -> why it was dead-lettered
+        self.dead_ops: list[str] = []  # their event types, in order
 
     def txn(self, commit_lsn: int, events: list[tuple[OutboxEvent, Message]], end: int) -> None:
         self.tracker.begin()
@@ -114,6 +115,7 @@ class Stream:
             self.produced.append(event.id)
             if refusal is not None:
                 self.dead[event.id] = refusal.reason
+                self.dead_ops.append(event.event_type)
             self.tracker.delivered(token)  # the broker acked it inside the transaction
         self.tracker.commit(Lsn(end))
         self.mode.commit(Lsn(end))
@@ -207,6 +209,27 @@ def test_a_refused_event_aborts_and_is_dead_lettered_in_the_replay() -> None:
     replay = Stream(mode, FakeTxnSink())
     replay.txn(200, [small, large], end=210)
     assert list(replay.dead) == ["e2"]  # the largest of a too-large round is the culprit
+
+
+def test_a_refused_captured_delete_is_dead_lettered_in_the_replay_without_its_tombstone() -> None:
+    """A primary-key change's ``d``, tombstone and ``c`` share the row's id: only the
+    refused one of them goes to the dead-letter topic in the replay."""
+    clock, sink = Clock(), FakeTxnSink()
+    mode = _mode(clock)
+    stream = Stream(mode, sink)
+    name = "public.items@0/C8"
+    row = [(CapturedMessage("shop.public.items", b"k", value, id=name, event_type=op),
+            Message("shop.public.items", b"k", value)) for op, value in
+           (("d", b"x" * 500), ("tombstone", None), ("c", b"y" * 10))]
+    stream.txn(200, row, end=210)  # type: ignore[arg-type]
+    error = DeliveryError(ErrorKind.PERMANENT, "RECORD_LIST_TOO_LARGE: refused")
+    assert mode.delivery_failed(row[0][0], error)
+    with pytest.raises(ProducerFailed):
+        mode.tick(clock.now)
+    replay = Stream(mode, FakeTxnSink())
+    replay.txn(200, row, end=210)  # type: ignore[arg-type]
+    assert replay.produced == [name] * 3 and list(replay.dead) == [name]
+    assert replay.dead_ops == ["d"]
 
 
 def test_messages_the_broker_would_refuse_are_dead_lettered_before_producing() -> None:

@@ -118,6 +118,8 @@ class BackfillFacts:
     rows_done: int = 0
     rows_total: int | None = None
     pending_before_start: int = 0  # pending rows created before the recorded backfill began
+    # pending rows created before the slot's recorded creation (None: no record of the slot)
+    pending_before_slot: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -502,7 +504,9 @@ def backfill_check(facts: Facts, options: DoctorSettings) -> Check | None:
 
     WAL mode publishes what is committed after the slot's consistent point and never sets
     ``processed_at``; rows that were pending before the slot existed are published only by
-    ``run --snapshot initial``. None when the table has no bookkeeping columns.
+    ``run --snapshot initial``. Where the slot's creation is recorded (wal/slot/continuity.py)
+    only rows older than it are counted as never published. None when the table has no
+    bookkeeping columns.
     """
     info, name, slot = facts.backfill, "backfill", options.slot
     if info is None:
@@ -531,15 +535,36 @@ def backfill_check(facts: Facts, options: DoctorSettings) -> Check | None:
         return Check(name, Verdict.PASS, f"done ({info.rows_done} rows); streaming since")
     if not info.pending:
         return Check(name, Verdict.PASS, "no pending rows")
+    if info.pending_before_slot is not None:
+        return _older_than_slot(info, name, slot)
     oldest = f", the oldest from {info.oldest_pending:%Y-%m-%d %H:%M}" if info.oldest_pending else ""
     return Check(name, Verdict.WARN,
                  f"{info.pending} rows have processed_at NULL{oldest}, the slot exists and no "
                  "backfill ran for it: rows committed before the slot existed were never published "
                  "(in a WAL-only deployment every row looks pending: WAL mode never sets "
                  "processed_at)",
-                 f"if they are a poller's backlog: stop the relays, cdc-relay slot drop --slot "
-                 f"{slot}, then cdc-relay run --snapshot initial (docs/migration.md); if not, "
-                 "purge old rows with cdc-relay cleanup --wal-mode")
+                 _backlog_fix(slot))
+
+
+def _backlog_fix(slot: str) -> str:
+    return (f"if they are a poller's backlog: stop the relays, cdc-relay slot drop --slot {slot}, "
+            "then cdc-relay run --snapshot initial (docs/migration.md); if not, purge old rows "
+            "with cdc-relay cleanup --wal-mode")
+
+
+def _older_than_slot(info: BackfillFacts, name: str, slot: str) -> Check:
+    """The slot's creation is recorded: only rows older than it may never have been
+    published; newer ones are the slot's to publish (WAL mode never marks them)."""
+    newer = info.pending - (info.pending_before_slot or 0)
+    unmarked = (f"{newer} newer rows keep processed_at NULL: the slot streams them (WAL mode "
+                "never marks rows)") if newer else ""
+    if not info.pending_before_slot:
+        return Check(name, Verdict.PASS, f"no pending row older than slot {slot}; {unmarked}")
+    return Check(name, Verdict.WARN,
+                 f"{info.pending_before_slot} rows older than slot {slot} have processed_at NULL "
+                 "and no backfill ran for it: they were never published" + (
+                     f" ({unmarked})" if unmarked else ""),
+                 _backlog_fix(slot))
 
 
 def sink_checks(found: list[SinkProbe]) -> list[Check]:

@@ -61,6 +61,7 @@ from cdc_relay.pg.slots import idle_logical_slots, read_slot_status
 from cdc_relay.sink.kafka.client import check_brokers
 from cdc_relay.text import one_line
 from cdc_relay.wal.backfill.state import backfill_running, read_record
+from cdc_relay.wal.slot.continuity import read_record as read_slot_record
 
 PROBE_TIMEOUT = "10s"  # creating a slot waits for running transactions: bound it
 
@@ -149,21 +150,27 @@ def gather(conn: psycopg.Connection[Any], options: DoctorSettings) -> Facts:
 
 
 def gather_backfill(conn: psycopg.Connection[Any], options: DoctorSettings) -> BackfillFacts:
-    """Pending rows, the oldest one, and the slot's backfill record (read-only)."""
+    """Pending rows, the oldest one, those older than the slot's recorded creation, and the
+    slot's backfill record (read-only)."""
     table = validated_table(options.outbox.table)
     created = sql.Identifier(options.outbox.columns.created_at)
     record = read_record(conn, table, options.slot)
     since = record.started_at if record is not None else None
+    slot_record = read_slot_record(conn, table.schema, options.slot)
+    slot_created = slot_record.created_at if slot_record is not None else None
     try:
         row = conn.execute(sql.SQL(
-            "SELECT count(*), min({c}), count(*) FILTER (WHERE {c} < %s) FROM {t}"
+            "SELECT count(*), min({c}), count(*) FILTER (WHERE {c} < %s),"
+            " count(*) FILTER (WHERE {c} < %s) FROM {t}"
             " WHERE processed_at IS NULL AND dead_lettered_at IS NULL").format(
-                c=created, t=sql.Identifier(table.schema, table.name)), (since,)).fetchone()
+                c=created, t=sql.Identifier(table.schema, table.name)),
+            (since, slot_created)).fetchone()
     except psycopg.Error as exc:
         raise translate_error(exc, f"counting pending rows of {table}") from exc
-    pending, oldest, before = row if row is not None else (0, None, 0)
+    pending, oldest, before, before_slot = row if row is not None else (0, None, 0, 0)
     if record is None:
-        return BackfillFacts(pending, oldest)
+        return BackfillFacts(pending, oldest,
+                             pending_before_slot=None if slot_created is None else before_slot)
     running = not record.finished and backfill_running(conn, options.slot)
     return BackfillFacts(pending, oldest, record.state, running, record.rows_done,
                          record.rows_total, before)

@@ -187,7 +187,7 @@ def captured_metrics(stats: RelayStats) -> Iterator[Metric]:
         return
     events = CounterMetricFamily(
         "cdc_relay_captured_events", "Change events made of captured tables' changes, by "
-        "table and op (c, u, d, t; tombstones and dead letters not counted).",
+        "table and op (c, u, d, t; r: a snapshot's rows; tombstones and dead letters not counted).",
         labels=["table", "op"])
     for (table, op), count in sorted(counts.items()):
         events.add_metric([table, op], count)

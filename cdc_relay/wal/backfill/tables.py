@@ -16,7 +16,8 @@ row), ``last`` (the very last), ``first_in_data_collection`` / ``last_in_data_co
 
 ``publish_tables`` runs the backfill's publishing loop (loop.py) over them: the same
 engine, dead letters and producer replacement, nothing marked (tables have no
-``processed_at``).
+``processed_at``); each ``r`` event made is counted per table (``counts``: the relay's
+``cdc_relay_captured_events_total{op="r"}``).
 
 Must not: decide whether a snapshot is due (cutover.py), touch the slot, or write.
 """
@@ -172,6 +173,8 @@ class TableSnapshot:
     stats: BackfillStats
     with_outbox: bool = True  # False (--no-outbox): no outbox rows to backfill first
     timings: BackfillTimings = field(default_factory=BackfillTimings)
+    # ``r`` events made, by (table, "r"): the relay's per-table counts (RelayStats.captured)
+    counts: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def open(self, snapshot: SlotSnapshot | None, dsn: str) -> TableSnapshotReader:
         """The reader, its transaction begun (the export imported, when ``snapshot``)."""
@@ -190,7 +193,7 @@ class TableSnapshot:
         self.stats.rows_total, self.stats.rows_done = reader.total, 0
         return publish_tables(reader, capture=self.capture, router=self.router,
                               sink_factory=self.sink_factory, flow=self.flow, stats=self.stats,
-                              stop=stop, timings=self.timings)
+                              stop=stop, timings=self.timings, counts=self.counts)
 
 
 class _NoProgress:
@@ -211,7 +214,8 @@ class _NoMarks:
         pass
 
 
-def _send(capture: CaptureRouter) -> Callable[[Engine, int, Any], None]:
+def _send(capture: CaptureRouter, counts: dict[tuple[str, str], int]
+          ) -> Callable[[Engine, int, Any], None]:
     def send(engine: Engine, token: int, row: CapturedRow) -> None:
         routed = capture.route(row)
         [message] = routed.messages  # a snapshot row is one event
@@ -220,17 +224,22 @@ def _send(capture: CaptureRouter) -> Callable[[Engine, int, Any], None]:
         out: Message = message
         if routed.problem is not None:
             out = engine.dead_letter(token, DeliveryError(ErrorKind.PERMANENT, routed.problem))
+        else:  # counted as a streamed change's event is: made, handed to the producer
+            name = (message.aggregate_id, "r")
+            counts[name] = counts.get(name, 0) + 1
         engine.produce(token, out)
     return send
 
 
 def publish_tables(reader: TableSnapshotReader, *, capture: CaptureRouter, router: Router,
                    sink_factory: SinkFactory, flow: FlowConfig, stats: BackfillStats,
-                   stop: threading.Event, timings: BackfillTimings) -> bool:
-    """Publish every row of the open ``reader``; True once all are acknowledged."""
+                   stop: threading.Event, timings: BackfillTimings,
+                   counts: dict[tuple[str, str], int] | None = None) -> bool:
+    """Publish every row of the open ``reader``; True once all are acknowledged. ``counts``:
+    the ``r`` events made, by (table, "r")."""
     try:
         return Backfill(reader=reader, store=_NoProgress(), mark=_NoMarks(), router=router,
                         sink_factory=sink_factory, flow=flow, timings=timings, stats=stats,
-                        send=_send(capture)).run(stop)
+                        send=_send(capture, {} if counts is None else counts)).run(stop)
     except psycopg.Error as exc:
         raise DatabaseError(f"reading the captured tables' snapshot: {exc}") from exc

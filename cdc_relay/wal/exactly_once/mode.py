@@ -44,7 +44,7 @@ from cdc_relay.config import TxnLimits
 from cdc_relay.delivery.engine import ProducerFailed
 from cdc_relay.errors import BrokerError, RelayError, SourceLost
 from cdc_relay.logs import event_fields
-from cdc_relay.model import Begin, Lsn, Message, OutboxEvent
+from cdc_relay.model import Begin, InFlight, Lsn, Message, OutboxEvent
 from cdc_relay.sink.base import Cause, DeliveryError, ErrorKind, Sink
 from cdc_relay.sink.transactions import TransactionalSink, TxnError, TxnErrorKind
 from cdc_relay.stats import TxnStats
@@ -62,6 +62,13 @@ log = logging.getLogger("cdc_relay.exactly_once")
 
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _HEADER_OVERHEAD = 64  # a generous bound on the record framing librdkafka adds
+
+
+def _name(event: InFlight) -> str:
+    """What names an event across replays: its id; for a captured table's message, whose id
+    (the table at the change's LSN) its row's other messages share, the id and the op
+    (``d``, ``tombstone``, ``c`` of a primary-key change)."""
+    return event.id if type(event) is OutboxEvent else f"{event.id} {event.event_type}"
 
 
 class KafkaTransactionAborted(SourceLost):
@@ -98,9 +105,9 @@ class ExactlyOnce:
         self._tracker = CommittedTracker()
         self._batch = TxnBatch(config.limits)
         self._replay = ReplayFilter(None)
-        self._refused: dict[str, DeliveryError] = {}  # event id -> why the broker refused it
+        self._refused: dict[str, DeliveryError] = {}  # _name(event) -> why the broker refused it
         self._legal_topics: set[str] = set()
-        # too large this round: event id -> (payload size, the refusal)
+        # too large this round: _name(event) -> (payload size, the refusal)
         self._suspects: dict[str, tuple[int, DeliveryError]] = {}
         self._failure: str | None = None
         self._last_token = -1  # token of the last event admitted into the open transaction
@@ -159,13 +166,13 @@ class ExactlyOnce:
                      skip, begin.commit_lsn)
         return skip
 
-    def admit(self, token: int, event: OutboxEvent, message: Message) -> DeliveryError | None:
+    def admit(self, token: int, event: InFlight, message: Message) -> DeliveryError | None:
         batch = self._batch
         if batch.should_split():
             self._commit(partial=True)
         if not batch.open:
             self._begin_transaction()
-        reason = self._refused.get(event.id) or self._refusal(message)
+        reason = (self._refused and self._refused.get(_name(event))) or self._refusal(message)
         batch.added(len(message.value or b""))
         self._last_token = token
         return reason
@@ -206,7 +213,7 @@ class ExactlyOnce:
             return max(0.001, self._config.limits.interval - batch.age(now))
         return 1.0
 
-    def delivery_failed(self, event: OutboxEvent, error: DeliveryError) -> bool:
+    def delivery_failed(self, event: InFlight, error: DeliveryError) -> bool:
         """Any failed delivery dooms the open transaction: abort and replay (next tick).
 
         Failures other than a refusal (purged after the transaction failed, timed out)
@@ -216,9 +223,9 @@ class ExactlyOnce:
         first = self._failure is None
         if error.kind is ErrorKind.PERMANENT:
             if error.cause is Cause.TOO_LARGE:
-                self._suspects[event.id] = (len(event.payload), error)
+                self._suspects[_name(event)] = (len(event.payload), error)
             else:
-                self._refused[event.id] = error
+                self._refused[_name(event)] = error
         if first:
             log.warning("delivery inside the Kafka transaction failed (%s): aborting it and "
                         "replaying%s", error.reason, " with the refused event dead-lettered"

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from cdc_relay.acks import AckTracker
-from cdc_relay.model import Begin, Lsn, Message, OutboxEvent
+from cdc_relay.model import Begin, InFlight, Lsn, Message
 from cdc_relay.sink.base import DeliveryError, Sink
 
 
@@ -36,7 +36,7 @@ class DeliveryMode(Protocol):
     def begin(self, begin: Begin) -> int:
         """A PostgreSQL transaction starts: how many of its events to skip (already delivered)."""
 
-    def admit(self, token: int, event: OutboxEvent, message: Message) -> DeliveryError | None:
+    def admit(self, token: int, event: InFlight, message: Message) -> DeliveryError | None:
         """``message`` is about to be produced: None, or why it must be dead-lettered instead."""
 
     def commit(self, end_lsn: Lsn) -> None:
@@ -49,7 +49,7 @@ class DeliveryMode(Protocol):
         for the stream.
         """
 
-    def delivery_failed(self, event: OutboxEvent, error: DeliveryError) -> bool:
+    def delivery_failed(self, event: InFlight, error: DeliveryError) -> bool:
         """A delivery failed; True if the mode handled it (the loop then does nothing more)."""
 
     def finish(self) -> None:
@@ -67,7 +67,7 @@ class AtLeastOnce:
     def begin(self, begin: Begin) -> int:
         return 0
 
-    def admit(self, token: int, event: OutboxEvent, message: Message) -> DeliveryError | None:
+    def admit(self, token: int, event: InFlight, message: Message) -> DeliveryError | None:
         return None
 
     def commit(self, end_lsn: Lsn) -> None:
@@ -76,7 +76,7 @@ class AtLeastOnce:
     def tick(self, now: float) -> float:
         return 1.0
 
-    def delivery_failed(self, event: OutboxEvent, error: DeliveryError) -> bool:
+    def delivery_failed(self, event: InFlight, error: DeliveryError) -> bool:
         return False
 
     def finish(self) -> None:

@@ -291,22 +291,37 @@ class Session:
         """A captured table's row (docs/design.md, the capture room): each of its messages
         (an event, a tombstone; an unencodable row's dead letter) takes the next token, as
         an outbox event does, all registered with the tracker before the first is produced.
-        Returns the next token."""
+        Like an outbox event, each message counts for the delivery mode: skipped while
+        ``skip`` says it is in Kafka already, admitted into the open Kafka transaction
+        (exactly-once). Returns the next token."""
         assert self._capture is not None  # a CapturedRow comes only from the capture decoder
         routed = self._capture.route(row)
+        messages, problems = routed.messages, routed.problems
+        if self.skip:  # delivery mode: the first ones (or all) are delivered already
+            done = min(self.skip, len(messages))
+            self.skip -= done
+            messages = messages[done:]
+            problems = None if problems is None else problems[done:]
+            if not messages:
+                return seq
+            routed = Routed(messages, routed.problem, problems, routed.made_ns)
         if routed.problem is None:
             self._count_captured(routed, row)
-        engine, first = self.engine, seq
-        for message in routed.messages:
+        engine, first, admit = self.engine, seq, self._admit
+        for message in messages:
             self.inflight[seq] = message
             engine.inflight_bytes += len(message.payload)
             seq += 1
         registered = self.tracker.produced_many(seq - first)
-        for token, message in enumerate(routed.messages, first):
+        for token, message in enumerate(messages, first):
             out: Message = message
-            problem = routed.problem if routed.problems is None else routed.problems[token - first]
+            problem = routed.problem if problems is None else problems[token - first]
             if problem is not None:
                 out = engine.dead_letter(token, DeliveryError(ErrorKind.PERMANENT, problem))
+            if admit is not None:  # delivery mode
+                refusal = admit(token, message, out)
+                if refusal is not None:
+                    out = engine.dead_letter(token, refusal)
             engine.produce(token, out)
         return registered
 

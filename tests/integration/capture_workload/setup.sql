@@ -36,6 +36,7 @@ CREATE TABLE t_pk2 (a int, b text, c int, PRIMARY KEY (b, a));
 CREATE TABLE t_ddl (id int PRIMARY KEY, name text, b text, n int NOT NULL DEFAULT 3, p numeric(5,2));
 CREATE TABLE t_trunc (id int PRIMARY KEY, v text);
 CREATE TABLE t_trunc2 (v text);
+CREATE TABLE t_pkhdr (n numeric(6,2), s text, b bytea, v int, PRIMARY KEY (n, s, b));
 CREATE EXTENSION hstore;
 CREATE EXTENSION ltree;
 CREATE EXTENSION citext;

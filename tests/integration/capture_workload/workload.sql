@@ -105,4 +105,6 @@ DELETE FROM t_domain WHERE id = 2;
 INSERT INTO t_toast3 VALUES (1, (SELECT hstore(array_agg(md5(g::text)), array_agg(md5((g + 1)::text))) FROM generate_series(1, 300) g), (SELECT '<a>' || string_agg(md5(g::text), '') || '</a>' FROM generate_series(1, 300) g)::xml, (SELECT string_agg(md5(g::text), '') FROM generate_series(1, 300) g), (SELECT string_agg(md5(g::text), ' ') FROM generate_series(1, 300) g)::tsvector, 1);
 UPDATE t_toast3 SET small = 2 WHERE id = 1
 ;
+INSERT INTO t_pkhdr VALUES (1.5, E'a\nb"c\\dé/', '\x00ff', 1);
+UPDATE t_pkhdr SET n = 0.01, v = 2;
 INSERT INTO t_end VALUES (1)
