@@ -21,7 +21,7 @@ from cdc_relay.capture.envelope import SourceInfo, TableCodec
 from cdc_relay.capture.route import CaptureRouter
 from cdc_relay.capture.selection import Selection, in_option_order
 from cdc_relay.capture.shape import TableShape, identity_problem
-from cdc_relay.config import CaptureConfig, FlowConfig, ReplicationConfig, RouterConfig
+from cdc_relay.config import CaptureConfig, FlowConfig, ReplicationConfig, RouterConfig, TableRef
 from cdc_relay.errors import ConfigError
 
 log = logging.getLogger("cdc_relay")
@@ -49,6 +49,7 @@ class CaptureSetup:
     shapes: dict[tuple[str, str], TableShape]
     problems: tuple[str, ...] = ()
     publication: Outcome | None = None  # None: not asked for
+    signal: TableRef | None = None  # incremental snapshots' signal table (None: off)
 
 
 def check_capture(capture: CaptureConfig, *, plugin: str, plugin_from_slot: bool,
@@ -70,10 +71,12 @@ def check_capture(capture: CaptureConfig, *, plugin: str, plugin_from_slot: bool
 
 
 def prepare_capture(conn: psycopg.Connection[Any], tables_option: str, publication: str,
-                    plugin: str, *, truncate: bool = False) -> CaptureSetup:
+                    plugin: str, *, truncate: bool = False, signal: TableRef | None = None
+                    ) -> CaptureSetup:
     """The captured tables exist (ConfigError else), their problems are found (the caller
     reports them), and the publication publishes their changes (their truncates too with
-    ``truncate``) - before the slot is made."""
+    ``truncate``) - before the slot is made. With ``signal``, the incremental snapshots'
+    signal table too (app/incremental.py; None in the setup when the role may not)."""
     from cdc_relay.wal.slot.setup import ensure_capture_publication
 
     if plugin != "pgoutput":
@@ -81,7 +84,11 @@ def prepare_capture(conn: psycopg.Connection[Any], tables_option: str, publicati
                           f"{plugin}; docs/table-cdc.md)")
     shapes, problems = capture_tables(conn, tables_option)
     outcome = ensure_capture_publication(conn, publication, sorted(shapes), truncate=truncate)
-    return CaptureSetup(shapes, problems, outcome)
+    if signal is not None:
+        from cdc_relay.app.incremental import ensure_signal
+
+        signal = signal if ensure_signal(conn, signal, publication) else None
+    return CaptureSetup(shapes, problems, outcome, signal)
 
 
 def capture_tables(conn: psycopg.Connection[Any], tables_option: str,
@@ -117,14 +124,15 @@ def capture_decoder(outbox: Decoder, capture: CaptureConfig, router: RouterConfi
     from cdc_relay.pg.catalog import CatalogLookup
 
     assert isinstance(outbox, PgOutputDecoder)
-    options = CodecOptions(capture.prefix, _with_schemas(router.message_format),
+    options = CodecOptions(capture.prefix, with_schemas(router.message_format),
                            capture.placeholder, capture.truncate)
     catalog = CatalogLookup(dsn, setup.shapes)
+    signals = None if setup.signal is None else (setup.signal.schema, setup.signal.name)
     return CaptureDecoder(outbox, Selection.parse(capture.tables), catalog, options,
-                          catalog.types)
+                          catalog.types, signals=signals)
 
 
-def _with_schemas(message_format: str) -> bool:
+def with_schemas(message_format: str) -> bool:
     """Whether the codec writes JsonConverter's schema blocks: for ``debezium-json``, and for
     ``avro``, whose encoder (cdc_relay/sink/registry/captured.py) derives the Avro schema
     from them."""
@@ -145,7 +153,7 @@ def table_snapshot(capture: CaptureConfig, router_config: RouterConfig, dsn: str
     Debezium snapshots them (``--capture``'s, as its ``table.include.list``)."""
     from cdc_relay.wal.backfill.tables import TableSnapshot
 
-    schemas = _with_schemas(router_config.message_format)
+    schemas = with_schemas(router_config.message_format)
     codecs = [TableCodec(setup.shapes[t], tuple(c.name for c in setup.shapes[t].columns),
                          capture.prefix, schemas, capture.placeholder)
               for t in in_option_order(capture.tables, setup.shapes)]
@@ -154,8 +162,8 @@ def table_snapshot(capture: CaptureConfig, router_config: RouterConfig, dsn: str
 
 
 def capture_snapshot(capture: CaptureConfig, router_config: RouterConfig,
-                     repl: ReplicationConfig, parts: SnapshotParts
-                     ) -> tuple[CaptureSetup, TableSnapshot]:
+                     repl: ReplicationConfig, parts: SnapshotParts,
+                     signal: TableRef | None = None) -> tuple[CaptureSetup, TableSnapshot]:
     """``--capture --snapshot initial``: the captured tables in the publication (before the
     cut-over may create the slot, which needs them there), their problems logged, and
     their snapshot's parts."""
@@ -163,7 +171,7 @@ def capture_snapshot(capture: CaptureConfig, router_config: RouterConfig,
 
     with connect(repl.dsn, autocommit=True, application_name="cdc-relay") as conn:
         setup = prepare_capture(conn, capture.tables, repl.publication, repl.plugin,
-                                truncate=capture.truncate)
+                                truncate=capture.truncate, signal=signal)
     for problem in setup.problems:
         log.warning("%s", problem)
     return setup, table_snapshot(capture, router_config, repl.dsn, setup, parts)

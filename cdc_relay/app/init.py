@@ -28,6 +28,7 @@ from typing import Any
 import psycopg
 
 from cdc_relay.app.capture import CaptureSetup, prepare_capture
+from cdc_relay.app.incremental import SIGNAL_TABLE
 from cdc_relay.config import OutboxConfig, TableRef
 from cdc_relay.errors import ConfigError, RelayError
 from cdc_relay.model import SlotStatus, human_bytes
@@ -182,7 +183,8 @@ def init_database(
             if plugin is None:
                 plugin, note = plugin_for_slot(conn, slot)
             if capture is not None:  # before the slot: pgoutput needs the publication then
-                captured = prepare_capture(conn, capture, publication, plugin)
+                captured = prepare_capture(conn, capture, publication, plugin,
+                                           signal=TableRef(table.schema, SIGNAL_TABLE))
             replication = _replication_or_partial(conn, table, slot, plugin, publication,
                                                   applied, version, failover=failover)
         else:

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from cdc_relay.capture.jsonw import dumps
-from cdc_relay.model import CapturedRow, Lsn, SnapshotMark, SnapshotSignal
+from cdc_relay.model import CapturedRow, SnapshotMark, SnapshotSignal
 from cdc_relay.stats import RelayStats
 
 __all__ = ["Chunk", "ChunkSource", "IncrementalSnapshots", "ProgressStore", "Request",
@@ -123,8 +123,21 @@ class XidSnapshot:
         return cls(int(xmin), int(xmax), frozenset(int(x) for x in xip.split(",") if x))
 
     def visible(self, xid: int) -> bool:
-        """Whether a committed transaction ``xid`` is visible to this snapshot."""
-        return xid < self.xmin or (xid < self.xmax and xid not in self.xip)
+        """Whether a committed transaction ``xid`` is visible to this snapshot. The stream
+        names transactions by their 32-bit xid, the snapshot by 64-bit ones (epoch and
+        xid): a committed transaction began before the snapshot, so its epoch is the one
+        that puts it below ``xmax``."""
+        full = self._full(xid)
+        return full < self.xmin or (full < self.xmax and full not in self.xip)
+
+    def settled(self, xid: int) -> bool:
+        """Whether ``xid`` ended before every transaction this snapshot saw running (every
+        later snapshot sees it too)."""
+        return self._full(xid) < self.xmin
+
+    def _full(self, xid: int) -> int:
+        full = (self.xmax & ~0xFFFFFFFF) | (xid & 0xFFFFFFFF)
+        return full - (1 << 32) if full >= self.xmax else full
 
 
 @dataclass(slots=True)
@@ -399,7 +412,7 @@ class IncrementalSnapshots:
 
     def _safe(self, snapshot: XidSnapshot) -> bool:
         """The chunk's snapshot sees every transaction of the table already streamed."""
-        self._recent = {xid for xid in self._recent if xid >= snapshot.xmin}
+        self._recent = {xid for xid in self._recent if not snapshot.settled(xid)}
         return all(snapshot.visible(xid) for xid in self._recent)
 
     def _stop(self, request: Request) -> None:

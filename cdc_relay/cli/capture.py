@@ -1,7 +1,8 @@
 """The options of ``run --capture`` (table CDC), gathered into one CaptureConfig value.
 
 ``capture_options`` adds the flags and hands the command a single ``capture`` argument
-(None unless ``--capture``). Every option has its ``CDC_RELAY_*`` variable and
+(None unless ``--capture``); ``snapshot`` is the command that asks a running relay for an
+incremental snapshot (a signal row). Every option has its ``CDC_RELAY_*`` variable and
 config-file key like the others (``capture = "public.*"`` under ``[run]``). It must not
 contain command logic.
 """
@@ -11,12 +12,14 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from cdc_relay.cli.options import F, option
+import click
+
+from cdc_relay.cli.options import F, dsn_option, option
 from cdc_relay.config import UNAVAILABLE_VALUE, CaptureConfig
 from cdc_relay.errors import ConfigError
 
 _NAMES = ("capture", "capture_prefix", "no_outbox", "capture_tombstones", "capture_placeholder",
-          "capture_truncate")
+          "capture_truncate", "signal_table", "snapshot_chunk_size")
 
 
 def capture_options(f: F) -> F:
@@ -44,6 +47,12 @@ def capture_options(f: F) -> F:
         option("--capture-truncate/--no-capture-truncate", default=False, show_default=True,
                help="A TRUNCATE of a captured table as an op: t event (the publication then "
                     "publishes truncates; off as in Debezium)."),
+        option("--signal-table", default=None, metavar="SCHEMA.TABLE",
+               help="Incremental snapshots' signal table, as Debezium's signal.data.collection "
+                    "(default: cdc_relay_signal in --table's schema; docs/table-cdc.md)."),
+        option("--snapshot-chunk-size", type=int, default=1024, show_default=True,
+               help="Rows per chunk of an incremental snapshot (Debezium's "
+                    "incremental.snapshot.chunk.size)."),
     ]
     wrapped: Any = command
     for decorator in reversed(decorators):
@@ -63,4 +72,23 @@ def config_from(values: dict[str, Any]) -> CaptureConfig | None:
                           "as Debezium's topic.prefix)")
     return CaptureConfig(values["capture"], values["capture_prefix"], not values["no_outbox"],
                          values["capture_tombstones"], values["capture_placeholder"],
-                         values["capture_truncate"])
+                         values["capture_truncate"], values["signal_table"],
+                         values["snapshot_chunk_size"])
+
+
+@click.command("snapshot")
+@dsn_option
+@option("--table", "tables", multiple=True, required=False, metavar="SCHEMA.TABLE",
+        help="A captured table to snapshot (repeatable); with --stop, none means all.")
+@option("--signal-table", default="public.cdc_relay_signal", show_default=True,
+        help="The running relay's signal table (run --signal-table).")
+@option("--stop", is_flag=True, default=False,
+        help="Write a stop-snapshot signal instead of execute-snapshot.")
+def snapshot(dsn: str, tables: tuple[str, ...], signal_table: str, stop: bool) -> None:
+    """Ask a running relay for an incremental snapshot of captured tables (docs/table-cdc.md)."""
+    from cdc_relay.app.incremental import request_snapshot
+    from cdc_relay.config import TableRef
+
+    if not tables and not stop:
+        raise ConfigError("snapshot needs --table SCHEMA.TABLE (the captured table to snapshot)")
+    click.echo(request_snapshot(dsn, TableRef.parse(signal_table), list(tables), stop=stop))
