@@ -65,7 +65,8 @@ class EdgeConnection:
 
     def run(self, query: bytes, params: list[bytes | None] | None = None) -> pq.abc.PGresult:
         conn = self()
-        result = conn.pgconn.exec_params(query, params or [], result_format=0)
+        result = (conn.pgconn.exec_(query) if params is None
+                  else conn.pgconn.exec_params(query, params, result_format=0))
         if result.status not in (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK):
             message = (result.error_message or b"").decode(errors="replace").strip()
             if conn.pgconn.status != pq.ConnStatus.OK:
@@ -119,7 +120,7 @@ class ChunkReader:
         query = sql.SQL("SELECT {} FROM {} ORDER BY {} LIMIT 1").format(
             keys, sql.Identifier(schema, table),
             sql.SQL(", ").join(sql.SQL("{} DESC").format(sql.Identifier(k)) for k in shape.key))
-        result = self._connection.run(self._bytes(query))
+        result = self._connection.run(self._bytes(query), [])
         if result.ntuples == 0:
             return None
         return tuple(_text(result.get_value(0, j)) for j in range(result.nfields))
