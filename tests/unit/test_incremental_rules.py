@@ -338,3 +338,30 @@ def test_a_snapshot_sees_transactions_by_their_32_bit_xid_across_epochs() -> Non
     assert snapshot.visible(4) and not snapshot.visible(9) and snapshot.visible(10)
     assert snapshot.visible(0xFFFFFFF0)  # the previous epoch's, long finished
     assert snapshot.settled(4) and not snapshot.settled(10)
+
+
+def test_acknowledged_rows_and_tables_left_reach_the_metrics_and_status() -> None:
+    from cdc_relay.config import TableRef
+    from cdc_relay.model import Lsn as Position
+    from cdc_relay.ops.metrics.collectors import WalCollector
+    from cdc_relay.ops.status import StatusReport
+    from tests.unit.test_metrics_endpoint import samples
+
+    world = _World(visible={k: 0 for k in range(1, 5)})
+    stats = RelayStats()
+    assert not any("incremental" in k for k in samples(WalCollector(stats, None)))
+    snapshots = IncrementalSnapshots(world, _Store(), size=10, captured=lambda s, t: True,
+                                     instance="i", stats=stats)
+    snapshots.resume()
+    snapshots.signal(SnapshotSignal("s1", "execute-snapshot", '{"data-collections": ["t"]}', Lsn(0)))
+    snapshots.tick(0, 0)
+    snapshots.emitted(len(snapshots.mark(SnapshotMark(world.pending_mark or "", Lsn(3)))))
+    snapshots.tick(4, 0)
+    got = samples(WalCollector(stats, None))
+    assert got["cdc_relay_incremental_snapshot_rows_total"] == 4
+    assert got["cdc_relay_incremental_snapshot_tables"] == 0
+    report = StatusReport("cdc_relay", Position(1), None, TableRef("public", "outbox_events"),
+                          0, 0, incremental=(("public.t", "done", 4),))
+    assert "incremental snapshot  public.t: done, 4 rows acknowledged" in "\n".join(report.lines())
+    assert report.to_dict()["incremental_snapshots"] == [
+        {"table": "public.t", "state": "done", "rows_done": 4}]
