@@ -78,17 +78,19 @@ def config_from(values: dict[str, Any]) -> CaptureConfig | None:
 
 @click.command("snapshot")
 @dsn_option
-@option("--table", "tables", multiple=True, required=False, metavar="SCHEMA.TABLE",
-        help="A captured table to snapshot (repeatable); with --stop, none means all.")
+@click.argument("tables", nargs=-1, metavar="[SCHEMA.TABLE]...")
 @option("--signal-table", default="public.cdc_relay_signal", show_default=True,
         help="The running relay's signal table (run --signal-table).")
 @option("--stop", is_flag=True, default=False,
         help="Write a stop-snapshot signal instead of execute-snapshot.")
 def snapshot(dsn: str, tables: tuple[str, ...], signal_table: str, stop: bool) -> None:
-    """Ask a running relay for an incremental snapshot of captured tables (docs/table-cdc.md)."""
+    """Ask a running relay for an incremental snapshot of captured tables (docs/table-cdc.md).
+
+    With --stop, the named tables' snapshots end (all of them when none is named)."""
     from cdc_relay.app.incremental import request_snapshot
     from cdc_relay.config import TableRef
 
     if not tables and not stop:
-        raise ConfigError("snapshot needs --table SCHEMA.TABLE (the captured table to snapshot)")
+        raise ConfigError("snapshot needs the captured tables to snapshot: cdc-relay snapshot "
+                          "--dsn DSN SCHEMA.TABLE [SCHEMA.TABLE...]")
     click.echo(request_snapshot(dsn, TableRef.parse(signal_table), list(tables), stop=stop))

@@ -44,7 +44,7 @@ def _rows(dsn: str, name: str) -> dict[int, tuple[int, str]]:
 
 
 def _snapshot(dsn: str, *tables: str) -> None:
-    done = run_cli("snapshot", "--dsn", dsn, *(a for t in tables for a in ("--table", t)))
+    done = run_cli("snapshot", "--dsn", dsn, *tables)
     assert done.returncode == 0, done.stderr
     assert "execute-snapshot" in done.stdout
 

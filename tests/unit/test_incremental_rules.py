@@ -365,3 +365,16 @@ def test_acknowledged_rows_and_tables_left_reach_the_metrics_and_status() -> Non
     assert "incremental snapshot  public.t: done, 4 rows acknowledged" in "\n".join(report.lines())
     assert report.to_dict()["incremental_snapshots"] == [
         {"table": "public.t", "state": "done", "rows_done": 4}]
+
+
+def test_the_snapshot_command_refuses_bad_input_in_one_line(capsys: Any) -> None:
+    from cdc_relay.cli.main import cli
+    from cdc_relay.cli.options import run_cli
+    from cdc_relay.errors import ExitCode
+
+    dsn = "host=127.0.0.1 port=1 dbname=x user=u connect_timeout=2"
+    assert run_cli(cli, ["snapshot", "--dsn", dsn]) == ExitCode.USAGE
+    assert "snapshot needs the captured tables" in capsys.readouterr().err
+    assert run_cli(cli, ["snapshot", "--dsn", dsn, "a;b.c"]) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
