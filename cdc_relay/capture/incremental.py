@@ -294,6 +294,9 @@ class IncrementalSnapshots:
         if not accepted:
             return
         self._store.queue(request.signal_id, accepted)
+        # a table asked for again under a new signal starts again from its first key
+        self._drop([p for p in self._queue if (p.schema, p.table) in accepted
+                    and p.signal_id != request.signal_id])
         known = {(p.schema, p.table, p.signal_id) for p in self._queue}
         for progress in self._store.unfinished():
             if (progress.schema, progress.table, progress.signal_id) not in known:
@@ -422,13 +425,19 @@ class IncrementalSnapshots:
         for progress in stopping:
             log.info("incremental snapshot of %s stopped (signal %s)", progress.qualified,
                      request.signal_id)
+        self._drop(stopping)
+        self._count()
+
+    def _drop(self, leaving: list[TableProgress]) -> None:
+        """Take tables out of the queue; the active one's open window is forgotten."""
+        if not leaving:
+            return
         active = self.active
-        self._queue = deque(p for p in self._queue if p not in stopping)
-        if active is not None and active in stopping:
+        self._queue = deque(p for p in self._queue if all(p is not q for q in leaving))
+        if active is not None and any(active is q for q in leaving):
             self._window, self._pending = None, None
             self._recent.clear()
             self._due = bool(self._queue)
-        self._count()
 
     def _count(self) -> None:
         self._stats.incremental_tables = len(self._queue)

@@ -69,8 +69,10 @@ class _Store:
         self.states[(progress.schema, progress.table)] = "running"
 
     def progress(self, progress: TableProgress, last_key: Key | None) -> None:
-        self.rows[(progress.schema, progress.table)].last_key = last_key
-        self.acked_keys.append(last_key)
+        row = self.rows[(progress.schema, progress.table)]
+        if row.signal_id == progress.signal_id:  # as the table's UPDATE ... AND signal_id
+            row.last_key = last_key
+            self.acked_keys.append(last_key)
 
     def finished(self, progress: TableProgress) -> None:
         self.states[(progress.schema, progress.table)] = "done"
@@ -378,3 +380,21 @@ def test_the_snapshot_command_refuses_bad_input_in_one_line(capsys: Any) -> None
     assert run_cli(cli, ["snapshot", "--dsn", dsn, "a;b.c"]) == ExitCode.USAGE
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_a_new_signal_for_a_table_being_snapshotted_starts_it_again_from_its_first_key() -> None:
+    world = _World(visible={k: 0 for k in range(1, 8)})
+    store = _Store()
+    snapshots = IncrementalSnapshots(world, store, size=3, captured=lambda s, t: True,
+                                     instance="i")
+    snapshots.resume()
+    snapshots.signal(SnapshotSignal("s1", "execute-snapshot", '{"data-collections": ["t"]}', Lsn(0)))
+    snapshots.tick(0, 0)
+    snapshots.emitted(len(snapshots.mark(SnapshotMark(world.pending_mark or "", Lsn(3)))))
+    snapshots.signal(SnapshotSignal("s2", "execute-snapshot", '{"data-collections": ["t"]}', Lsn(4)))
+    active = snapshots.active
+    assert active is not None and active.signal_id == "s2" and active.last_key is None
+    snapshots.tick(3, 1)  # s1's chunk acknowledged: s1's progress no longer counts
+    assert store.rows[("public", "t")].signal_id == "s2"
+    assert store.rows[("public", "t")].last_key is None and store.acked_keys == []
+    assert snapshots.mark(SnapshotMark(world.pending_mark or "", Lsn(9)))[0].new == [b"1", 0]
