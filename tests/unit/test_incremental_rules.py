@@ -181,6 +181,16 @@ class _Relay:
         self.snapshots.tick(self.tokens, self.now)
 
 
+def _signalled(world: _World, store: _Store | None = None, *, size: int = 3,
+               stats: RelayStats | None = None) -> IncrementalSnapshots:
+    """Snapshots of the model's table, asked for by signal ``s1``."""
+    snapshots = IncrementalSnapshots(world, store or _Store(), size=size,
+                                     captured=lambda s, t: True, instance="i", stats=stats)
+    snapshots.resume()
+    snapshots.signal(SnapshotSignal("s1", "execute-snapshot", '{"data-collections": ["t"]}', Lsn(0)))
+    return snapshots
+
+
 def _check(published: list[tuple[str, int, int | None]], table: dict[int, int]) -> None:
     state: dict[int, int] = {}
     newest: dict[int, float] = {}
@@ -270,10 +280,7 @@ def test_a_snapshot_not_seeing_a_streamed_transaction_is_read_again_later() -> N
 def test_progress_is_recorded_only_once_the_chunk_is_acknowledged_and_resumes_after_it() -> None:
     world = _World(visible={k: 0 for k in range(1, 8)})
     store = _Store()
-    snapshots = IncrementalSnapshots(world, store, size=3, captured=lambda s, t: True,
-                                     instance="i")
-    snapshots.resume()
-    snapshots.signal(SnapshotSignal("s1", "execute-snapshot", '{"data-collections": ["t"]}', Lsn(0)))
+    snapshots = _signalled(world, store, size=3)
     snapshots.tick(0, 0)
     window = world.pending_mark
     assert window is not None
@@ -352,10 +359,7 @@ def test_acknowledged_rows_and_tables_left_reach_the_metrics_and_status() -> Non
     world = _World(visible={k: 0 for k in range(1, 5)})
     stats = RelayStats()
     assert not any("incremental" in k for k in samples(WalCollector(stats, None)))
-    snapshots = IncrementalSnapshots(world, _Store(), size=10, captured=lambda s, t: True,
-                                     instance="i", stats=stats)
-    snapshots.resume()
-    snapshots.signal(SnapshotSignal("s1", "execute-snapshot", '{"data-collections": ["t"]}', Lsn(0)))
+    snapshots = _signalled(world, None, size=10, stats=stats)
     snapshots.tick(0, 0)
     snapshots.emitted(len(snapshots.mark(SnapshotMark(world.pending_mark or "", Lsn(3)))))
     snapshots.tick(4, 0)
@@ -385,10 +389,7 @@ def test_the_snapshot_command_refuses_bad_input_in_one_line(capsys: Any) -> None
 def test_a_new_signal_for_a_table_being_snapshotted_starts_it_again_from_its_first_key() -> None:
     world = _World(visible={k: 0 for k in range(1, 8)})
     store = _Store()
-    snapshots = IncrementalSnapshots(world, store, size=3, captured=lambda s, t: True,
-                                     instance="i")
-    snapshots.resume()
-    snapshots.signal(SnapshotSignal("s1", "execute-snapshot", '{"data-collections": ["t"]}', Lsn(0)))
+    snapshots = _signalled(world, store, size=3)
     snapshots.tick(0, 0)
     snapshots.emitted(len(snapshots.mark(SnapshotMark(world.pending_mark or "", Lsn(3)))))
     snapshots.signal(SnapshotSignal("s2", "execute-snapshot", '{"data-collections": ["t"]}', Lsn(4)))
