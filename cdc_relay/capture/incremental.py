@@ -2,8 +2,8 @@
 
 Owns ``IncrementalSnapshots``, the session's partner for a table snapshotted while the
 stream goes on (docs/table-cdc.md, incremental snapshots; docs/design.md, the capture
-room), and its pure pieces: ``parse_signal`` (a signal table row → a ``Request``),
-``XidSnapshot`` (which transactions a chunk's read saw) and the chunk ``Window``.
+room). Its vocabulary is capture/chunks.py (``XidSnapshot``, ``Chunk``, the ``Window``,
+the edge's Protocols), its signals capture/signals.py (``parse_signal``).
 
 One table at a time, in primary-key order, ``size`` rows per chunk:
 
@@ -42,184 +42,31 @@ read the clock (``tick`` gets it), produce or confirm anything (the session does
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
+from cdc_relay.capture.chunks import (
+    Chunk,
+    ChunkSource,
+    Key,
+    ProgressStore,
+    TableProgress,
+    Window,
+    XidSnapshot,
+)
 from cdc_relay.capture.jsonw import dumps
+from cdc_relay.capture.signals import INCREMENTAL, Request, SignalRefused, parse_signal
 from cdc_relay.model import CapturedRow, SnapshotMark, SnapshotSignal
 from cdc_relay.stats import RelayStats
 
-__all__ = ["Chunk", "ChunkSource", "IncrementalSnapshots", "ProgressStore", "Request",
-           "SignalRefused", "TableProgress", "Window", "XidSnapshot", "parse_signal"]
+__all__ = ["RETRY_AFTER", "IncrementalSnapshots"]
 
 log = logging.getLogger("cdc_relay.snapshot")
 
-INCREMENTAL = "incremental"  # source.snapshot of an incremental snapshot's rows, as Debezium's
 RETRY_AFTER = 0.2  # seconds before a chunk whose snapshot was not safe is read again
-
-Key = tuple[str | None, ...]  # a primary key's values as text, in the key's column order
-
-
-class SignalRefused(ValueError):
-    """A signal the relay cannot act on: its message is the one line to log."""
-
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    """``execute`` (snapshot ``tables`` in order) or ``stop`` (them; all when empty)."""
-
-    action: str
-    tables: tuple[tuple[str, str], ...]
-    signal_id: str
-
-
-def parse_signal(signal_id: str, kind: str, data: str | None) -> Request | None:
-    """A signal table row (Debezium's ``id``, ``type``, ``data``) → a Request; None for a
-    type that is not a snapshot's (Debezium's ``log``, ...); SignalRefused otherwise."""
-    if kind not in ("execute-snapshot", "stop-snapshot"):
-        return None
-    try:
-        body = json.loads(data) if data else {}
-    except ValueError as exc:
-        raise SignalRefused(f"signal {signal_id!r}: data is not JSON ({exc})") from exc
-    if not isinstance(body, dict):
-        raise SignalRefused(f"signal {signal_id!r}: data must be a JSON object")
-    snapshot_type = str(body.get("type", INCREMENTAL)).lower()
-    if snapshot_type != INCREMENTAL:
-        raise SignalRefused(f"signal {signal_id!r}: snapshot type {snapshot_type!r} is not "
-                            "supported (only incremental)")
-    if body.get("additional-conditions") or body.get("additional-condition"):
-        raise SignalRefused(f"signal {signal_id!r}: additional-conditions are not supported")
-    names = body.get("data-collections", [])
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise SignalRefused(f"signal {signal_id!r}: data-collections must be a list of names")
-    if kind == "execute-snapshot" and not names:
-        raise SignalRefused(f"signal {signal_id!r}: execute-snapshot names no data-collections")
-    tables = tuple(_table_name(n) for n in names)
-    return Request("execute" if kind == "execute-snapshot" else "stop", tables, signal_id)
-
-
-def _table_name(name: str) -> tuple[str, str]:
-    schema, dot, table = name.strip().partition(".")
-    return (schema, table) if dot else ("public", schema)
-
-
-@dataclass(frozen=True, slots=True)
-class XidSnapshot:
-    """A transaction snapshot (``pg_current_snapshot()``): which transactions it sees."""
-
-    xmin: int
-    xmax: int
-    xip: frozenset[int] = frozenset()
-
-    @classmethod
-    def parse(cls, text: str) -> XidSnapshot:
-        """``xmin:xmax:xip,xip`` as PostgreSQL writes it."""
-        xmin, xmax, xip = text.split(":")
-        return cls(int(xmin), int(xmax), frozenset(int(x) for x in xip.split(",") if x))
-
-    def visible(self, xid: int) -> bool:
-        """Whether a committed transaction ``xid`` is visible to this snapshot. The stream
-        names transactions by their 32-bit xid, the snapshot by 64-bit ones (epoch and
-        xid): a committed transaction began before the snapshot, so its epoch is the one
-        that puts it below ``xmax``."""
-        full = self._full(xid)
-        return full < self.xmin or (full < self.xmax and full not in self.xip)
-
-    def settled(self, xid: int) -> bool:
-        """Whether ``xid`` ended before every transaction this snapshot saw running (every
-        later snapshot sees it too)."""
-        return self._full(xid) < self.xmin
-
-    def _full(self, xid: int) -> int:
-        full = (self.xmax & ~0xFFFFFFFF) | (xid & 0xFFFFFFFF)
-        return full - (1 << 32) if full >= self.xmax else full
-
-
-@dataclass(slots=True)
-class Chunk:
-    """What a chunk read returns: the rows (text values, in ``codec``'s column order and
-    primary-key order), the last one's key, when and in which transaction it was read,
-    the window its high watermark names, and whether the table has rows after it."""
-
-    codec: Any
-    rows: list[list[bytes | object | None]]
-    last_key: Key | None
-    read_us: int
-    xid: int | None
-    window: str
-    more: bool
-
-
-class ChunkSource(Protocol):
-    """The PostgreSQL edge that reads chunks (wal/incremental/chunks.py)."""
-
-    def problem(self, schema: str, table: str) -> str | None:
-        """Why the table cannot be snapshotted (missing, no primary key), or None."""
-
-    def upper_bound(self, schema: str, table: str) -> Key | None:
-        """The table's largest primary key now (None: the table is empty)."""
-
-    def read(self, schema: str, table: str, after: Key | None, upto: Key, size: int,
-             window: str, safe: Callable[[XidSnapshot], bool]) -> Chunk | None:
-        """The next chunk and its high watermark; None when ``safe`` refused the snapshot
-        (nothing read, no watermark written)."""
-
-
-@dataclass(slots=True)
-class TableProgress:
-    """A table's snapshot as the store keeps it: None as ``upto`` until its first chunk."""
-
-    schema: str
-    table: str
-    signal_id: str
-    last_key: Key | None = None
-    upto: Key | None = None
-    rows: int = 0
-
-    @property
-    def qualified(self) -> str:
-        return f"{self.schema}.{self.table}"
-
-
-class ProgressStore(Protocol):
-    """The snapshots' durable state on the primary (wal/incremental/state.py)."""
-
-    def unfinished(self) -> list[TableProgress]:
-        """The queued and running tables, in the order they were asked for."""
-
-    def queue(self, signal_id: str, tables: list[tuple[str, str]]) -> None:
-        """Queue the tables under the signal (a table already queued under that signal
-        stays as it is: a replayed signal)."""
-
-    def started(self, progress: TableProgress) -> None:
-        """The table's first chunk is about to be read (``upto`` is set)."""
-
-    def progress(self, progress: TableProgress, last_key: Key | None) -> None:
-        """Every row up to ``last_key`` is acknowledged (``rows`` in all)."""
-
-    def finished(self, progress: TableProgress) -> None:
-        """Every row of the table is acknowledged."""
-
-    def stopped(self, tables: list[tuple[str, str]] | None) -> None:
-        """Stop these tables' snapshots (all of them with None)."""
-
-
-@dataclass(slots=True)
-class Window:
-    """One chunk between its read and its high watermark: the rows by message key."""
-
-    window: str
-    chunk: Chunk
-    rows: dict[bytes, list[bytes | object | None]] = field(default_factory=dict)
-
-    def drop(self, key: bytes) -> None:
-        """A streamed change touched ``key``: its row is not emitted."""
-        self.rows.pop(key, None)
 
 
 @dataclass(slots=True)

@@ -18,15 +18,9 @@ from typing import Any
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from cdc_relay.capture.incremental import (
-    Chunk,
-    IncrementalSnapshots,
-    Key,
-    SignalRefused,
-    TableProgress,
-    XidSnapshot,
-    parse_signal,
-)
+from cdc_relay.capture.chunks import Chunk, Key, TableProgress, XidSnapshot
+from cdc_relay.capture.incremental import IncrementalSnapshots
+from cdc_relay.capture.signals import SignalRefused, parse_signal
 from cdc_relay.model import CapturedRow, Lsn, SnapshotMark, SnapshotSignal
 from cdc_relay.stats import RelayStats
 

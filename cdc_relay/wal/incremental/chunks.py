@@ -34,8 +34,8 @@ from typing import Any
 import psycopg
 from psycopg import pq, sql
 
+from cdc_relay.capture.chunks import Chunk, Key, XidSnapshot
 from cdc_relay.capture.envelope import TableCodec
-from cdc_relay.capture.incremental import Chunk, Key, XidSnapshot
 from cdc_relay.capture.shape import TableShape
 from cdc_relay.errors import SourceLost
 from cdc_relay.pg.catalog import lacks_select, table_shape

@@ -25,7 +25,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from cdc_relay.capture.incremental import Key, TableProgress
+from cdc_relay.capture.chunks import Key, TableProgress
 from cdc_relay.config import TableRef
 from cdc_relay.errors import SourceLost
 from cdc_relay.pg.db import translate_error
