@@ -12,10 +12,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["Chunk", "ChunkSource", "Key", "ProgressStore", "TableProgress", "Window",
-           "XidSnapshot"]
+__all__ = ["Chunk", "ChunkSource", "Key", "ProgressStore", "TableGone", "TableProgress",
+           "Window", "XidSnapshot"]
 
 Key = tuple[str | None, ...]  # a primary key's values as text, in the key's column order
+
+
+class TableGone(Exception):
+    """The table was dropped or lost its primary key during its snapshot (the message
+    says which): its snapshot stops."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,6 +53,7 @@ from cdc_relay.capture.chunks import (
     ChunkSource,
     Key,
     ProgressStore,
+    TableGone,
     TableProgress,
     Window,
     XidSnapshot,
@@ -223,32 +224,17 @@ class IncrementalSnapshots:
 
     def _read(self, now: float) -> None:
         progress = self._queue[0]
-        if progress.upto is None:
-            problem = None if self._captured(progress.schema, progress.table) else "no longer captured"
-            problem = problem or self._source.problem(progress.schema, progress.table)
-            if problem is not None:
-                log.warning("incremental snapshot of %s stopped: %s", progress.qualified, problem)
-                self._store.stopped([(progress.schema, progress.table)])
-                self._queue.popleft()
-                self._due = bool(self._queue)
-                self._count()
-                return
-            upto = self._source.upper_bound(progress.schema, progress.table)
-            if upto is None:  # empty: nothing to read
-                self._queue.popleft()
-                self._store.finished(progress)
-                log.info("incremental snapshot of %s finished: the table is empty", progress.qualified)
-                self._due = bool(self._queue)
-                self._count()
-                return
-            progress.upto = upto
-            self._store.started(progress)
-            log.info("incremental snapshot of %s started (chunks of %d rows)", progress.qualified,
-                     self._size)
+        if progress.upto is None and not self._begin(progress):
+            return
+        assert progress.upto is not None
         self._counter += 1
         name = f"{self._instance}:{self._counter}"
-        chunk = self._source.read(progress.schema, progress.table, progress.last_key,
-                                  progress.upto, self._size, name, self._safe)
+        try:
+            chunk = self._source.read(progress.schema, progress.table, progress.last_key,
+                                      progress.upto, self._size, name, self._safe)
+        except TableGone as exc:
+            self._end(progress, f"stopped: {exc}", stopped=True)
+            return
         if chunk is None:
             self._retry_at = now + RETRY_AFTER
             return
@@ -259,6 +245,35 @@ class IncrementalSnapshots:
             assert key is not None  # a snapshotted table has a primary key
             window.rows[key] = values
         self._window = window
+
+    def _begin(self, progress: TableProgress) -> bool:
+        """A table's first chunk is due: its largest key (False: it ended already)."""
+        problem = None if self._captured(progress.schema, progress.table) else "no longer captured"
+        problem = problem or self._source.problem(progress.schema, progress.table)
+        if problem is not None:
+            self._end(progress, f"stopped: {problem}", stopped=True)
+            return False
+        upto = self._source.upper_bound(progress.schema, progress.table)
+        if upto is None:
+            self._end(progress, "finished: the table is empty", stopped=False)
+            return False
+        progress.upto = upto
+        self._store.started(progress)
+        log.info("incremental snapshot of %s started (chunks of %d rows)", progress.qualified,
+                 self._size)
+        return True
+
+    def _end(self, progress: TableProgress, why: str, *, stopped: bool) -> None:
+        """The table's snapshot ends before a chunk of it was read."""
+        if stopped:
+            log.warning("incremental snapshot of %s %s", progress.qualified, why)
+            self._store.stopped([(progress.schema, progress.table)])
+        else:
+            log.info("incremental snapshot of %s %s", progress.qualified, why)
+            self._store.finished(progress)
+        self._drop([progress])
+        self._due = bool(self._queue)
+        self._count()
 
     def _safe(self, snapshot: XidSnapshot) -> bool:
         """The chunk's snapshot sees every transaction of the table already streamed."""

@@ -18,7 +18,7 @@ from typing import Any
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from cdc_relay.capture.chunks import Chunk, Key, TableProgress, XidSnapshot
+from cdc_relay.capture.chunks import Chunk, Key, TableGone, TableProgress, XidSnapshot
 from cdc_relay.capture.incremental import IncrementalSnapshots
 from cdc_relay.capture.signals import SignalRefused, parse_signal
 from cdc_relay.model import CapturedRow, Lsn, SnapshotMark, SnapshotSignal
@@ -393,3 +393,17 @@ def test_a_new_signal_for_a_table_being_snapshotted_starts_it_again_from_its_fir
     assert store.rows[("public", "t")].signal_id == "s2"
     assert store.rows[("public", "t")].last_key is None and store.acked_keys == []
     assert snapshots.mark(SnapshotMark(world.pending_mark or "", Lsn(9)))[0].new == [b"1", 0]
+
+
+def test_a_table_dropped_during_its_snapshot_stops_it_with_one_line(caplog: Any) -> None:
+    class Dropped(_World):
+        def read(self, *args: Any, **kwargs: Any) -> Chunk | None:
+            raise TableGone("the table was dropped")
+
+    world = Dropped(visible={1: 0})
+    store = _Store()
+    snapshots = _signalled(world, store)
+    snapshots.tick(0, 0)
+    assert snapshots.active is None and store.states[("public", "t")] == "stopped"
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        "incremental snapshot of public.t stopped: the table was dropped"]

@@ -34,10 +34,10 @@ from typing import Any
 import psycopg
 from psycopg import pq, sql
 
-from cdc_relay.capture.chunks import Chunk, Key, XidSnapshot
+from cdc_relay.capture.chunks import Chunk, Key, TableGone, XidSnapshot
 from cdc_relay.capture.envelope import TableCodec
 from cdc_relay.capture.shape import TableShape
-from cdc_relay.errors import SourceLost
+from cdc_relay.errors import ServiceUnavailable, SourceLost
 from cdc_relay.pg.catalog import lacks_select, table_shape
 from cdc_relay.pg.db import connect, translate_error
 from cdc_relay.wal.backfill.tables import TEXT_SESSION
@@ -58,7 +58,7 @@ class EdgeConnection:
             try:
                 self._conn = connect(self._dsn, autocommit=True,
                                      application_name="cdc-relay incremental snapshot")
-            except Exception as exc:
+            except ServiceUnavailable as exc:  # refused access, bad settings: raised as they are
                 raise SourceLost(f"incremental snapshot: {exc}") from exc
             self.run(TEXT_SESSION)
         return self._conn
@@ -137,8 +137,8 @@ class ChunkReader:
                 return None
             shape = table_shape(edge(), schema, table)
             if shape is None or not shape.key:
-                raise SourceLost(f"incremental snapshot: {schema}.{table} lost its primary key "
-                                 "or was dropped; reconnecting to read on from its progress")
+                raise TableGone("the table was dropped" if shape is None
+                                else "the table lost its primary key")
             codec = self._codec(shape)
             result = edge.run(self._select(shape, after, size), [
                 *(None if v is None else v.encode() for v in after or ()),
