@@ -20,7 +20,7 @@ import psycopg
 import pytest
 
 from tests.integration.wal_support import init_db, start_relay
-from tests.support import KafkaCollector, Msg, run_cli, wait_for
+from tests.support import CliProcess, KafkaCollector, Msg, run_cli, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -110,6 +110,16 @@ def _replay(messages: list[Msg], topic: str) -> tuple[dict[int, tuple[int, str]]
     return state, violations
 
 
+def _capturing(db: str, bootstrap: str, prefix: str, table: str, rows: int, chunk: int
+               ) -> tuple[CliProcess, str, tuple[str, ...]]:
+    """A fresh table of ``rows`` rows and a relay capturing it alone: (relay, topic, args)."""
+    init_db(db, plugin="pgoutput")
+    _table(db, table, rows)
+    extra = _capture(prefix, f"public.{table}", "--no-outbox", "--snapshot-chunk-size", str(chunk))
+    relay = start_relay(db, bootstrap, prefix, plugin="pgoutput", extra=extra)
+    return relay, f"{prefix}.public.{table}", extra
+
+
 def _r_events(messages: list[Msg], topic: str) -> list[dict[str, Any]]:
     return [json.loads(m.value) for m in messages
             if m.topic == topic and m.value is not None and json.loads(m.value)["op"] == "r"]
@@ -118,12 +128,7 @@ def _r_events(messages: list[Msg], topic: str) -> list[dict[str, Any]]:
 @pytest.mark.slow
 def test_a_snapshot_under_concurrent_writes_ends_equal_to_the_table_and_never_reorders_a_key(
         db: str, broker: object, topic_prefix: str) -> None:
-    init_db(db, plugin="pgoutput")
-    _table(db, "items", 6000)
-    topic = f"{topic_prefix}.public.items"
-    relay = start_relay(db, broker.bootstrap, topic_prefix, plugin="pgoutput",  # type: ignore[attr-defined]
-                        extra=_capture(topic_prefix, "public.items", "--no-outbox",
-                                       "--snapshot-chunk-size", "400"))
+    relay, topic, _ = _capturing(db, broker.bootstrap, topic_prefix, "items", 6000, 400)  # type: ignore[attr-defined]
     writer = Writer(db, "items", 6500, seed=43)
     try:
         writer.start()
@@ -155,12 +160,8 @@ def test_a_snapshot_under_concurrent_writes_ends_equal_to_the_table_and_never_re
 @pytest.mark.slow
 def test_a_snapshot_killed_mid_way_resumes_from_the_last_acknowledged_chunk(
         db: str, broker: object, topic_prefix: str) -> None:
-    init_db(db, plugin="pgoutput")
-    _table(db, "big", 8000)
-    topic = f"{topic_prefix}.public.big"
-    extra = _capture(topic_prefix, "public.big", "--no-outbox", "--snapshot-chunk-size", "100")
     bootstrap = broker.bootstrap  # type: ignore[attr-defined]
-    relay = start_relay(db, bootstrap, topic_prefix, plugin="pgoutput", extra=extra)
+    relay, topic, extra = _capturing(db, bootstrap, topic_prefix, "big", 8000, 100)
     _snapshot(db, "public.big")
 
     def acked() -> tuple[Any, ...] | None:
