@@ -547,8 +547,14 @@ class CaptureConfig:
     binary_handling: str = "bytes"
     hstore_handling: str = "json"
     money_fraction_digits: int = 2
+    # incremental snapshots: the signal table (None: cdc_relay_signal in the outbox table's
+    # schema) and the rows per chunk (Debezium's incremental.snapshot.chunk.size)
+    signal_table: str | None = None
+    chunk_size: int = 1024
 
     def __post_init__(self) -> None:
+        if self.chunk_size < 1:
+            raise ConfigError(f"--snapshot-chunk-size must be at least 1, not {self.chunk_size}")
         if not self.tables.strip():
             raise ConfigError("--capture names no table: e.g. --capture public.customers")
         if not self.prefix or not re.fullmatch(r"[A-Za-z0-9._-]+", self.prefix):

@@ -181,10 +181,30 @@ class CapturedRow:
 
 UNCHANGED = object()  # CapturedRow: an unchanged TOASTed value (pgoutput's 'u')
 
+
+@dataclass(frozen=True, slots=True)
+class SnapshotSignal:
+    """A row inserted into the signal table (``run --capture``; Debezium's signal table
+    columns ``id``, ``type``, ``data``): capture/incremental.py acts on it."""
+
+    id: str
+    type: str
+    data: str | None
+    lsn: Lsn
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotMark:
+    """An incremental snapshot's high watermark: the logical decoding message naming the
+    ``window`` a chunk read opened (capture/incremental.py), at ``lsn``."""
+
+    window: str
+    lsn: Lsn
+
 # What a decoder yields for one replication message. Other messages (updates, deletes of
 # tables not captured, other prefixes' logical messages, relations, ...) decode to None
 # and are not Changes.
-Change = Begin | OutboxEvent | Commit | IgnoredMessage | CapturedRow
+Change = Begin | OutboxEvent | Commit | IgnoredMessage | CapturedRow | SnapshotSignal | SnapshotMark
 
 
 @dataclass(slots=True)

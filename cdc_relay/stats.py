@@ -44,6 +44,9 @@ class RelayStats:
     # run --capture: per "schema.table", seconds from the commit of its last streamed change
     # to the moment the relay made its event
     captured_lag: dict[str, float] = field(default_factory=dict)
+    # run --capture, incremental snapshots: rows acknowledged, tables queued or running
+    incremental_rows: int = 0
+    incremental_tables: int = 0
 
 
 @dataclass

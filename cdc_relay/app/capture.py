@@ -51,6 +51,7 @@ class CaptureSetup:
     shapes: dict[tuple[str, str], TableShape]
     problems: tuple[str, ...] = ()
     publication: Outcome | None = None  # None: not asked for
+    signal: TableRef | None = None  # incremental snapshots' signal table (None: off)
 
 
 def check_capture(capture: CaptureConfig, *, plugin: str, plugin_from_slot: bool,
@@ -70,18 +71,25 @@ def check_capture(capture: CaptureConfig, *, plugin: str, plugin_from_slot: bool
 
 
 def prepare_capture(conn: psycopg.Connection[Any], tables_option: str, publication: str,
-                    plugin: str, *, truncate: bool = False) -> CaptureSetup:
+                    plugin: str, *, truncate: bool = False, signal: TableRef | None = None
+                    ) -> CaptureSetup:
     """The captured tables exist (ConfigError else), their problems are found (the caller
     reports them), and with pgoutput the publication publishes their changes (their
-    truncates too with ``truncate``) - before the slot is made. wal2json needs no
-    publication: the slot's options name the tables (capture/wal2json.py)."""
+    truncates too with ``truncate``) - before the slot is made. With ``signal``, the
+    incremental snapshots' signal table too (app/incremental.py; None in the setup when the
+    role may not). wal2json needs no publication: the slot's options name the tables
+    (capture/wal2json.py); it has no incremental snapshots (no signal table)."""
     from cdc_relay.wal.slot.setup import ensure_capture_publication
 
     shapes, problems = capture_tables(conn, tables_option, plugin)
     if plugin != "pgoutput":
         return CaptureSetup(shapes, problems)
     outcome = ensure_capture_publication(conn, publication, sorted(shapes), truncate=truncate)
-    return CaptureSetup(shapes, problems, outcome)
+    if signal is not None:
+        from cdc_relay.app.incremental import ensure_signal
+
+        signal = signal if ensure_signal(conn, signal, publication) else None
+    return CaptureSetup(shapes, problems, outcome, signal)
 
 
 def capture_tables(conn: psycopg.Connection[Any], tables_option: str, plugin: str = "pgoutput",
@@ -117,7 +125,7 @@ def capture_decoder(outbox: Decoder, capture: CaptureConfig, router: RouterConfi
     from cdc_relay.decoding.wal2json import Wal2JsonDecoder
     from cdc_relay.pg.catalog import CatalogLookup
 
-    options = CodecOptions(capture.prefix, _with_schemas(router.message_format),
+    options = CodecOptions(capture.prefix, with_schemas(router.message_format),
                            capture.placeholder, capture.truncate, type_modes(capture))
     catalog = CatalogLookup(dsn, setup.shapes)
     selection = Selection.parse(capture.tables)
@@ -125,7 +133,8 @@ def capture_decoder(outbox: Decoder, capture: CaptureConfig, router: RouterConfi
         return Wal2JsonCaptureDecoder(outbox, selection, catalog, options, catalog.types,
                                       catalog.positions)
     assert isinstance(outbox, PgOutputDecoder)
-    return CaptureDecoder(outbox, selection, catalog, options, catalog.types)
+    signals = None if setup.signal is None else (setup.signal.schema, setup.signal.name)
+    return CaptureDecoder(outbox, selection, catalog, options, catalog.types, signals=signals)
 
 
 def wal2json_capture_options(capture: CaptureConfig, outbox: TableRef, setup: CaptureSetup, *,
@@ -146,7 +155,7 @@ def type_modes(capture: CaptureConfig) -> TypeModes:
         raise ConfigError(str(exc)) from exc
 
 
-def _with_schemas(message_format: str) -> bool:
+def with_schemas(message_format: str) -> bool:
     """Whether the codec writes JsonConverter's schema blocks: for ``debezium-json``, and for
     ``avro``, whose encoder (cdc_relay/sink/registry/captured.py) derives the Avro schema
     from them."""
@@ -169,7 +178,7 @@ def table_snapshot(capture: CaptureConfig, router_config: RouterConfig, dsn: str
     the relay's per-table event counts (RelayStats.captured), its ``r`` events added."""
     from cdc_relay.wal.backfill.tables import TableSnapshot
 
-    schemas = _with_schemas(router_config.message_format)
+    schemas = with_schemas(router_config.message_format)
     modes = type_modes(capture)
     codecs = [TableCodec(setup.shapes[t], tuple(c.name for c in setup.shapes[t].columns),
                          capture.prefix, schemas, capture.placeholder, modes=modes)
@@ -180,8 +189,8 @@ def table_snapshot(capture: CaptureConfig, router_config: RouterConfig, dsn: str
 
 def capture_snapshot(capture: CaptureConfig, router_config: RouterConfig,
                      repl: ReplicationConfig, parts: SnapshotParts,
-                     counts: dict[tuple[str, str], int] | None = None
-                     ) -> tuple[CaptureSetup, TableSnapshot]:
+                     counts: dict[tuple[str, str], int] | None = None,
+                     signal: TableRef | None = None) -> tuple[CaptureSetup, TableSnapshot]:
     """``--capture --snapshot initial``: the captured tables in the publication (before the
     cut-over may create the slot, which needs them there), their problems logged, and
     their snapshot's parts."""
@@ -189,7 +198,7 @@ def capture_snapshot(capture: CaptureConfig, router_config: RouterConfig,
 
     with connect(repl.dsn, autocommit=True, application_name="cdc-relay") as conn:
         setup = prepare_capture(conn, capture.tables, repl.publication, repl.plugin,
-                                truncate=capture.truncate)
+                                truncate=capture.truncate, signal=signal)
     for problem in setup.problems:
         log.warning("%s", problem)
     return setup, table_snapshot(capture, router_config, repl.dsn, setup, parts, counts)

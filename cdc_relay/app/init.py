@@ -30,6 +30,7 @@ from typing import Any
 import psycopg
 
 from cdc_relay.app.capture import CaptureSetup, prepare_capture
+from cdc_relay.app.incremental import SIGNAL_TABLE
 from cdc_relay.config import OutboxConfig, TableRef
 from cdc_relay.errors import ConfigError, RelayError
 from cdc_relay.model import SlotStatus, human_bytes
@@ -206,7 +207,8 @@ def init_database(
                 plugin, note = plugin_for_slot(conn, slot)
             if capture is not None:  # before the slot: pgoutput needs the publication then
                 captured = prepare_capture(conn, capture, publication, plugin,
-                                           truncate=capture_truncate)
+                                           truncate=capture_truncate,
+                                           signal=TableRef(table.schema, SIGNAL_TABLE))
             replication = _replication_or_partial(conn, table, slot, plugin, publication,
                                                   applied, version, failover=failover)
         else:
@@ -239,7 +241,8 @@ def _capture_only(conn: psycopg.Connection[Any], table: TableRef, slot: str, plu
     note = None
     if plugin is None:
         plugin, note = plugin_for_slot(conn, slot)
-    captured = prepare_capture(conn, capture, publication, plugin, truncate=truncate)
+    captured = prepare_capture(conn, capture, publication, plugin, truncate=truncate,
+                               signal=TableRef(table.schema, SIGNAL_TABLE))
     slot_outcome = ensure_slot(conn, slot, plugin, table, failover)
     return InitReport(
         table=table, migrations_applied=(), schema_version=0, trigger=Outcome.SKIPPED,

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from cdc_relay.app.capture import check_capture
+from cdc_relay.app.incremental import build_snapshots, signal_table
 from cdc_relay.config import (
     CaptureConfig,
     ExactlyOnceConfig,
@@ -152,9 +153,10 @@ def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
     repl = settings.replication
     outbox = replace(settings.outbox, extra_columns=settings.router.extra_columns())
     decoder, options = make_decoder(repl, outbox, partitioned=partitioned)
-    capture_router = None
+    capture_router = snapshots = None
+    stats = stats or RelayStats()
     if settings.capture is not None and capture is not None:
-        from cdc_relay.app.capture import capture_decoder, make_capture_router
+        from cdc_relay.app.capture import capture_decoder, make_capture_router, with_schemas
 
         if repl.plugin == "wal2json":
             from cdc_relay.app.capture import wal2json_capture_options
@@ -163,6 +165,10 @@ def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
                                                partitioned=partitioned)
         decoder = capture_decoder(decoder, settings.capture, settings.router, repl.dsn, capture)
         capture_router = make_capture_router(settings.capture, repl.dsn)
+        if capture.signal is not None:  # incremental snapshots (app/incremental.py)
+            snapshots = build_snapshots(settings.capture, dsn=repl.dsn, slot=repl.slot,
+                                        signal=capture.signal, stats=stats,
+                                        schemas=with_schemas(settings.router.message_format))
 
     def source_factory() -> ReplicationSource:
         nonlocal position_conn  # the first stream takes it
@@ -181,6 +187,7 @@ def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
         mode=mode,
         first_sink=first_sink,
         capture=capture_router,
+        snapshots=snapshots,
     )
 
 
@@ -404,7 +411,8 @@ def _startup_checks(settings: WalSettings) -> _Checked:
             from cdc_relay.app.capture import prepare_capture
 
             captured = prepare_capture(conn, settings.capture.tables, repl.publication,
-                                       repl.plugin, truncate=settings.capture.truncate)
+                                       repl.plugin, truncate=settings.capture.truncate,
+                                       signal=signal_table(settings.capture, settings.outbox.table))
             for problem in captured.problems:
                 log.warning("%s", problem)
         outbox = settings.outbox
@@ -459,7 +467,8 @@ def _backfill_then_stream(settings: WalSettings, stop: threading.Event) -> int:
 
         captured, tables = capture_snapshot(settings.capture, settings.router, repl,
                                             (router, sink_factory, settings.flow, backfill),
-                                            stats.captured)
+                                            stats.captured,
+                                            signal_table(settings.capture, settings.outbox.table))
     _log_start(settings)
     with _serve_metrics(settings.metrics, stats, dsn=repl.dsn, slot=repl.slot, backfill=backfill,
                         sink=sink_name(settings.sink)):

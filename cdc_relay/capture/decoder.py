@@ -18,6 +18,9 @@ alone, untouched). Per message it reads the kind byte and:
   old one (``K``: the replica identity's columns, the others NULL; ``O``: the whole
   row), unchanged TOASTed values as ``UNCHANGED``. Other relations' go to the outbox
   decoder (which publishes outbox inserts and ignores the rest).
+* Insert into the signal table (``signals``, incremental snapshots): a SnapshotSignal;
+  a transactional logical decoding message with the snapshots' prefix: the high
+  watermark's SnapshotMark (capture/incremental.py).
 * Truncate ``T``, with ``CodecOptions.truncate`` (``--capture-truncate``): one CapturedRow
   of ``op`` ``t`` whose ``table`` is the tuple of the captured tables it names (one
   message names every table of one TRUNCATE statement the publication has); without it,
@@ -42,7 +45,7 @@ from cdc_relay.capture.shape import RelationColumn, TableShape, TypeLookup, shap
 from cdc_relay.capture.types import DEFAULT_MODES
 from cdc_relay.decoding.compiled import DecodeFunction
 from cdc_relay.errors import DecodeError
-from cdc_relay.model import UNCHANGED, CapturedRow, Change, Lsn
+from cdc_relay.model import UNCHANGED, CapturedRow, Change, Lsn, SnapshotMark, SnapshotSignal
 
 __all__ = ["CaptureDecoder", "CodecOptions"]
 
@@ -52,6 +55,7 @@ _OID_TYPMOD = struct.Struct("!Ii")
 _BEGIN = struct.Struct("!QqI")  # final_lsn, commit timestamp (µs since 2000-01-01), xid
 _COMMIT = struct.Struct("!BQQq")
 _PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01 in microseconds since 1970-01-01
+MARK_PREFIX = b"cdc-relay-snapshot\x00"  # an incremental snapshot's high watermark message
 
 ShapeLookup = Callable[[str, str], TableShape | None]
 
@@ -81,7 +85,9 @@ class CaptureDecoder:
     ``decode`` and ``reset``)."""
 
     def __init__(self, outbox: OutboxDecoder, selection: Selection, shapes: ShapeLookup,
-                 options: CodecOptions, types: TypeLookup = lambda oid, typmod: None) -> None:
+                 options: CodecOptions, types: TypeLookup = lambda oid, typmod: None,
+                 signals: tuple[str, str] | None = None) -> None:
+        """``signals``: the signal table (schema, table) of incremental snapshots."""
         self._outbox = outbox
         self._forward = outbox.decode
         self._selection = selection
@@ -94,6 +100,8 @@ class CaptureDecoder:
         self._xid: int | None = None
         self._commit_us = 0
         self._last_commit: Lsn | None = None
+        self._signals = signals
+        self._signal_columns: dict[int, tuple[int, int, int]] = {}  # relid: id, type, data
 
     def reset(self) -> None:
         """Forget relations and the open transaction (every reconnect)."""
@@ -115,6 +123,12 @@ class CaptureDecoder:
                 codec = self._codecs.get(_UINT32.unpack_from(buf, 1)[0])
                 if codec is not None:
                     return self._row(kind, buf, codec, Lsn(wal_start))
+                if kind == 0x49 and self._signal_columns:
+                    signal = self._signal(buf, Lsn(wal_start))
+                    if signal is not None:
+                        return signal
+            elif kind == 0x4D and buf.startswith(MARK_PREFIX, 10):  # 'M', the snapshots'
+                return SnapshotMark(buf[14 + len(MARK_PREFIX):].decode(), Lsn(wal_start))
             elif kind == 0x42:  # 'B'
                 _, commit_ts, self._xid = _BEGIN.unpack_from(buf, 1)
                 self._commit_us = commit_ts + _PG_EPOCH_US
@@ -139,6 +153,9 @@ class CaptureDecoder:
         name, pos = _cstring(buf, pos)
         self._codecs.pop(relid, None)
         schema = namespace or "pg_catalog"
+        if (schema, name) == self._signals:
+            self._signal_relation(relid, buf, pos)
+            return
         if not self._selection.matches(schema, name):
             return
         identity = chr(buf[pos])
@@ -162,6 +179,28 @@ class CaptureDecoder:
                            options.schemas, options.placeholder, modes=options.modes)
         self._known[(schema, name)] = (tuple(columns), identity, codec)
         self._codecs[relid] = codec
+
+    def _signal_relation(self, relid: int, buf: bytes, pos: int) -> None:
+        """The signal table's columns ``id``, ``type``, ``data`` by position."""
+        ncols = _UINT16.unpack_from(buf, pos + 1)[0]
+        pos += 3
+        names = []
+        for _ in range(ncols):
+            column, pos = _cstring(buf, pos + 1)
+            names.append(column)
+            pos += 8
+        if {"id", "type", "data"} <= set(names):
+            self._signal_columns[relid] = (names.index("id"), names.index("type"),
+                                           names.index("data"))
+
+    def _signal(self, buf: bytes, lsn: Lsn) -> SnapshotSignal | None:
+        columns = self._signal_columns.get(_UINT32.unpack_from(buf, 1)[0])
+        if columns is None or buf[5] != 0x4E:  # 'N'
+            return None
+        values, _ = _tuple(buf, 6)
+        ident, kind, data = (v.decode() if isinstance(v, bytes) else None
+                             for v in (values[i] for i in columns))
+        return SnapshotSignal(ident or "", kind or "", data, lsn)
 
     def _truncate(self, buf: bytes, lsn: Lsn) -> CapturedRow | None:
         """Truncate: relation count, options (CASCADE, RESTART IDENTITY), relation ids."""

@@ -1,7 +1,8 @@
 """The options of ``run --capture`` (table CDC), gathered into one CaptureConfig value.
 
 ``capture_options`` adds the flags and hands the command a single ``capture`` argument
-(None unless ``--capture``). Every option has its ``CDC_RELAY_*`` variable and
+(None unless ``--capture``); ``snapshot`` is the command that asks a running relay for an
+incremental snapshot (a signal row). Every option has its ``CDC_RELAY_*`` variable and
 config-file key like the others (``capture = "public.*"`` under ``[run]``). It must not
 contain command logic.
 """
@@ -20,7 +21,7 @@ from cdc_relay.capture.modes import (
     INTERVAL_MODES,
     TIME_MODES,
 )
-from cdc_relay.cli.options import F, option
+from cdc_relay.cli.options import F, dsn_option, option
 from cdc_relay.config import UNAVAILABLE_VALUE, CaptureConfig
 from cdc_relay.errors import ConfigError
 
@@ -34,7 +35,7 @@ MODE_OPTIONS = (
 )
 _NAMES = ("capture", "capture_prefix", "no_outbox", "capture_tombstones", "capture_placeholder",
           "capture_truncate", *(f"capture_{name}" for name, _, _ in MODE_OPTIONS),
-          "capture_money_fraction_digits")
+          "capture_money_fraction_digits", "signal_table", "snapshot_chunk_size")
 
 
 
@@ -70,6 +71,12 @@ def capture_options(f: F) -> F:
         option("--capture-money-fraction-digits", type=click.IntRange(0, 20), default=2,
                show_default=True, help="The scale of a money column (Debezium's "
                                        "money.fraction.digits)."),
+        option("--signal-table", default=None, metavar="SCHEMA.TABLE",
+               help="Incremental snapshots' signal table, as Debezium's signal.data.collection "
+                    "(default: cdc_relay_signal in --table's schema; docs/table-cdc.md)."),
+        option("--snapshot-chunk-size", type=int, default=1024, show_default=True,
+               help="Rows per chunk of an incremental snapshot (Debezium's "
+                    "incremental.snapshot.chunk.size)."),
     ]
     wrapped: Any = command
     for decorator in reversed(decorators):
@@ -91,4 +98,26 @@ def config_from(values: dict[str, Any]) -> CaptureConfig | None:
     return CaptureConfig(values["capture"], values["capture_prefix"], not values["no_outbox"],
                          values["capture_tombstones"], values["capture_placeholder"],
                          values["capture_truncate"], **modes,
-                         money_fraction_digits=values["capture_money_fraction_digits"])
+                         money_fraction_digits=values["capture_money_fraction_digits"],
+                         signal_table=values["signal_table"],
+                         chunk_size=values["snapshot_chunk_size"])
+
+
+@click.command("snapshot")
+@dsn_option
+@click.argument("tables", nargs=-1, metavar="[SCHEMA.TABLE]...")
+@option("--signal-table", default="public.cdc_relay_signal", show_default=True,
+        help="The running relay's signal table (run --signal-table).")
+@option("--stop", is_flag=True, default=False,
+        help="Write a stop-snapshot signal instead of execute-snapshot.")
+def snapshot(dsn: str, tables: tuple[str, ...], signal_table: str, stop: bool) -> None:
+    """Ask a running relay for an incremental snapshot of captured tables (docs/table-cdc.md).
+
+    With --stop, the named tables' snapshots end (all of them when none is named)."""
+    from cdc_relay.app.incremental import request_snapshot
+    from cdc_relay.config import TableRef
+
+    if not tables and not stop:
+        raise ConfigError("snapshot needs the captured tables to snapshot: cdc-relay snapshot "
+                          "--dsn DSN SCHEMA.TABLE [SCHEMA.TABLE...]")
+    click.echo(request_snapshot(dsn, TableRef.parse(signal_table), list(tables), stop=stop))

@@ -366,6 +366,9 @@ dead_letters.add_command(replay)
 cli.add_command(status)
 cli.add_command(doctor)
 cli.add_command(slot)
+from cdc_relay.cli.capture import snapshot  # noqa: E402 - registered after the group
+
+cli.add_command(snapshot)
 from cdc_relay.cli.demo import demo  # noqa: E402 - registered after the group
 
 cli.add_command(demo)

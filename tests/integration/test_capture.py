@@ -165,7 +165,8 @@ def test_init_capture_adds_the_tables_and_reports_their_problems_and_doctor_chec
             " ORDER BY 1").fetchall()
         flags = conn.execute("SELECT pubinsert, pubupdate, pubdelete FROM pg_publication"
                              " WHERE pubname = 'cdc_relay_outbox'").fetchone()
-    assert [r[0] for r in published] == ["customers", "events_log", "outbox_events"]
+    assert [r[0] for r in published] == ["cdc_relay_signal", "customers", "events_log",
+                                        "outbox_events"]  # the signal table: incremental snapshots
     assert flags == (True, True, True)
     after = run_cli("doctor", "--dsn", db, "--capture", "public.customers,public.events_log",
                     "--format", "json")

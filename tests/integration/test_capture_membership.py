@@ -148,4 +148,4 @@ def test_a_table_removed_from_capture_is_decoded_and_skipped_and_the_slot_moves_
     with psycopg.connect(db) as conn:  # the relay never removes a table from the publication
         published = conn.execute("SELECT tablename FROM pg_publication_tables WHERE pubname ="
                                  " 'cdc_relay_outbox' ORDER BY 1").fetchall()
-    assert [r[0] for r in published] == ["gone_t", "keep_t", "outbox_events"]
+    assert [r[0] for r in published] == ["cdc_relay_signal", "gone_t", "keep_t", "outbox_events"]

@@ -175,6 +175,12 @@ class WalCollector:
                        "Non-transactional 'cdc-relay' logical decoding messages, never published.",
                        stats.ignored_messages)
         yield from captured_metrics(stats)
+        if stats.incremental_rows or stats.incremental_tables:  # run --capture's snapshots
+            yield _counter("cdc_relay_incremental_snapshot_rows", "Rows of incremental "
+                           "snapshots the broker acknowledged (op: r events).",
+                           stats.incremental_rows)
+            yield _gauge("cdc_relay_incremental_snapshot_tables", "Tables whose incremental "
+                         "snapshot is queued or running.", stats.incremental_tables)
         if self._probe is not None:
             yield from slot_metrics(self._probe)
 

@@ -46,9 +46,9 @@ from cdc_relay.wal.backfill.loop import Backfill, BackfillStats, BackfillTimings
 from cdc_relay.wal.backfill.snapshot import SlotSnapshot
 
 FETCH_SIZE = 1000
-_SESSION = (b"SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET extra_float_digits = 3;"
-            b" SET IntervalStyle = 'postgres'; SET bytea_output = 'hex';"
-            b" SET synchronize_seqscans = off")
+TEXT_SESSION = (b"SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET extra_float_digits = 3;"
+                b" SET IntervalStyle = 'postgres'; SET bytea_output = 'hex';"
+                b" SET synchronize_seqscans = off")
 
 
 def _ident(name: str) -> bytes:
@@ -89,7 +89,7 @@ class TableSnapshotReader:
         self._conn = conn = connect(self._dsn, autocommit=True,
                                     application_name="cdc-relay table snapshot")
         self.pid = conn.info.backend_pid
-        self._exec(_SESSION)
+        self._exec(TEXT_SESSION)
         self._exec(b"BEGIN ISOLATION LEVEL REPEATABLE READ")
         if self._snapshot_name is not None:
             self._exec(b"SET TRANSACTION SNAPSHOT '" + self._snapshot_name.encode() + b"'")

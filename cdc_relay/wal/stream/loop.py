@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable
 
 from cdc_relay.backoff import Backoff
+from cdc_relay.capture.incremental import IncrementalSnapshots
 from cdc_relay.capture.route import CaptureRouter
 from cdc_relay.config import FlowConfig
 from cdc_relay.delivery.engine import ProducerFailed
@@ -158,6 +159,7 @@ class WalRelay:
         mode: DeliveryMode | None = None,
         first_sink: SinkWarmUp | None = None,
         capture: CaptureRouter | None = None,
+        snapshots: IncrementalSnapshots | None = None,
     ) -> None:
         self._source_factory = source_factory
         self._decoder = decoder
@@ -167,7 +169,7 @@ class WalRelay:
         self._clock = clock
         self._parts = SessionParts(decoder=decoder, router=router, flow=flow, timings=timings,
                                    stats=self.stats, clock=self._now, mode=mode or AtLeastOnce(),
-                                   capture=capture)
+                                   capture=capture, snapshots=snapshots)
         self._backoff = Backoff(timings.reconnect_min, timings.reconnect_max,
                                 healthy_after=timings.healthy_after)
         self._first_sink = first_sink

@@ -33,12 +33,24 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from cdc_relay.acks import AckTracker
+from cdc_relay.capture.incremental import IncrementalSnapshots
 from cdc_relay.capture.route import CaptureRouter, Routed
 from cdc_relay.config import FlowConfig
 from cdc_relay.decoding.compiled import DecodeFunction
 from cdc_relay.delivery.engine import Engine, ProducerFailed, Stopped
 from cdc_relay.errors import DeadLetterRefused, SourceLost
-from cdc_relay.model import Begin, CapturedRow, Change, Commit, IgnoredMessage, Lsn, Message, OutboxEvent
+from cdc_relay.model import (
+    Begin,
+    CapturedRow,
+    Change,
+    Commit,
+    IgnoredMessage,
+    Lsn,
+    Message,
+    OutboxEvent,
+    SnapshotMark,
+    SnapshotSignal,
+)
 from cdc_relay.routing import Router, RoutingError
 from cdc_relay.sink.base import (
     DeliveryError,
@@ -113,6 +125,7 @@ class SessionParts:
     clock: Callable[[], float]
     mode: DeliveryMode = field(default_factory=AtLeastOnce)  # wal/stream/delivery.py
     capture: CaptureRouter | None = None  # run --capture: captured rows' messages
+    snapshots: IncrementalSnapshots | None = None  # run --capture: incremental snapshots
 
 
 class Session:
@@ -135,6 +148,9 @@ class Session:
         self._next_change = source.changes(parts.decoder.decode)
         self._route = parts.router.route  # per event: bound once, as the sink's produce
         self._capture = parts.capture
+        self._snapshots = parts.snapshots
+        if self._snapshots is not None:
+            self._snapshots.resume()  # this session's tokens start afresh
         self._sink_produce = sink.produce
         self._clock = parts.clock
         self._max_events = parts.flow.max_inflight_events
@@ -162,6 +178,8 @@ class Session:
                 wake = self.mode.tick(clock())  # delivery mode
                 if engine.redo:
                     engine.produce_redo()
+                if self._snapshots is not None:  # acked chunks recorded, the next one read
+                    self._snapshots.tick(tracker.low, clock())
                 self.stats.last_tick = clock()
                 if tracker.inflight >= self._max_events or engine.inflight_bytes >= self._max_bytes:
                     # Backpressure: leave the WAL unread (libpq buffers nothing more), but
@@ -283,6 +301,8 @@ class Session:
                         self._maybe_send_status(self._clock(), force=True)
                 elif type(change) is CapturedRow:
                     seq = registered = self._captured(change, seq)
+                elif type(change) is SnapshotMark or type(change) is SnapshotSignal:
+                    seq = registered = self._incremental(change, seq)
         finally:
             tracker.produced_many(seq - registered)
         return count
@@ -295,6 +315,8 @@ class Session:
         ``skip`` says it is in Kafka already, admitted into the open Kafka transaction
         (exactly-once). Returns the next token."""
         assert self._capture is not None  # a CapturedRow comes only from the capture decoder
+        if self._snapshots is not None:  # drops the row's keys from an open window
+            self._snapshots.streamed(row)
         routed = self._capture.route(row)
         messages, problems = routed.messages, routed.problems
         if self.skip:  # delivery mode: the first ones (or all) are delivered already
@@ -324,6 +346,22 @@ class Session:
                     out = engine.dead_letter(token, refusal)
             engine.produce(token, out)
         return registered
+
+    def _incremental(self, change: SnapshotMark | SnapshotSignal, seq: int) -> int:
+        """Incremental snapshots (capture/incremental.py): a signal is queued; at a high
+        watermark the chunk's remaining rows are produced as ``op: r`` events, each
+        taking the next token like a streamed row. Returns the next token."""
+        snapshots = self._snapshots
+        if snapshots is None:
+            return seq
+        if type(change) is SnapshotSignal:
+            snapshots.signal(change)
+            return seq
+        assert type(change) is SnapshotMark
+        for row in snapshots.mark(change):
+            seq = self._captured(row, seq)
+        snapshots.emitted(seq)
+        return seq
 
     def _count_captured(self, routed: Routed, row: CapturedRow) -> None:
         """The per-table metrics: events by table and op, the table's lag (its commit to

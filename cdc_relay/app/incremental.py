@@ -1,0 +1,78 @@
+"""Incremental snapshots' part of ``run --capture`` and the ``snapshot`` command.
+
+Owns where the signal table is (``signal_table``), making it and adding it to the
+publication at start-up (``ensure_signal``: a role that may not is one warning, and the
+relay streams without incremental snapshots), the session's ``IncrementalSnapshots`` over
+the PostgreSQL edge (``build_snapshots``), and ``cdc-relay snapshot``'s signal row
+(``request_snapshot``). docs/table-cdc.md, incremental snapshots. Like run.py, it imports
+PostgreSQL-side modules inside its functions only.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from cdc_relay.capture.incremental import IncrementalSnapshots
+from cdc_relay.capture.selection import Selection
+from cdc_relay.config import CaptureConfig, TableRef
+from cdc_relay.errors import RelayError
+from cdc_relay.stats import RelayStats
+
+if TYPE_CHECKING:
+    import psycopg
+
+log = logging.getLogger("cdc_relay")
+
+SIGNAL_TABLE = "cdc_relay_signal"
+
+
+def signal_table(capture: CaptureConfig | None, outbox: TableRef) -> TableRef:
+    """``--signal-table``, or ``cdc_relay_signal`` in the outbox table's schema."""
+    if capture is not None and capture.signal_table:
+        return TableRef.parse(capture.signal_table)
+    return TableRef(outbox.schema, SIGNAL_TABLE)
+
+
+def ensure_signal(conn: psycopg.Connection[Any], signal: TableRef, publication: str) -> bool:
+    """The signal and progress tables exist and the publication publishes the signal
+    table; False (after one warning) when the role may not make them so."""
+    from cdc_relay.wal.incremental.state import ensure_tables
+    from cdc_relay.wal.slot.setup import ensure_capture_publication
+
+    try:
+        ensure_tables(conn, signal)
+        ensure_capture_publication(conn, publication, [(signal.schema, signal.name)])
+    except RelayError as exc:
+        log.warning("incremental snapshots are off: %s", exc)
+        return False
+    return True
+
+
+def build_snapshots(capture: CaptureConfig, *, dsn: str, slot: str, signal: TableRef,
+                    schemas: bool, stats: RelayStats) -> IncrementalSnapshots:
+    """The sessions' IncrementalSnapshots (no I/O until the first session)."""
+    from cdc_relay.wal.incremental.chunks import ChunkReader, EdgeConnection
+    from cdc_relay.wal.incremental.state import ProgressTable
+
+    connection = EdgeConnection(dsn)
+    reader = ChunkReader(connection, prefix=capture.prefix, schemas=schemas,
+                         placeholder=capture.placeholder)
+    selection = Selection.parse(capture.tables)
+    return IncrementalSnapshots(reader, ProgressTable(connection, signal, slot),
+                                size=capture.chunk_size, captured=selection.matches,
+                                instance=uuid.uuid4().hex[:12], stats=stats)
+
+
+def request_snapshot(dsn: str, signal: TableRef, tables: list[str], *, stop: bool) -> str:
+    """``cdc-relay snapshot``: write the signal row; the line to print."""
+    from cdc_relay.pg.db import connect
+    from cdc_relay.wal.incremental.state import write_signal
+
+    for name in tables:
+        TableRef.parse(name)  # ConfigError for a malformed name
+    with connect(dsn, autocommit=True, application_name="cdc-relay snapshot") as conn:
+        ident = write_signal(conn, signal, tables, stop=stop)
+    what = "stop-snapshot" if stop else "execute-snapshot"
+    return f"wrote {what} signal {ident} for {', '.join(tables) or 'every table'} into {signal}"

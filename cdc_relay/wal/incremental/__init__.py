@@ -1,0 +1,1 @@
+"""Incremental snapshots' PostgreSQL edge: the chunk reader, the state and signal tables."""
