@@ -15,6 +15,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from cdc_relay.capture.incremental import IncrementalSnapshots
+from cdc_relay.capture.modes import TypeModes
 from cdc_relay.capture.selection import Selection
 from cdc_relay.config import CaptureConfig, TableRef
 from cdc_relay.errors import RelayError
@@ -51,14 +52,15 @@ def ensure_signal(conn: psycopg.Connection[Any], signal: TableRef, publication: 
 
 
 def build_snapshots(capture: CaptureConfig, *, dsn: str, slot: str, signal: TableRef,
-                    schemas: bool, stats: RelayStats) -> IncrementalSnapshots:
-    """The sessions' IncrementalSnapshots (no I/O until the first session)."""
+                    schemas: bool, modes: TypeModes, stats: RelayStats) -> IncrementalSnapshots:
+    """The sessions' IncrementalSnapshots (no I/O until the first session); ``modes``: the
+    relay's type modes, so that an ``r`` row is written as its streamed rows are."""
     from cdc_relay.wal.incremental.chunks import ChunkReader, EdgeConnection
     from cdc_relay.wal.incremental.state import ProgressTable
 
     connection = EdgeConnection(dsn)
     reader = ChunkReader(connection, prefix=capture.prefix, schemas=schemas,
-                         placeholder=capture.placeholder)
+                         placeholder=capture.placeholder, modes=modes)
     selection = Selection.parse(capture.tables)
     return IncrementalSnapshots(reader, ProgressTable(connection, signal, slot),
                                 size=capture.chunk_size, captured=selection.matches,

@@ -156,7 +156,12 @@ def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
     capture_router = snapshots = None
     stats = stats or RelayStats()
     if settings.capture is not None and capture is not None:
-        from cdc_relay.app.capture import capture_decoder, make_capture_router, with_schemas
+        from cdc_relay.app.capture import (
+            capture_decoder,
+            make_capture_router,
+            type_modes,
+            with_schemas,
+        )
 
         if repl.plugin == "wal2json":
             from cdc_relay.app.capture import wal2json_capture_options
@@ -165,10 +170,15 @@ def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
                                                partitioned=partitioned)
         decoder = capture_decoder(decoder, settings.capture, settings.router, repl.dsn, capture)
         capture_router = make_capture_router(settings.capture, repl.dsn)
-        if capture.signal is not None:  # incremental snapshots (app/incremental.py)
+        if capture.signal is not None and mode is not None:
+            # A chunk is read outside the WAL: a replay cannot count it (docs/table-cdc.md).
+            log.warning("incremental snapshots are off with --exactly-once: a snapshot "
+                        "signal is ignored (docs/table-cdc.md, incremental snapshots)")
+        elif capture.signal is not None:  # incremental snapshots (app/incremental.py)
             snapshots = build_snapshots(settings.capture, dsn=repl.dsn, slot=repl.slot,
                                         signal=capture.signal, stats=stats,
-                                        schemas=with_schemas(settings.router.message_format))
+                                        schemas=with_schemas(settings.router.message_format),
+                                        modes=type_modes(settings.capture))
 
     def source_factory() -> ReplicationSource:
         nonlocal position_conn  # the first stream takes it

@@ -259,3 +259,57 @@ def test_a_table_added_to_capture_later_is_snapshotted_by_signal_while_the_outbo
     orders = {m.key for m in got if m.topic == f"{topic_prefix}.orders"}
     assert orders == {str(i).encode() for i in range(emitted[0])}
     assert emitted[0] > 0
+
+
+def test_snapshot_rows_are_written_in_the_relays_type_modes(
+        db: str, broker: object, topic_prefix: str) -> None:
+    """An ``r`` row of an incremental snapshot is written as the relay's streamed rows are,
+    under ``--capture-decimal-handling string`` too (not Debezium's default modes)."""
+    init_db(db, plugin="pgoutput")
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("CREATE TABLE prices (id int PRIMARY KEY, amount numeric(10,2))")
+        conn.execute("INSERT INTO prices VALUES (1, 12.50)")
+    bootstrap = broker.bootstrap  # type: ignore[attr-defined]
+    relay = start_relay(db, bootstrap, topic_prefix, plugin="pgoutput", extra=_capture(
+        topic_prefix, "public.prices", "--message-format", "debezium-json-schemaless",
+        "--capture-decimal-handling", "string"))
+    try:
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute("INSERT INTO prices VALUES (2, 3.25)")
+        _snapshot(db, "public.prices")
+        with KafkaCollector(bootstrap, f"{topic_prefix}.public.prices") as collector:
+            messages = collector.collect(count=2, timeout=60)
+    finally:
+        assert relay.stop() == 0, relay.stderr
+    values = {(v["op"], v["after"]["id"]): v["after"]["amount"]
+              for v in (json.loads(m.value) for m in messages if m.value)}
+    assert values[("c", 2)] == "3.25"
+    assert values[("r", 1)] == "12.50"
+
+
+def test_a_snapshot_signal_under_exactly_once_is_refused_in_one_line(
+        db: str, broker: object, topic_prefix: str) -> None:
+    """A chunk is read outside the WAL, so an exactly-once replay could not count it:
+    the relay says so at start and for each signal, and streams on."""
+    init_db(db, plugin="pgoutput")
+    _table(db, "kept", 3)
+    bootstrap = broker.bootstrap  # type: ignore[attr-defined]
+    relay = start_relay(db, bootstrap, topic_prefix, plugin="pgoutput", extra=_capture(
+        topic_prefix, "public.kept", "--exactly-once", "--checkpoint-topic",
+        f"{topic_prefix}.checkpoints"))
+    try:
+        _snapshot(db, "public.kept")
+        wait_for(lambda: "snapshot signal" in relay.stderr and "ignored" in relay.stderr,
+                 timeout=30, message="the signal's line")
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute("UPDATE kept SET v = 'streamed' WHERE id = 1")
+        with KafkaCollector(bootstrap, f"{topic_prefix}.public.kept",
+                            config={"isolation.level": "read_committed"}) as collector:
+            messages = collector.collect(count=1, timeout=60)
+            messages = collector.collect(timeout=1.0)
+        assert relay.running()
+    finally:
+        assert relay.stop() == 0, relay.stderr
+    assert [json.loads(m.value)["op"] for m in messages if m.value] == ["u"]
+    assert "incremental snapshots are off with --exactly-once" in relay.stderr
+    assert "Traceback" not in relay.stderr

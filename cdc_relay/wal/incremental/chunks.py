@@ -36,7 +36,9 @@ from psycopg import pq, sql
 
 from cdc_relay.capture.chunks import Chunk, Key, TableGone, XidSnapshot
 from cdc_relay.capture.envelope import TableCodec
+from cdc_relay.capture.modes import TypeModes
 from cdc_relay.capture.shape import TableShape
+from cdc_relay.capture.types import DEFAULT_MODES
 from cdc_relay.errors import ServiceUnavailable, SourceLost
 from cdc_relay.pg.catalog import lacks_select, table_shape
 from cdc_relay.pg.db import connect, translate_error
@@ -93,10 +95,11 @@ class ChunkReader:
     """capture/incremental.py's ChunkSource (see the module docstring)."""
 
     def __init__(self, connection: EdgeConnection, *, prefix: str, schemas: bool,
-                 placeholder: str, clock_us: Callable[[], int] = lambda: time.time_ns() // 1000
-                 ) -> None:
+                 placeholder: str, modes: TypeModes = DEFAULT_MODES,
+                 clock_us: Callable[[], int] = lambda: time.time_ns() // 1000) -> None:
         self._connection = connection
         self._codec_args = (prefix, schemas, placeholder)
+        self._modes = modes  # the relay's type modes: an r row as its streamed rows
         self._clock_us = clock_us
         self._codecs: dict[TableShape, TableCodec] = {}
 
@@ -161,7 +164,8 @@ class ChunkReader:
     def _codec(self, shape: TableShape) -> TableCodec:
         codec = self._codecs.get(shape)
         if codec is None:
-            codec = TableCodec(shape, tuple(c.name for c in shape.columns), *self._codec_args)
+            codec = TableCodec(shape, tuple(c.name for c in shape.columns), *self._codec_args,
+                               modes=self._modes)
             self._codecs = {shape: codec}  # one table at a time
         return codec
 

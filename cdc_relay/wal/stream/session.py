@@ -353,6 +353,9 @@ class Session:
         taking the next token like a streamed row. Returns the next token."""
         snapshots = self._snapshots
         if snapshots is None:
+            if type(change) is SnapshotSignal:
+                log.warning("snapshot signal %r ignored: this relay takes no incremental "
+                            "snapshots (--exactly-once; docs/table-cdc.md)", change.id)
             return seq
         if type(change) is SnapshotSignal:
             snapshots.signal(change)
