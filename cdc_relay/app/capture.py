@@ -52,6 +52,7 @@ class CaptureSetup:
     problems: tuple[str, ...] = ()
     publication: Outcome | None = None  # None: not asked for
     signal: TableRef | None = None  # incremental snapshots' signal table (None: off)
+    own: tuple[tuple[str, str], ...] = ()  # the outbox table relayed: no pattern captures it
 
 
 def check_capture(capture: CaptureConfig, *, plugin: str, plugin_from_slot: bool,
@@ -71,8 +72,8 @@ def check_capture(capture: CaptureConfig, *, plugin: str, plugin_from_slot: bool
 
 
 def prepare_capture(conn: psycopg.Connection[Any], tables_option: str, publication: str,
-                    plugin: str, *, truncate: bool = False, signal: TableRef | None = None
-                    ) -> CaptureSetup:
+                    plugin: str, *, truncate: bool = False, signal: TableRef | None = None,
+                    outbox: TableRef | None = None) -> CaptureSetup:
     """The captured tables exist (ConfigError else), their problems are found (the caller
     reports them), and with pgoutput the publication publishes their changes (their
     truncates too with ``truncate``) - before the slot is made. With ``signal``, the
@@ -81,25 +82,27 @@ def prepare_capture(conn: psycopg.Connection[Any], tables_option: str, publicati
     (capture/wal2json.py); it has no incremental snapshots (no signal table)."""
     from cdc_relay.wal.slot.setup import ensure_capture_publication
 
-    shapes, problems = capture_tables(conn, tables_option, plugin)
+    own = () if outbox is None else ((outbox.schema, outbox.name),)
+    shapes, problems = capture_tables(conn, tables_option, plugin, own=own)
     if plugin != "pgoutput":
-        return CaptureSetup(shapes, problems)
+        return CaptureSetup(shapes, problems, own=own)
     outcome = ensure_capture_publication(conn, publication, sorted(shapes), truncate=truncate)
     if signal is not None:
         from cdc_relay.app.incremental import ensure_signal
 
         signal = signal if ensure_signal(conn, signal, publication) else None
-    return CaptureSetup(shapes, problems, outcome, signal)
+    return CaptureSetup(shapes, problems, outcome, signal, own)
 
 
 def capture_tables(conn: psycopg.Connection[Any], tables_option: str, plugin: str = "pgoutput",
+                   own: tuple[tuple[str, str], ...] = ()
                    ) -> tuple[dict[tuple[str, str], TableShape], tuple[str, ...]]:
     """The shapes of the tables ``--capture`` names (ConfigError when one is missing or
     nothing matches) and their problems: a replica identity that makes UPDATE/DELETE fail,
     a role that may not SELECT them."""
     from cdc_relay.pg.catalog import expand, lacks_select, table_shape
 
-    tables = expand(conn, Selection.parse(tables_option))
+    tables = expand(conn, Selection.parse(tables_option, own))
     if not tables:
         raise ConfigError(f"--capture {tables_option!r} matches no table: check the schema "
                           "name, or create the tables first")
@@ -128,7 +131,7 @@ def capture_decoder(outbox: Decoder, capture: CaptureConfig, router: RouterConfi
     options = CodecOptions(capture.prefix, with_schemas(router.message_format),
                            capture.placeholder, capture.truncate, type_modes(capture))
     catalog = CatalogLookup(dsn, setup.shapes)
-    selection = Selection.parse(capture.tables)
+    selection = Selection.parse(capture.tables, setup.own)
     if isinstance(outbox, Wal2JsonDecoder):
         return Wal2JsonCaptureDecoder(outbox, selection, catalog, options, catalog.types,
                                       catalog.positions)
@@ -190,7 +193,8 @@ def table_snapshot(capture: CaptureConfig, router_config: RouterConfig, dsn: str
 def capture_snapshot(capture: CaptureConfig, router_config: RouterConfig,
                      repl: ReplicationConfig, parts: SnapshotParts,
                      counts: dict[tuple[str, str], int] | None = None,
-                     signal: TableRef | None = None) -> tuple[CaptureSetup, TableSnapshot]:
+                     signal: TableRef | None = None, outbox: TableRef | None = None
+                     ) -> tuple[CaptureSetup, TableSnapshot]:
     """``--capture --snapshot initial``: the captured tables in the publication (before the
     cut-over may create the slot, which needs them there), their problems logged, and
     their snapshot's parts."""
@@ -198,7 +202,7 @@ def capture_snapshot(capture: CaptureConfig, router_config: RouterConfig,
 
     with connect(repl.dsn, autocommit=True, application_name="cdc-relay") as conn:
         setup = prepare_capture(conn, capture.tables, repl.publication, repl.plugin,
-                                truncate=capture.truncate, signal=signal)
+                                truncate=capture.truncate, signal=signal, outbox=outbox)
     for problem in setup.problems:
         log.warning("%s", problem)
     return setup, table_snapshot(capture, router_config, repl.dsn, setup, parts, counts)

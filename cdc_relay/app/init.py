@@ -208,7 +208,8 @@ def init_database(
             if capture is not None:  # before the slot: pgoutput needs the publication then
                 captured = prepare_capture(conn, capture, publication, plugin,
                                            truncate=capture_truncate,
-                                           signal=TableRef(table.schema, SIGNAL_TABLE))
+                                           signal=TableRef(table.schema, SIGNAL_TABLE),
+                                           outbox=table)
             replication = _replication_or_partial(conn, table, slot, plugin, publication,
                                                   applied, version, failover=failover)
         else:

@@ -46,7 +46,9 @@ def doctor(*, dsn: str, outbox: OutboxConfig, slot: str, plugin: str | None, pub
     if capture is not None:
         from cdc_relay.ops.doctor.gather_capture import run_capture_checks
 
-        checks += run_capture_checks(dsn, capture, publication, plugin or "pgoutput")
+        table = outbox.table  # a TableRef: no --capture pattern takes the outbox
+        checks += run_capture_checks(dsn, capture, publication, plugin or "pgoutput",
+                                     own=((table.schema, table.name),))
     text = format_checks_json(checks) if output_format == "json" else format_checks(checks)
     return text, exit_code(checks)
 

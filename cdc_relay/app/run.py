@@ -33,6 +33,7 @@ from cdc_relay.config import (
     OutboxConfig,
     ReplicationConfig,
     RouterConfig,
+    TableRef,
 )
 from cdc_relay.errors import (
     ConfigError,
@@ -422,7 +423,8 @@ def _startup_checks(settings: WalSettings) -> _Checked:
 
             captured = prepare_capture(conn, settings.capture.tables, repl.publication,
                                        repl.plugin, truncate=settings.capture.truncate,
-                                       signal=signal_table(settings.capture, settings.outbox.table))
+                                       signal=signal_table(settings.capture, settings.outbox.table),
+                                       outbox=_relayed_outbox(settings))
             for problem in captured.problems:
                 log.warning("%s", problem)
         outbox = settings.outbox
@@ -478,7 +480,8 @@ def _backfill_then_stream(settings: WalSettings, stop: threading.Event) -> int:
         captured, tables = capture_snapshot(settings.capture, settings.router, repl,
                                             (router, sink_factory, settings.flow, backfill),
                                             stats.captured,
-                                            signal_table(settings.capture, settings.outbox.table))
+                                            signal_table(settings.capture, settings.outbox.table),
+                                            _relayed_outbox(settings))
     _log_start(settings)
     with _serve_metrics(settings.metrics, stats, dsn=repl.dsn, slot=repl.slot, backfill=backfill,
                         sink=sink_name(settings.sink)):
@@ -501,6 +504,13 @@ def _backfill_then_stream(settings: WalSettings, stop: threading.Event) -> int:
             relay.run(stop)
     return _stopped(stats, repl.slot, sink_name(settings.sink),
                     Republished("by the backfill", backfill.published, backfill.dead_lettered))
+
+
+def _relayed_outbox(settings: WalSettings) -> TableRef | None:
+    """The outbox table when the relay relays it (not ``--no-outbox``): no ``--capture``
+    pattern takes it (capture/selection.py)."""
+    capture = settings.capture
+    return settings.outbox.table if capture is None or capture.outbox else None
 
 
 def _log_start(settings: WalSettings) -> None:

@@ -2,7 +2,9 @@
 
 Owns the pattern grammar (``schema.table`` or ``schema.*``, comma-separated, the names
 unquoted identifiers as every other name the relay takes) and ``Selection.matches``,
-asked once per Relation message. Must not: do I/O (expanding patterns into the existing
+asked once per Relation message. A ``schema.*`` pattern never takes the relay's own
+tables: its bookkeeping (``cdc_relay_*``) and the outbox it relays (``own``: the outbox's
+rows are events, not a table's changes). Must not: do I/O (expanding patterns into the existing
 tables is the PostgreSQL edge's, cdc_relay/pg/catalog.py).
 """
 
@@ -14,19 +16,25 @@ from dataclasses import dataclass
 from cdc_relay.config import validate_identifier
 from cdc_relay.errors import ConfigError
 
-__all__ = ["Selection"]
+__all__ = ["RELAY_TABLE_PREFIX", "Selection"]
+
+RELAY_TABLE_PREFIX = "cdc_relay_"  # slots, signal, snapshot progress, backfill, migrations
 
 
 @dataclass(frozen=True, slots=True)
 class Selection:
-    """Exact tables and whole schemas (``schema.*``)."""
+    """Exact tables and whole schemas (``schema.*``); ``own``: the outbox table(s) the relay
+    relays, which no pattern takes and naming is refused."""
 
     tables: frozenset[tuple[str, str]] = frozenset()
     schemas: frozenset[str] = frozenset()
+    own: frozenset[tuple[str, str]] = frozenset()
 
     @classmethod
-    def parse(cls, patterns: tuple[str, ...] | str) -> Selection:
-        """From ``--capture`` text (or its items); ConfigError naming a bad item."""
+    def parse(cls, patterns: tuple[str, ...] | str,
+              own: Iterable[tuple[str, str]] = ()) -> Selection:
+        """From ``--capture`` text (or its items); ConfigError naming a bad item, or the
+        outbox table (``own``) named."""
         items = patterns.split(",") if isinstance(patterns, str) else patterns
         tables: set[tuple[str, str]] = set()
         schemas: set[str] = set()
@@ -44,11 +52,18 @@ class Selection:
                 tables.add((schema, validate_identifier(name, "--capture table")))
         if not tables and not schemas:
             raise ConfigError("--capture names no table: e.g. --capture public.customers")
-        return cls(frozenset(tables), frozenset(schemas))
+        mine = frozenset(own)
+        for schema, name in sorted(tables & mine):
+            raise ConfigError(f"--capture names {schema}.{name}, the outbox table the relay "
+                              "relays as events: leave it out (or relay no outbox: --no-outbox)")
+        return cls(frozenset(tables), frozenset(schemas), mine)
 
     def matches(self, schema: str, table: str) -> bool:
-        """Whether ``schema.table`` is captured."""
-        return schema in self.schemas or (schema, table) in self.tables
+        """Whether ``schema.table`` is captured (a pattern skips the relay's own tables)."""
+        if (schema, table) in self.tables:
+            return True
+        return (schema in self.schemas and not table.startswith(RELAY_TABLE_PREFIX)
+                and (schema, table) not in self.own)
 
     def __str__(self) -> str:
         return ",".join(sorted([f"{s}.*" for s in self.schemas]

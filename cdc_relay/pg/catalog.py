@@ -68,7 +68,8 @@ def expand(conn: psycopg.Connection[Any], selection: Selection) -> list[tuple[st
     try:
         found = set()
         if selection.schemas:
-            found = {(s, t) for s, t in conn.execute(_TABLES, (sorted(selection.schemas),))}
+            found = {(s, t) for s, t in conn.execute(_TABLES, (sorted(selection.schemas),))
+                     if selection.matches(s, t)}
         for schema, table in sorted(selection.tables):
             row = conn.execute("SELECT to_regclass(%s)", (_ident(schema, table),)).fetchone()
             if row is None or row[0] is None:

@@ -294,3 +294,35 @@ def test_snapshot_initial_without_an_outbox_reads_the_tables_then_streams(
     events = [(p["op"], p["source"]["snapshot"]) for p in _payloads(got, topic) if p]  # type: ignore[index]
     assert events == [("r", "first"), ("r", "last"), ("d", "false")]
     assert "backfill of slot cdc_relay finished" in again.stderr
+
+
+def test_a_schema_pattern_leaves_the_outbox_and_the_relays_tables_to_the_relay(
+        db: str, broker: object, topic_prefix: str) -> None:
+    """``--capture 'public.*'`` with the outbox in ``public``: the outbox's rows stay events
+    on their own topics, and the relay's bookkeeping tables are not streamed."""
+    init_db(db, plugin="pgoutput")
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("CREATE TABLE items (id int PRIMARY KEY, v text)")
+    bootstrap = broker.bootstrap  # type: ignore[attr-defined]
+    relay = start_relay(db, bootstrap, topic_prefix, plugin="pgoutput", extra=(
+        "--capture", "public.*", "--capture-prefix", topic_prefix))
+    try:
+        with psycopg.connect(db) as conn:
+            event_id = str(emit(conn, "order", "o-1", "OrderCreated", {"a": 1}))
+            conn.execute("INSERT INTO items VALUES (1, 'x')")
+            conn.commit()
+        with KafkaCollector(bootstrap, topic_prefix) as collector:
+            collector.collect(count=2, timeout=60)
+            messages = collector.collect(timeout=1.0)
+    finally:
+        assert relay.stop() == 0, relay.stderr
+    assert sorted(m.topic for m in messages) == [f"{topic_prefix}.order",
+                                                 f"{topic_prefix}.public.items"]
+    order = next(m for m in messages if m.topic == f"{topic_prefix}.order")
+    assert order.headers["id"].decode() == event_id
+    refused = run_cli("run", "--dsn", db, "--brokers", bootstrap, "--plugin", "pgoutput",
+                      "--capture", "public.items,public.outbox_events",
+                      "--capture-prefix", topic_prefix)
+    assert refused.returncode == 2, refused.stderr
+    assert "outbox table the relay relays as events" in refused.stderr
+    assert "Traceback" not in refused.stderr

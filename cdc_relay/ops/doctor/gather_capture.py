@@ -15,19 +15,21 @@ from cdc_relay.pg.catalog import expand, lacks_select, owns, publication_coverag
 from cdc_relay.pg.db import connect
 
 
-def run_capture_checks(dsn: str, option: str, publication: str,
-                       plugin: str = "pgoutput") -> list[Check]:
-    """The capture checks; one failing Check when the facts cannot be gathered."""
+def run_capture_checks(dsn: str, option: str, publication: str, plugin: str = "pgoutput",
+                       own: tuple[tuple[str, str], ...] = ()) -> list[Check]:
+    """The capture checks; one failing Check when the facts cannot be gathered. ``own``:
+    the outbox table, which no pattern takes (capture/selection.py)."""
     try:
-        facts = _gather(dsn, option, publication, plugin)
+        facts = _gather(dsn, option, publication, plugin, own)
     except RelayError as exc:
         return [Check("captured tables", Verdict.FAIL, f"cannot gather the facts: {exc}")]
     return capture_checks(facts)
 
 
-def _gather(dsn: str, option: str, publication: str, plugin: str) -> CaptureFacts:
+def _gather(dsn: str, option: str, publication: str, plugin: str,
+            own: tuple[tuple[str, str], ...]) -> CaptureFacts:
     try:
-        selection = Selection.parse(option)
+        selection = Selection.parse(option, own)
     except ConfigError as exc:
         return CaptureFacts(option, publication, error=str(exc))
     with connect(dsn, autocommit=True, application_name="cdc-relay doctor") as conn:
