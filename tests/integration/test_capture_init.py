@@ -42,9 +42,12 @@ def test_init_capture_no_outbox_installs_the_publication_and_slot_only_and_trunc
         conn.execute("INSERT INTO items VALUES (1, 'a')")
         conn.execute("TRUNCATE items")
         conn.execute("INSERT INTO items VALUES (2, 'b')")
-    # the relay's bookkeeping (the slot's record), no outbox table, no migrations table
-    assert [t[0] for t in tables] == ["cdc_relay_slots", "items"]
-    assert published == (["items"], True)
+    # the relay's bookkeeping (the slot's record, the incremental snapshots' signal and
+    # progress tables), no outbox table, no migrations table
+    assert [t[0] for t in tables] == ["cdc_relay_incremental", "cdc_relay_signal",
+                                      "cdc_relay_slots", "items"]
+    assert published is not None and sorted(published[0]) == ["cdc_relay_signal", "items"]
+    assert published[1] is True
     again = run_cli(*init)
     assert again.returncode == 0, again.stderr
     assert "publication cdc_relay_outbox: existed" in again.stdout.splitlines()
