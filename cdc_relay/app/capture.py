@@ -61,7 +61,7 @@ def check_capture(capture: CaptureConfig, *, plugin: str, plugin_from_slot: bool
                           "not done yet: docs/table-cdc.md)")
     refused = [(exactly_once, "--exactly-once"),
                (other_sink, "a sink other than Kafka"),
-               (message_format.startswith("cloudevents") or message_format in ("json-schema", "protobuf"),
+               (message_format.startswith("cloudevents"),
                 "--message-format " + message_format)]
     for refuse, what in refused:
         if refuse:

@@ -169,10 +169,6 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
     if registry is not None and exactly_once is not None:
         raise ConfigError(f"--message-format {message_format} cannot be combined with "
                           "--exactly-once yet (docs/messages.md)")
-    if registry is not None and capture is not None and message_format != "avro":
-        raise ConfigError(f"--capture with --message-format {message_format} is not supported "
-                          "yet: captured tables take avro, debezium-json or "
-                          "debezium-json-schemaless (docs/table-cdc.md)")
     settings = WalSettings(
         replication=ReplicationConfig(dsn=dsn, slot=slot, plugin=plugin or "pgoutput",
                                       plugin_from_slot=plugin is None, publication=publication,

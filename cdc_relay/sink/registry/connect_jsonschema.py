@@ -72,8 +72,8 @@ def json_schema(connect: dict[str, Any], index: int | None = None) -> dict[str, 
     if index is not None:
         props = {key: out.pop(key) for key in list(out) if key.startswith("connect.")}
         props["connect.index"] = index
-        tail = {key: out.pop(key) for key in ("properties", "items", "additionalProperties")
-                if key in out}
+        tail: dict[str, Any] = {key: out.pop(key) for key in ("properties", "items",
+                                                             "additionalProperties") if key in out}
         out.update(_ordered(props))
         out.update(tail)
     return out

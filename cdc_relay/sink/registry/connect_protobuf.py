@@ -79,7 +79,7 @@ def proto_schema(connect: dict[str, Any]) -> ProtoSchema:
     head = ['syntax = "proto3";'] + ([f"package {package};"] if package else [])
     if builder.decimal:
         head += ["", f'import "{_DECIMAL_FILE}";']
-    text = "\n".join(head + [""] + _render(top)) + "\n"
+    text = "\n".join([*head, "", *_render(top)]) + "\n"
     return ProtoSchema(text, file, top.full.lstrip("."))
 
 
@@ -89,7 +89,7 @@ def _render(message: _Message) -> list[str]:
         out.append("")
         for nested in message.nested:
             out += ["  " + line for line in _render(nested)]
-    return out + ["}"]
+    return [*out, "}"]
 
 
 class _Builder:
