@@ -21,7 +21,7 @@ from cdc_relay.capture.envelope import SourceInfo, TableCodec
 from cdc_relay.capture.route import CaptureRouter
 from cdc_relay.capture.selection import Selection, in_option_order
 from cdc_relay.capture.shape import TableShape, identity_problem
-from cdc_relay.config import CaptureConfig, FlowConfig, ReplicationConfig, RouterConfig
+from cdc_relay.config import REGISTRY_FORMATS, CaptureConfig, FlowConfig, ReplicationConfig, RouterConfig
 from cdc_relay.errors import ConfigError
 
 log = logging.getLogger("cdc_relay")
@@ -126,9 +126,9 @@ def capture_decoder(outbox: Decoder, capture: CaptureConfig, router: RouterConfi
 
 def _with_schemas(message_format: str) -> bool:
     """Whether the codec writes JsonConverter's schema blocks: for ``debezium-json``, and for
-    ``avro``, whose encoder (cdc_relay/sink/registry/captured.py) derives the Avro schema
-    from them."""
-    return message_format in ("debezium-json", "avro")
+    the registry formats, whose encoder (cdc_relay/sink/registry/captured.py) derives their
+    schemas from them."""
+    return message_format in ("debezium-json", *REGISTRY_FORMATS)
 
 
 def make_capture_router(capture: CaptureConfig, dsn: str) -> CaptureRouter:
