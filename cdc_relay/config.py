@@ -517,7 +517,8 @@ class CaptureConfig:
     """Table CDC (``run --capture``, docs/table-cdc.md): the tables (``--capture`` text,
     patterns parsed by capture/selection.py), the topic prefix (Debezium's ``topic.prefix``),
     whether the outbox is relayed too, tombstones after deletes, the unchanged-TOAST
-    placeholder, truncate events (``op: t``, opt-in as Debezium's ``skipped.operations``)."""
+    placeholder, truncate events (``op: t``, opt-in as Debezium's ``skipped.operations``),
+    Debezium's schema and field name adjustment modes (capture/names.py)."""
 
     tables: str
     prefix: str
@@ -525,6 +526,8 @@ class CaptureConfig:
     tombstones: bool = True
     placeholder: str = UNAVAILABLE_VALUE
     truncate: bool = False
+    schema_name_adjustment: str = "none"
+    field_name_adjustment: str = "none"
 
     def __post_init__(self) -> None:
         if not self.tables.strip():

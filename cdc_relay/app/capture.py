@@ -118,7 +118,8 @@ def capture_decoder(outbox: Decoder, capture: CaptureConfig, router: RouterConfi
 
     assert isinstance(outbox, PgOutputDecoder)
     options = CodecOptions(capture.prefix, _with_schemas(router.message_format),
-                           capture.placeholder, capture.truncate)
+                           capture.placeholder, capture.truncate,
+                           (capture.schema_name_adjustment, capture.field_name_adjustment))
     catalog = CatalogLookup(dsn, setup.shapes)
     return CaptureDecoder(outbox, Selection.parse(capture.tables), catalog, options,
                           catalog.types)
@@ -147,7 +148,8 @@ def table_snapshot(capture: CaptureConfig, router_config: RouterConfig, dsn: str
 
     schemas = _with_schemas(router_config.message_format)
     codecs = [TableCodec(setup.shapes[t], tuple(c.name for c in setup.shapes[t].columns),
-                         capture.prefix, schemas, capture.placeholder)
+                         capture.prefix, schemas, capture.placeholder,
+                         names=(capture.schema_name_adjustment, capture.field_name_adjustment))
               for t in in_option_order(capture.tables, setup.shapes)]
     return TableSnapshot(codecs, make_capture_router(capture, dsn), *parts,
                          with_outbox=capture.outbox)

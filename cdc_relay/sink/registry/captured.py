@@ -87,6 +87,10 @@ class CaptureEncoder:
         except SchemaRegistryError as exc:
             if exc.http_status_code == 409:
                 raise self._refused(message, field, schema, exc) from exc
+            if exc.http_status_code == 422:  # a schema the registry cannot take, ever
+                raise Unencodable(f"schema registry {self.config.url} refused the {fmt} "
+                                  f"schema of {message.aggregate_id} as invalid: "
+                                  f"{exc.error_message}") from exc
             raise RegistryTrouble(_registry_text(self.config, exc)) from exc
         except (SerializationError, ValueError, TypeError, KeyError, AttributeError) as exc:
             raise Unencodable(f"the change of {message.aggregate_id} does not fit its "

@@ -55,6 +55,7 @@ class _Avro(FormatSchema):
                  conf: dict[str, Any]) -> None:
         from confluent_kafka.schema_registry.avro import AvroSerializer
 
+        _check_avro_names(connect)
         avro = connect_avro.avro_schema(connect)
         self.text = json.dumps(avro, separators=(",", ":"))
         self.record_name = f"{avro.get('namespace', '')}.{avro.get('name', '')}" \
@@ -64,6 +65,27 @@ class _Avro(FormatSchema):
 
     def columns(self, text: str) -> dict[str, str]:
         return connect_avro.columns(json.loads(text))
+
+
+_AVRO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _check_avro_names(connect: dict[str, Any]) -> None:
+    """ValueError naming the first schema or field name Avro does not allow, and the fix."""
+    name = connect.get("name")
+    if connect.get("type") == "struct" and name and not all(
+            _AVRO_NAME.fullmatch(part) for part in name.split(".")):
+        raise ValueError(f"{name!r} is no legal Avro name: set --capture-schema-name-adjustment "
+                         "avro (Debezium's schema.name.adjustment.mode)")
+    for field in connect.get("fields", []):
+        if not _AVRO_NAME.fullmatch(field["field"]):
+            raise ValueError(f"column {field['field']!r} is no legal Avro name: set "
+                             "--capture-field-name-adjustment avro (Debezium's "
+                             "field.name.adjustment.mode)")
+        _check_avro_names(field)
+    for inner in ("items", "values"):
+        if inner in connect:
+            _check_avro_names(connect[inner])
 
 
 class _JsonSchema(FormatSchema):
