@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
-import sys
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -18,11 +16,11 @@ import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
-from psycopg.conninfo import conninfo_to_dict
 
 from cdc_relay.errors import ExitCode
 from cdc_relay.local.apache_kafka import ApacheKafka
 from cdc_relay.local.apicurio import ApicurioRegistry
+from tests.integration.registry_support import assert_same_subjects, debezium_records
 from tests.integration.wal_support import confirmed_flush, current_wal, init_db, start_relay
 from tests.support import KafkaCollector, Msg, skip_or_fail_in_ci, wait_for
 
@@ -201,24 +199,9 @@ def test_schemas_and_events_equal_debezium_embedded_with_confluents_avroconverte
                                     timeout=60)
     finally:
         assert relay.stop() == 0, relay.stderr
-    info = conninfo_to_dict(db)
-    out = tmp_path / "debezium.jsonl"
-    subprocess.run([sys.executable, "-m", "tests.integration.debezium_child", str(info["host"]),
-                    str(info["port"]), str(info["dbname"]), "dbz", "dbz_pub", dbz, "public.items",
-                    "5", str(out), "no_data", schema_registry.ccompat_url],
-                   check=True, timeout=300, capture_output=True, stdin=subprocess.DEVNULL)
-    theirs = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(theirs) == 5, theirs
-    client = SchemaRegistryClient({"url": schema_registry.ccompat_url})
-    for part, versions in (("key", [1]), ("value", [1, 2])):
-        assert client.get_versions(f"{topic}-{part}") == versions
-        assert client.get_versions(f"{dbz}.public.items-{part}") == versions
-        for version in versions:
-            mine = client.get_version(f"{topic}-{part}", version).schema.schema_str or ""
-            their = client.get_version(f"{dbz}.public.items-{part}", version).schema.schema_str or ""
-            # the same text, property order included, but for the prefix
-            assert mine.replace(f'"{topic_prefix}.public', '"PFX.public') == their.replace(
-                f'"{dbz}.public', '"PFX.public'), f"{part} v{version}:\nours   {mine}\ntheirs {their}"
+    theirs = debezium_records(db, dbz, schema_registry, tmp_path / "debezium.jsonl", 5)
+    assert_same_subjects(schema_registry, (topic, topic_prefix), (f"{dbz}.public.items", dbz),
+                         {"key": [1], "value": [1, 2]})
     ours = [_decode(schema_registry, m) for m in got if m.topic == topic]
     for (key, value), (_, their_key, their_value) in zip(ours, theirs, strict=True):
         dbz_msg = Msg(f"{dbz}.public.items", 0, 0, bytes.fromhex(their_key),

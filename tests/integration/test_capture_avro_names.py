@@ -8,19 +8,15 @@ is selected by ``public.*``: ``--capture`` names take unquoted identifiers only.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import psycopg
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
-from psycopg.conninfo import conninfo_to_dict
 
 from cdc_relay.local.apache_kafka import ApacheKafka
 from cdc_relay.local.apicurio import ApicurioRegistry
+from tests.integration.registry_support import assert_same_subjects, debezium_records
 from tests.integration.test_capture_avro import _comparable, _decode
 from tests.integration.wal_support import init_db, start_relay
 from tests.support import KafkaCollector, Msg, skip_or_fail_in_ci
@@ -75,23 +71,16 @@ def test_avro_adjustment_equals_debezium_embedded(
     got = _run(db, broker, schema_registry, topic_prefix, *ADJUST)
     topic = f"{topic_prefix}.public.my-table"  # the topic keeps the table's name
     assert [m.topic for m in got] == [topic]
-    info = conninfo_to_dict(db)
-    out, dbz = tmp_path / "debezium.jsonl", f"{topic_prefix}dbz"
-    env = dict(os.environ, DEBEZIUM_CHILD_PROPERTIES=json.dumps({
-        "schema.name.adjustment.mode": "avro", "field.name.adjustment.mode": "avro"}))
-    subprocess.run([sys.executable, "-m", "tests.integration.debezium_child", str(info["host"]),
-                    str(info["port"]), str(info["dbname"]), "dbz", "dbz_pub", dbz,
-                    "public.my-table", "1", str(out), "no_data", schema_registry.ccompat_url],
-                   check=True, timeout=300, capture_output=True, stdin=subprocess.DEVNULL, env=env)
-    [(their_topic, their_key, their_value)] = [json.loads(line) for line in out.read_text().splitlines()]
+    dbz = f"{topic_prefix}dbz"
+    [(their_topic, their_key, their_value)] = debezium_records(
+        db, dbz, schema_registry, tmp_path / "debezium.jsonl", 1, tables="public.my-table",
+        properties={"schema.name.adjustment.mode": "avro", "field.name.adjustment.mode": "avro"})
     assert their_topic == f"{dbz}.public.my-table"
-    client = SchemaRegistryClient({"url": schema_registry.ccompat_url})
-    for part in ("key", "value"):
-        mine = client.get_latest_version(f"{topic}-{part}").schema.schema_str or ""
-        their = client.get_latest_version(f"{their_topic}-{part}").schema.schema_str or ""
-        assert mine.replace(f'"{topic_prefix}.public', '"PFX.public') == their.replace(
-            f'"{dbz}.public', '"PFX.public'), f"{part}:\nours   {mine}\ntheirs {their}"
-        assert '"name":"order_id"' in mine and "my_table" in mine
+    assert_same_subjects(schema_registry, (topic, topic_prefix), (their_topic, dbz),
+                         {"key": [1], "value": [1]})
+    mine = SchemaRegistryClient({"url": schema_registry.ccompat_url}).get_latest_version(
+        f"{topic}-value").schema.schema_str or ""
+    assert '"name":"order_id"' in mine and "my_table" in mine
     key, value = _decode(schema_registry, got[0])
     dbz_key, dbz_value = _decode(schema_registry, Msg(their_topic, 0, 0, bytes.fromhex(their_key),
                                                       bytes.fromhex(their_value), {}, 0))

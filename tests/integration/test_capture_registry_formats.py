@@ -7,8 +7,6 @@ a refused change stopping the relay; a subject naming strategy (docs/table-cdc.m
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +17,13 @@ from confluent_kafka.schema_registry.json_schema import JSONDeserializer
 from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf.json_format import MessageToDict
-from psycopg.conninfo import conninfo_to_dict
 
 from cdc_relay.errors import ExitCode
 from cdc_relay.local.apache_kafka import ApacheKafka
 from cdc_relay.local.apicurio import ApicurioRegistry
 from cdc_relay.sink.registry.connect_jsonschema import json_datum
 from cdc_relay.sink.registry.connect_protobuf import fill, message_class, proto_schema
+from tests.integration.registry_support import assert_same_subjects, debezium_records
 from tests.integration.test_capture_avro import TABLE, _capture, _comparable
 from tests.integration.wal_support import confirmed_flush, current_wal, init_db, start_relay
 from tests.support import KafkaCollector, Msg, skip_or_fail_in_ci, wait_for
@@ -212,24 +210,10 @@ def test_protobuf_schemas_and_events_equal_debezium_embedded_with_confluents_pro
     finally:
         assert relay.stop() == 0, relay.stderr
         assert reference.stop() == 0, reference.stderr
-    info = conninfo_to_dict(db)
-    out = tmp_path / "debezium.jsonl"
-    subprocess.run([sys.executable, "-m", "tests.integration.debezium_child", str(info["host"]),
-                    str(info["port"]), str(info["dbname"]), "dbz", "dbz_pub", dbz, "public.items",
-                    "5", str(out), "no_data", schema_registry.ccompat_url, "protobuf",
-                    str(common_protos)],
-                   check=True, timeout=300, capture_output=True, stdin=subprocess.DEVNULL)
-    theirs = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(theirs) == 5, theirs
-    client = SchemaRegistryClient({"url": schema_registry.ccompat_url})
-    for part, versions in (("key", [1]), ("value", [1, 2])):
-        assert client.get_versions(f"{topic}-{part}") == versions
-        assert client.get_versions(f"{dbz}.public.items-{part}") == versions
-        for version in versions:
-            mine = client.get_version(f"{topic}-{part}", version).schema.schema_str or ""
-            their = client.get_version(f"{dbz}.public.items-{part}", version).schema.schema_str or ""
-            assert mine.replace(f"package {topic_prefix}.", "package PFX.") == their.replace(
-                f"package {dbz}.", "package PFX."), f"{part} v{version}:\nours\n{mine}\ntheirs\n{their}"
+    theirs = debezium_records(db, dbz, schema_registry, tmp_path / "debezium.jsonl", 5,
+                              "protobuf", str(common_protos))
+    assert_same_subjects(schema_registry, (topic, topic_prefix), (f"{dbz}.public.items", dbz),
+                         {"key": [1], "value": [1, 2]})
     ours = [m for m in got if m.topic == topic]
     plain_msgs = [m for m in got if m.topic == f"{plain}.public.items"]
     for msg, json_msg, (_, their_key, their_value) in zip(ours, plain_msgs, theirs, strict=True):
