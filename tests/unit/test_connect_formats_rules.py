@@ -102,3 +102,11 @@ def test_a_refused_version_names_its_columns_in_each_format() -> None:
         before, after = new.columns(old.text), new.columns(new.text)
         assert set(after) - set(before) == {"extra"}, made
         assert "price" in before and "source" not in before
+
+
+def test_a_float_nan_has_no_json_schema_number_form() -> None:
+    connect = {"type": "struct", "name": "x.Value", "fields": [
+        {"type": "float64", "optional": True, "field": "ratio"}]}
+    assert json_datum(connect, {"ratio": 1.5}) == {"ratio": 1.5}
+    with pytest.raises(ValueError, match=r"NaN .* has no JSON Schema number form"):
+        json_datum(connect, {"ratio": "NaN"})

@@ -19,7 +19,8 @@ JSON writer make of it:
 
 ``json_datum`` turns the payload (JsonConverter's form) into what the converter writes:
 the same, but a ``Decimal`` is a JSON number (``decimal.Decimal``, written by
-``json_encode`` as BigDecimal's text) instead of base64 bytes.
+``json_encode`` as BigDecimal's text) instead of base64 bytes; a float's NaN or infinity
+(a string in JsonConverter's form) is a ValueError, a number cannot hold it.
 
 Must not: talk to the registry or Kafka (pure data).
 """
@@ -126,6 +127,9 @@ def json_datum(connect: dict[str, Any], value: Any) -> Any:
         return [json_datum(connect["items"], item) for item in value]
     if kind == "map":
         return {key: json_datum(connect["values"], item) for key, item in value.items()}
+    if kind in ("float32", "float64") and isinstance(value, str):
+        raise ValueError(f"{value} (JsonConverter's text for a float) has no JSON Schema "
+                         "number form")
     if kind == "bytes" and connect.get("name") == DECIMAL and isinstance(value, str):
         scale = int(connect.get("parameters", {}).get("scale", "0"))
         unscaled = int.from_bytes(base64.b64decode(value), "big", signed=True)
