@@ -1,5 +1,6 @@
-"""Debezium embedded as the registry formats' reference: run tests/integration/debezium_child.py
-with a converter and compare the subjects it registered with the relay's."""
+"""The registry formats' references: a second relay writing the same changes as JSON on a
+slot of its own, and Debezium embedded (tests/integration/debezium_child.py) with a
+converter, whose subjects are compared with the relay's."""
 
 from __future__ import annotations
 
@@ -10,10 +11,38 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from psycopg.conninfo import conninfo_to_dict
 
+from cdc_relay.local.apache_kafka import ApacheKafka
 from cdc_relay.local.apicurio import ApicurioRegistry
+from tests.integration.wal_support import init_db, start_relay
+from tests.support import KafkaCollector, Msg
+
+
+def side_by_side(db: str, broker: ApacheKafka, topic_prefix: str, ours: tuple[str, ...],
+                 reference: tuple[str, ...], changes: tuple[str, ...], topics: tuple[str, str],
+                 count: int) -> tuple[list[Msg], list[Msg]]:
+    """Two relays (``ours``' and ``reference``'s extra options, the second on slot
+    ``cdc_plain``) over ``changes``: the first ``count`` messages of each of ``topics``."""
+    init_db(db, slot="cdc_plain", plugin="pgoutput")
+    relay = start_relay(db, broker.bootstrap, topic_prefix, plugin="pgoutput", extra=ours)
+    plain = start_relay(db, broker.bootstrap, topic_prefix, plugin="pgoutput", slot="cdc_plain",
+                        extra=reference)
+    try:
+        with psycopg.connect(db, autocommit=True) as conn:
+            for change in changes:
+                conn.execute(change)
+        with KafkaCollector(broker.bootstrap, topic_prefix) as collector:
+            got = collector.collect(until=lambda ms: all(
+                len([m for m in ms if m.topic == t]) >= count for t in topics), timeout=90)
+        assert relay.running() and plain.running(), relay.stderr + plain.stderr
+    finally:
+        assert relay.stop() == 0, relay.stderr
+        assert plain.stop() == 0, plain.stderr
+    return ([m for m in got if m.topic == topics[0]][:count],
+            [m for m in got if m.topic == topics[1]][:count])
 
 
 def debezium_records(db: str, prefix: str, registry: ApicurioRegistry, out: Path, count: int,

@@ -20,7 +20,11 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from cdc_relay.errors import ExitCode
 from cdc_relay.local.apache_kafka import ApacheKafka
 from cdc_relay.local.apicurio import ApicurioRegistry
-from tests.integration.registry_support import assert_same_subjects, debezium_records
+from tests.integration.registry_support import (
+    assert_same_subjects,
+    debezium_records,
+    side_by_side,
+)
 from tests.integration.wal_support import confirmed_flush, current_wal, init_db, start_relay
 from tests.support import KafkaCollector, Msg, skip_or_fail_in_ci, wait_for
 
@@ -87,29 +91,15 @@ def _comparable(envelope: Any) -> Any:
 def test_inserts_updates_deletes_round_trip_as_the_schemaless_events(
         db: str, broker: ApacheKafka, schema_registry: ApicurioRegistry, topic_prefix: str) -> None:
     init_db(db, plugin="pgoutput")
-    init_db(db, slot="cdc_plain", plugin="pgoutput")
     with psycopg.connect(db, autocommit=True) as conn:
         conn.execute(TABLE)
     avro_prefix, plain_prefix = f"{topic_prefix}.a", f"{topic_prefix}.j"
-    avro = start_relay(db, broker.bootstrap, topic_prefix, plugin="pgoutput",
-                       extra=_capture(avro_prefix, "avro", schema_registry))
-    plain = start_relay(db, broker.bootstrap, topic_prefix, plugin="pgoutput", slot="cdc_plain",
-                        extra=_capture(plain_prefix, "debezium-json-schemaless", None))
-    try:
-        with psycopg.connect(db, autocommit=True) as conn:
-            conn.execute(INSERT)
-            conn.execute("UPDATE items SET price = -0.01, amount = NULL, tags = '{}' WHERE id = 1")
-            conn.execute("DELETE FROM items WHERE id = 1")
-        topics = (f"{avro_prefix}.public.items", f"{plain_prefix}.public.items")
-        with KafkaCollector(broker.bootstrap, topic_prefix) as collector:
-            got = collector.collect(until=lambda ms: all(
-                len([m for m in ms if m.topic == t]) >= 4 for t in topics), timeout=90)
-        assert avro.running() and plain.running(), avro.stderr + plain.stderr
-    finally:
-        assert avro.stop() == 0, avro.stderr
-        assert plain.stop() == 0, plain.stderr
-    avro_msgs = [m for m in got if m.topic == topics[0]]
-    plain_msgs = [m for m in got if m.topic == topics[1]]
+    topics = (f"{avro_prefix}.public.items", f"{plain_prefix}.public.items")
+    avro_msgs, plain_msgs = side_by_side(
+        db, broker, topic_prefix, _capture(avro_prefix, "avro", schema_registry),
+        _capture(plain_prefix, "debezium-json-schemaless", None),
+        (INSERT, "UPDATE items SET price = -0.01, amount = NULL, tags = '{}' WHERE id = 1",
+         "DELETE FROM items WHERE id = 1"), topics, 4)
     assert all(m.key is not None and m.key[0] == 0 for m in avro_msgs)  # Confluent wire format
     decoded = [_decode(schema_registry, m) for m in avro_msgs]
     assert [None if v is None else v["op"] for _, v in decoded] == ["c", "u", "d", None]

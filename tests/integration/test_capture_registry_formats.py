@@ -23,7 +23,11 @@ from cdc_relay.local.apache_kafka import ApacheKafka
 from cdc_relay.local.apicurio import ApicurioRegistry
 from cdc_relay.sink.registry.connect_jsonschema import json_datum
 from cdc_relay.sink.registry.connect_protobuf import fill, message_class, proto_schema
-from tests.integration.registry_support import assert_same_subjects, debezium_records
+from tests.integration.registry_support import (
+    assert_same_subjects,
+    debezium_records,
+    side_by_side,
+)
 from tests.integration.test_capture_avro import TABLE, _capture, _comparable
 from tests.integration.wal_support import confirmed_flush, current_wal, init_db, start_relay
 from tests.support import KafkaCollector, Msg, skip_or_fail_in_ci, wait_for
@@ -65,28 +69,12 @@ def test_changes_round_trip_as_the_debezium_json_events(
         fmt: str, db: str, broker: ApacheKafka, schema_registry: ApicurioRegistry,
         topic_prefix: str) -> None:
     init_db(db, plugin="pgoutput")
-    init_db(db, slot="cdc_plain", plugin="pgoutput")
     with psycopg.connect(db, autocommit=True) as conn:
         conn.execute(TABLE)
     mine, plain = f"{topic_prefix}.r", f"{topic_prefix}.j"
-    relay = start_relay(db, broker.bootstrap, topic_prefix, plugin="pgoutput",
-                        extra=_capture(mine, fmt, schema_registry))
-    reference = start_relay(db, broker.bootstrap, topic_prefix, plugin="pgoutput", slot="cdc_plain",
-                            extra=_capture(plain, "debezium-json", None))
-    try:
-        with psycopg.connect(db, autocommit=True) as conn:
-            for change in CHANGES:
-                conn.execute(change)
-        topics = (f"{mine}.public.items", f"{plain}.public.items")
-        with KafkaCollector(broker.bootstrap, topic_prefix) as collector:
-            got = collector.collect(until=lambda ms: all(
-                len([m for m in ms if m.topic == t]) >= 4 for t in topics), timeout=90)
-        assert relay.running() and reference.running(), relay.stderr + reference.stderr
-    finally:
-        assert relay.stop() == 0, relay.stderr
-        assert reference.stop() == 0, reference.stderr
-    ours = [m for m in got if m.topic == topics[0]]
-    theirs = [m for m in got if m.topic == topics[1]]
+    topics = (f"{mine}.public.items", f"{plain}.public.items")
+    ours, theirs = side_by_side(db, broker, topic_prefix, _capture(mine, fmt, schema_registry),
+                                _capture(plain, "debezium-json", None), CHANGES, topics, 4)
     assert all(m.key is not None and m.key[:1] == b"\0" for m in ours)  # Confluent wire format
     for msg, json_msg in zip(ours, theirs, strict=True):
         key = json.loads(json_msg.key or b"")
@@ -185,37 +173,22 @@ def test_protobuf_schemas_and_events_equal_debezium_embedded_with_confluents_pro
         skip_or_fail_in_ci(f"Debezium embedded cannot run here: {why}")
     common_protos = maven_jar("com.google.api.grpc:proto-google-common-protos:2.5.1")
     init_db(db, plugin="pgoutput")
-    init_db(db, slot="cdc_plain", plugin="pgoutput")
     dbz = f"{topic_prefix}dbz"
     with psycopg.connect(db, autocommit=True) as conn:
         conn.execute(TABLE)
         conn.execute("CREATE PUBLICATION dbz_pub FOR TABLE public.items")
         conn.execute("SELECT pg_create_logical_replication_slot('dbz', 'pgoutput')")
     plain = f"{topic_prefix}.j"
-    relay = start_relay(db, broker.bootstrap, topic_prefix, plugin="pgoutput",
-                        extra=_capture(topic_prefix, "protobuf", schema_registry))
-    reference = start_relay(db, broker.bootstrap, topic_prefix, plugin="pgoutput", slot="cdc_plain",
-                            extra=_capture(plain, "debezium-json", None))
     topic = f"{topic_prefix}.public.items"
-    try:
-        with psycopg.connect(db, autocommit=True) as conn:
-            for change in CHANGES:
-                conn.execute(change)
-            conn.execute("ALTER TABLE items ADD COLUMN extra text DEFAULT 'd'")  # a version 2
-            conn.execute("INSERT INTO items (id, price, code) VALUES (2, 1, 1)")
-        with KafkaCollector(broker.bootstrap, topic_prefix) as collector:
-            got = collector.collect(until=lambda ms: all(len([m for m in ms if m.topic == t]) >= 5
-                                                          for t in (topic, f"{plain}.public.items")),
-                                    timeout=60)
-    finally:
-        assert relay.stop() == 0, relay.stderr
-        assert reference.stop() == 0, reference.stderr
+    ours, plain_msgs = side_by_side(
+        db, broker, topic_prefix, _capture(topic_prefix, "protobuf", schema_registry),
+        _capture(plain, "debezium-json", None),
+        (*CHANGES, "ALTER TABLE items ADD COLUMN extra text DEFAULT 'd'",  # a version 2
+         "INSERT INTO items (id, price, code) VALUES (2, 1, 1)"), (topic, f"{plain}.public.items"), 5)
     theirs = debezium_records(db, dbz, schema_registry, tmp_path / "debezium.jsonl", 5,
                               "protobuf", str(common_protos))
     assert_same_subjects(schema_registry, (topic, topic_prefix), (f"{dbz}.public.items", dbz),
                          {"key": [1], "value": [1, 2]})
-    ours = [m for m in got if m.topic == topic]
-    plain_msgs = [m for m in got if m.topic == f"{plain}.public.items"]
     for msg, json_msg, (_, their_key, their_value) in zip(ours, plain_msgs, theirs, strict=True):
         key = json.loads(json_msg.key or b"")
         dbz_msg = Msg(f"{dbz}.public.items", 0, 0, bytes.fromhex(their_key),
