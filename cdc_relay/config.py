@@ -533,7 +533,8 @@ class CaptureConfig:
     whether the outbox is relayed too, tombstones after deletes, the unchanged-TOAST
     placeholder, truncate events (``op: t``, opt-in as Debezium's ``skipped.operations``),
     and the type modes as Debezium's properties name them (``decimal.handling.mode``...;
-    checked where capture/modes.py makes them a TypeModes)."""
+    checked where capture/modes.py makes them a TypeModes), Debezium's schema and field
+    name adjustment modes (capture/names.py)."""
 
     tables: str
     prefix: str
@@ -551,6 +552,8 @@ class CaptureConfig:
     # schema) and the rows per chunk (Debezium's incremental.snapshot.chunk.size)
     signal_table: str | None = None
     chunk_size: int = 1024
+    schema_name_adjustment: str = "none"
+    field_name_adjustment: str = "none"
 
     def __post_init__(self) -> None:
         if self.chunk_size < 1:

@@ -23,7 +23,14 @@ from cdc_relay.capture.route import CaptureRouter
 from cdc_relay.capture.selection import Selection, in_option_order
 from cdc_relay.capture.shape import TableShape, identity_problem
 from cdc_relay.capture.wal2json import Wal2JsonCaptureDecoder, capture_options
-from cdc_relay.config import CaptureConfig, FlowConfig, ReplicationConfig, RouterConfig, TableRef
+from cdc_relay.config import (
+    REGISTRY_FORMATS,
+    CaptureConfig,
+    FlowConfig,
+    ReplicationConfig,
+    RouterConfig,
+    TableRef,
+)
 from cdc_relay.errors import ConfigError
 
 log = logging.getLogger("cdc_relay")
@@ -55,15 +62,14 @@ class CaptureSetup:
     own: tuple[tuple[str, str], ...] = ()  # the outbox table relayed: no pattern captures it
 
 
-def check_capture(capture: CaptureConfig, *, plugin: str, plugin_from_slot: bool,
-                  snapshot: str, other_sink: bool,
+def check_capture(capture: CaptureConfig, *, snapshot: str, other_sink: bool,
                   message_format: str) -> None:
     """ConfigError for what ``--capture`` does not support yet (docs/table-cdc.md), or a
     type mode Debezium does not have."""
     Selection.parse(capture.tables)
     type_modes(capture)
     refused = [(other_sink, "a sink other than Kafka"),
-               (message_format.startswith("cloudevents") or message_format in ("json-schema", "protobuf"),
+               (message_format.startswith("cloudevents"),
                 "--message-format " + message_format)]
     for refuse, what in refused:
         if refuse:
@@ -129,7 +135,8 @@ def capture_decoder(outbox: Decoder, capture: CaptureConfig, router: RouterConfi
     from cdc_relay.pg.catalog import CatalogLookup
 
     options = CodecOptions(capture.prefix, with_schemas(router.message_format),
-                           capture.placeholder, capture.truncate, type_modes(capture))
+                           capture.placeholder, capture.truncate, type_modes(capture),
+                           (capture.schema_name_adjustment, capture.field_name_adjustment))
     catalog = CatalogLookup(dsn, setup.shapes)
     selection = Selection.parse(capture.tables, setup.own)
     if isinstance(outbox, Wal2JsonDecoder):
@@ -160,9 +167,9 @@ def type_modes(capture: CaptureConfig) -> TypeModes:
 
 def with_schemas(message_format: str) -> bool:
     """Whether the codec writes JsonConverter's schema blocks: for ``debezium-json``, and for
-    ``avro``, whose encoder (cdc_relay/sink/registry/captured.py) derives the Avro schema
-    from them."""
-    return message_format in ("debezium-json", "avro")
+    the registry formats, whose encoder (cdc_relay/sink/registry/captured.py) derives their
+    schemas from them."""
+    return message_format in ("debezium-json", *REGISTRY_FORMATS)
 
 
 def make_capture_router(capture: CaptureConfig, dsn: str) -> CaptureRouter:
@@ -184,7 +191,8 @@ def table_snapshot(capture: CaptureConfig, router_config: RouterConfig, dsn: str
     schemas = with_schemas(router_config.message_format)
     modes = type_modes(capture)
     codecs = [TableCodec(setup.shapes[t], tuple(c.name for c in setup.shapes[t].columns),
-                         capture.prefix, schemas, capture.placeholder, modes=modes)
+                         capture.prefix, schemas, capture.placeholder, modes=modes,
+                         names=(capture.schema_name_adjustment, capture.field_name_adjustment))
               for t in in_option_order(capture.tables, setup.shapes)]
     return TableSnapshot(codecs, make_capture_router(capture, dsn), *parts,
                          with_outbox=capture.outbox, counts={} if counts is None else counts)

@@ -60,7 +60,8 @@ def build_snapshots(capture: CaptureConfig, *, dsn: str, slot: str, signal: Tabl
 
     connection = EdgeConnection(dsn)
     reader = ChunkReader(connection, prefix=capture.prefix, schemas=schemas,
-                         placeholder=capture.placeholder, modes=modes)
+                         placeholder=capture.placeholder, modes=modes,
+                         names=(capture.schema_name_adjustment, capture.field_name_adjustment))
     selection = Selection.parse(capture.tables)
     return IncrementalSnapshots(reader, ProgressTable(connection, signal, slot),
                                 size=capture.chunk_size, captured=selection.matches,

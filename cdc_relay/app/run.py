@@ -104,9 +104,7 @@ class WalSettings:
 
     def __post_init__(self) -> None:
         if self.capture is not None:
-            check_capture(self.capture, plugin=self.replication.plugin,
-                          plugin_from_slot=self.replication.plugin_from_slot,
-                          snapshot=self.snapshot,
+            check_capture(self.capture, snapshot=self.snapshot,
                           other_sink=self.sink is not None,
                           message_format=self.router.message_format)
         if self.snapshot not in ("initial", "never"):

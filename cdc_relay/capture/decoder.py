@@ -70,6 +70,7 @@ class CodecOptions:
     placeholder: str = "__debezium_unavailable_value"
     truncate: bool = False
     modes: TypeModes = DEFAULT_MODES
+    names: tuple[str, str] = ("none", "none")  # schema, field name adjustment (capture/names.py)
 
 
 class OutboxDecoder(Protocol):
@@ -176,7 +177,8 @@ class CaptureDecoder:
                          self._types)
         options = self._options
         codec = TableCodec(shape, tuple(c.name for c in columns), options.prefix,
-                           options.schemas, options.placeholder, modes=options.modes)
+                           options.schemas, options.placeholder, modes=options.modes,
+                           names=options.names)
         self._known[(schema, name)] = (tuple(columns), identity, codec)
         self._codecs[relid] = codec
 

@@ -27,6 +27,7 @@ from typing import Any
 from cdc_relay.capture.headers import key_header
 from cdc_relay.capture.jsonw import dumps
 from cdc_relay.capture.modes import TypeModes
+from cdc_relay.capture.names import adjust_field_name, adjust_schema_name
 from cdc_relay.capture.shape import ColumnShape, TableShape
 from cdc_relay.capture.types import (
     DEFAULT_MODES,
@@ -97,8 +98,10 @@ class TableCodec:
     """
 
     def __init__(self, shape: TableShape, columns: tuple[str, ...], prefix: str,
-                 schemas: bool, placeholder: str, *, modes: TypeModes = DEFAULT_MODES) -> None:
+                 schemas: bool, placeholder: str, *, modes: TypeModes = DEFAULT_MODES,
+                 names: tuple[str, str] = ("none", "none")) -> None:
         self.shape = shape
+        self._names = names  # (schema, field) name adjustment modes: capture/names.py
         self.topic = f"{prefix}.{shape.schema}.{shape.name}"
         self.problem: str | None = None
         self._schemas = schemas
@@ -112,7 +115,7 @@ class TableCodec:
                                 "(capture/shape.py, shape_at): a bug, please report it")
                 return
             try:
-                self._fields.append(_field(column, modes))
+                self._fields.append(_field(column, modes, names[1]))
             except Unsupported as exc:
                 self.problem = (f"column {name!r} of {shape.qualified}: {exc} (docs/table-cdc.md, "
                                 "types): its rows go to the dead-letter topic")
@@ -180,7 +183,7 @@ class TableCodec:
         return dumps(envelope)
 
     def _schema_blocks(self, prefix: str) -> tuple[bytes, bytes]:
-        base = f"{prefix}.{self.shape.schema}.{self.shape.name}"
+        base = adjust_schema_name(f"{prefix}.{self.shape.schema}.{self.shape.name}", self._names[0])
         fields = [ordered(f.mapping.schema, optional=f.optional, default=f.default, name=f.name)
                   for f in self._fields]
         key = {"type": "struct", "fields": [fields[i] for i in self._key], "optional": False,
@@ -196,9 +199,10 @@ class TableCodec:
         return dumps(key), dumps(envelope)
 
 
-def _field(column: ColumnShape, modes: TypeModes) -> _Field:
+def _field(column: ColumnShape, modes: TypeModes, field_names: str) -> _Field:
     mapping = mapping_for(column, modes)
-    return _Field(column.name, mapping, not column.not_null, literal_default(column, mapping))
+    return _Field(adjust_field_name(column.name, field_names), mapping, not column.not_null,
+                  literal_default(column, mapping))
 
 
 def source_block(info: SourceInfo, codec: TableCodec, *, commit_us: int, last_commit: int | None,

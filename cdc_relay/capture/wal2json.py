@@ -329,7 +329,8 @@ class Wal2JsonCaptureDecoder:
         shape = shape_at(schema, table, tuple(columns), identity, catalog, self._types)
         options = self._options
         codec = TableCodec(shape, tuple(c.name for c in layout), options.prefix,
-                           options.schemas, options.placeholder)
+                           options.schemas, options.placeholder, modes=options.modes,
+                           names=options.names)
         known = _Table(layout, codec, identity)
         previous = self._tables.get((schema, table))
         if previous is not None:

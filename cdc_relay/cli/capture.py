@@ -21,6 +21,7 @@ from cdc_relay.capture.modes import (
     INTERVAL_MODES,
     TIME_MODES,
 )
+from cdc_relay.capture.names import NAME_ADJUSTMENT_MODES
 from cdc_relay.cli.options import F, dsn_option, option
 from cdc_relay.config import UNAVAILABLE_VALUE, CaptureConfig
 from cdc_relay.errors import ConfigError
@@ -35,7 +36,8 @@ MODE_OPTIONS = (
 )
 _NAMES = ("capture", "capture_prefix", "no_outbox", "capture_tombstones", "capture_placeholder",
           "capture_truncate", *(f"capture_{name}" for name, _, _ in MODE_OPTIONS),
-          "capture_money_fraction_digits", "signal_table", "snapshot_chunk_size")
+          "capture_money_fraction_digits", "signal_table", "snapshot_chunk_size",
+          "capture_schema_name_adjustment", "capture_field_name_adjustment")
 
 
 
@@ -77,6 +79,14 @@ def capture_options(f: F) -> F:
         option("--snapshot-chunk-size", type=int, default=1024, show_default=True,
                help="Rows per chunk of an incremental snapshot (Debezium's "
                     "incremental.snapshot.chunk.size)."),
+        option("--capture-schema-name-adjustment", type=click.Choice(NAME_ADJUSTMENT_MODES),
+               default="none", show_default=True,
+               help="Debezium's schema.name.adjustment.mode: avro makes PREFIX.SCHEMA.TABLE "
+                    "schema names Avro-legal (my-table -> my_table)."),
+        option("--capture-field-name-adjustment", type=click.Choice(NAME_ADJUSTMENT_MODES),
+               default="none", show_default=True,
+               help="Debezium's field.name.adjustment.mode: avro makes column names "
+                    "Avro-legal (order-id -> order_id, 1st -> _1st)."),
     ]
     wrapped: Any = command
     for decorator in reversed(decorators):
@@ -100,7 +110,9 @@ def config_from(values: dict[str, Any]) -> CaptureConfig | None:
                          values["capture_truncate"], **modes,
                          money_fraction_digits=values["capture_money_fraction_digits"],
                          signal_table=values["signal_table"],
-                         chunk_size=values["snapshot_chunk_size"])
+                         chunk_size=values["snapshot_chunk_size"],
+                         schema_name_adjustment=values["capture_schema_name_adjustment"],
+                         field_name_adjustment=values["capture_field_name_adjustment"])
 
 
 @click.command("snapshot")

@@ -52,7 +52,6 @@ from cdc_relay.config import (
     TableRef,
     parse_producer_config,
 )
-from cdc_relay.errors import ConfigError
 from cdc_relay.logs import setup_logging
 from cdc_relay.runtime import tune_gc
 
@@ -175,10 +174,6 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
                                dead_letter_topic=dead_letter_topic,
                                outbox=capture is None or capture.outbox,
                                value_encoding=value_encoding, key_schema=key_schema)
-    if registry is not None and capture is not None and message_format != "avro":
-        raise ConfigError(f"--capture with --message-format {message_format} is not supported "
-                          "yet: captured tables take avro, debezium-json or "
-                          "debezium-json-schemaless (docs/table-cdc.md)")
     settings = WalSettings(
         replication=ReplicationConfig(dsn=dsn, slot=slot, plugin=plugin or "pgoutput",
                                       plugin_from_slot=plugin is None, publication=publication,

