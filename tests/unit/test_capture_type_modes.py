@@ -196,7 +196,9 @@ def test_the_mode_options_reach_the_capture_config(
               "capture_tombstones": True, "capture_placeholder": "x", "capture_truncate": False,
               "capture_decimal_handling": "string", "capture_time_precision": "connect",
               "capture_interval_handling": "string", "capture_binary_handling": "hex",
-              "capture_hstore_handling": "map", "capture_money_fraction_digits": 3}
+              "capture_hstore_handling": "map", "capture_money_fraction_digits": 3,
+              "signal_table": None, "snapshot_chunk_size": 1024,
+              "capture_schema_name_adjustment": "none", "capture_field_name_adjustment": "none"}
     config = config_from(values)
     assert config is not None
     assert (config.decimal_handling, config.time_precision, config.interval_handling,
