@@ -34,15 +34,17 @@ from confluent_kafka import (
 from cdc_relay.config import KafkaConfig
 from cdc_relay.errors import AccessRefused, BrokerError, ConfigError, mask_secrets
 from cdc_relay.model import Message, TopicDeadLetter
-from cdc_relay.sink.base import DeliveryError, ErrorKind, ProduceRejected, QueueFull
+from cdc_relay.sink.base import Cause, DeliveryError, ErrorKind, ProduceRejected, QueueFull
 from cdc_relay.sink.kafka.client import (
     ACL_DOC,
     REFUSAL_CODES,
+    TOPIC_FIX,
     describe_error,
     exception_text,
     masking_logger,
     producer_settings,
     refusal_text,
+    topic_problem,
 )
 from cdc_relay.sink.kafka.sink import KafkaSink
 
@@ -187,6 +189,16 @@ def produce_again(config: KafkaConfig, messages: Sequence[Message], *,
     return results
 
 
+def _naming_topic(error: DeliveryError, topic: str) -> DeliveryError:
+    """A topic refusal raised by ``produce`` itself (librdkafka's cached metadata; the
+    compiled sender does not pass the message along) named with its topic and grant, as
+    a delivery report's is."""
+    if error.cause not in (Cause.TOPIC_FORBIDDEN, Cause.TOPIC_MISSING):
+        return error
+    reason = error.reason.removesuffix(f": {TOPIC_FIX}")
+    return DeliveryError(error.kind, topic_problem(error.cause, topic, reason), error.cause)
+
+
 def _send_all(sink: KafkaSink, messages: Sequence[Message], results: list[DeliveryError | None],
               timeout: float) -> None:
     sink.warm_up(min(timeout, 10.0))
@@ -198,6 +210,6 @@ def _send_all(sink: KafkaSink, messages: Sequence[Message], results: list[Delive
             except QueueFull:
                 sink.poll(0.1)
             except ProduceRejected as exc:
-                results[token] = exc.error
+                results[token] = _naming_topic(exc.error, message.topic)
                 break
     sink.flush(timeout)

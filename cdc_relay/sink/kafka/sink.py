@@ -202,10 +202,11 @@ class KafkaSink:
                 message.headers,  # type: ignore[arg-type]  # list is invariant
             )
         except (BufferError, KafkaException) as exc:
-            self._rejected(exc)
+            self._rejected(exc, message.topic)
 
-    def _rejected(self, exc: BaseException) -> NoReturn:
-        """Raise the Sink protocol's error for what the producer's produce raised."""
+    def _rejected(self, exc: BaseException, topic: str | None = None) -> NoReturn:
+        """Raise the Sink protocol's error for what the producer's produce raised (a missing
+        or forbidden ``topic`` named with its grant, as in a delivery report)."""
         if isinstance(exc, BufferError):
             raise QueueFull("the producer queue is full") from None
         if not isinstance(exc, KafkaException):
@@ -215,7 +216,7 @@ class KafkaSink:
             raise ProduceRejected(DeliveryError(ErrorKind.FATAL, str(exc))) from exc
         if error.code() == KafkaError._QUEUE_FULL:
             raise QueueFull("the producer queue is full") from exc
-        rejected = classify(error)
+        rejected = classify(error, topic)
         if kills_producer(error):
             self._set_fatal(rejected)
         raise ProduceRejected(rejected) from exc
