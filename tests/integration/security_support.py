@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka.admin import (
     AclBinding,
@@ -25,6 +26,7 @@ from confluent_kafka.admin import (
 )
 
 from cdc_relay.local.kafka_security import SecuredKafka
+from tests.support import wait_for
 
 TIMEOUT = 30.0
 
@@ -64,10 +66,19 @@ class Admin:
         return user, password
 
     def grant(self, user: str, acls: list[Acl]) -> None:
+        """Create the ACLs, and wait until the broker's authorizer lists them: KRaft applies
+        a committed ACL asynchronously, and a client started at once may still be refused."""
         if acls:
-            for future in self._client.create_acls([acl.binding(user) for acl in acls],
-                                                   request_timeout=TIMEOUT).values():
+            bindings = [acl.binding(user) for acl in acls]
+            for future in self._client.create_acls(bindings, request_timeout=TIMEOUT).values():
                 future.result(TIMEOUT)
+            wait_for(lambda: set(bindings) <= self._listed(user), timeout=TIMEOUT,
+                     message=f"the ACLs of {user} in force")
+
+    def _listed(self, user: str) -> set[Any]:
+        any_acl = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, f"User:{user}",
+                                   None, AclOperation.ANY, AclPermissionType.ANY)
+        return set(self._client.describe_acls(any_acl, request_timeout=TIMEOUT).result(TIMEOUT))
 
     def revoke_all(self, user: str) -> None:
         any_acl = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, f"User:{user}",

@@ -453,9 +453,12 @@ def test_dead_letters_without_one_acl_name_it_and_replay_sends_once_granted(
                 assert code == 6, err
                 assert f"{event_id} not replayed to {topic_prefix}.order: not authorized" in line
                 assert f"grant WRITE on TOPIC {topic_prefix}.order" in line, line
-            elif missing == 2:  # no WRITE on any topic: the idempotent producer is refused
+            elif missing == 2:  # no WRITE on any topic: the idempotent producer is refused,
+                # or - when librdkafka's cached topic metadata fails the message before its
+                # producer id request is answered - the message itself: either names the grant
                 assert code == 6, err
-                assert "refused the relay's idempotent producer" in line, line
+                assert ("refused the relay's idempotent producer" in line
+                        or f"{event_id} not replayed to {topic_prefix}.order" in line), line
                 assert "grant WRITE on TOPIC" in line and f"TOPIC {topic_prefix}.order" in line
             else:
                 assert code == 6, err

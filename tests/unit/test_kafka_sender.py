@@ -150,3 +150,47 @@ def test_a_missing_or_forbidden_kafka_topic_carries_kafkas_fix_in_its_reason() -
         error = classify(KafkaError(code, "fake"))
         assert (error.kind, error.cause) == (ErrorKind.RETRIABLE, cause)
         assert error.reason.endswith("create the topic or grant the producer access")
+
+
+class FailingFlush:
+    """A producer whose flush fails as confluent-kafka's does when librdkafka raised a
+    fatal error inside the call and the exception was lost."""
+
+    def flush(self, timeout: float) -> int:
+        raise SystemError("<method 'flush' of 'cimpl.Producer' objects> returned NULL without "
+                          "setting an exception")
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+    def __len__(self) -> int:
+        return 1
+
+
+def test_a_bare_system_error_after_a_logged_cluster_refusal_is_access_refused(
+        sink: KafkaSink) -> None:
+    from cdc_relay.errors import AccessRefused
+
+    real = sink._producer
+    sink._librdkafka_log.log(2, "%s [%s] %s", "FATAL", "cdc-relay#producer-1",
+                             "[thrd:main]: Fatal error: Broker: Cluster authorization failed: "
+                             "Failed to acquire idempotence PID")
+    sink._producer = FailingFlush()  # type: ignore[assignment]
+    try:
+        with pytest.raises(AccessRefused, match="refused the relay's idempotent producer"):
+            sink.flush(1.0)
+    finally:
+        sink._producer = real
+
+
+def test_a_bare_system_error_after_another_logged_fatal_error_is_the_sinks_fatal_error(
+        sink: KafkaSink) -> None:
+    real = sink._producer
+    sink._librdkafka_log.log(2, "%s [%s] %s", "FATAL", "cdc-relay#producer-1",
+                             "[thrd:main]: Fatal error: Broker: Producer fenced")
+    sink._producer = FailingFlush()  # type: ignore[assignment]
+    try:
+        assert sink.flush(1.0) == 1
+    finally:
+        sink._producer = real
+    assert sink.fatal_error is not None and "Producer fenced" in sink.fatal_error.reason

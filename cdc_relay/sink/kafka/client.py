@@ -229,8 +229,12 @@ class _MaskingLogger:
         self._logger = logger
         self._demote = demote
         self._seen: dict[str, tuple[float, int]] = {}  # digit-free text -> (first, repeats)
+        # librdkafka's last "Fatal error" line: what a bare SystemError from poll/flush was
+        self.fatal: str | None = None
 
     def log(self, level: int, msg: str, *args: Any) -> None:
+        if args and "Fatal error" in str(args[-1]):
+            self.fatal = mask_secrets(msg % args)  # confluent-kafka: "%s [%s] %s", fac, name, line
         level = logging.DEBUG if self._demote else level
         if not self._logger.isEnabledFor(level):
             return
@@ -253,10 +257,12 @@ def masking_logger(logger: logging.Logger, *, demote: bool = False) -> _MaskingL
     return _MaskingLogger(logger, demote=demote)
 
 
-def new_producer(settings: dict[str, str], logger: logging.Logger, *, demote: bool = False,
-                  error_cb: Callable[[KafkaError], None] | None = None) -> Producer:
+def new_producer(settings: dict[str, str], logger: logging.Logger | _MaskingLogger, *,
+                 demote: bool = False,
+                 error_cb: Callable[[KafkaError], None] | None = None) -> Producer:
     conf: dict[str, Any] = dict(settings)
-    conf["logger"] = _MaskingLogger(logger, demote=demote)
+    conf["logger"] = (logger if isinstance(logger, _MaskingLogger)
+                      else _MaskingLogger(logger, demote=demote))
     if error_cb is not None:
         conf["error_cb"] = error_cb
     try:

@@ -68,6 +68,7 @@ from cdc_relay.sink.kafka.client import (
     describe_settings,
     exception_text,
     kills_producer,
+    masking_logger,
     new_producer,
     producer_settings,
     raised_error,
@@ -162,7 +163,8 @@ class KafkaSink:
         settings = producer_settings(config)
         self._log.debug("Kafka producer generation %d: %s", generation,
                         describe_settings(settings))
-        self._producer: Producer | None = new_producer(settings, self._log,
+        self._librdkafka_log = masking_logger(self._log)
+        self._producer: Producer | None = new_producer(settings, self._librdkafka_log,
                                                         error_cb=self._on_error)
         self._produce = self._producer.produce
         # The compiled produce (sink/kafka/_creports.c, Sender): this class's produce without its
@@ -252,6 +254,22 @@ class KafkaSink:
         it): the producer is dead. A refused cluster ACL (the idempotent producer id) or
         login is AccessRefused; any other fatal error is ``fatal_error`` for the loop."""
         error = raised_error(exc)
+        if error is None and isinstance(exc, SystemError):
+            # A fatal error met inside the call can leave a bare SystemError ("returned NULL
+            # without setting an exception"); the error callback says what it was, at the
+            # latest on the next poll.
+            if self._refusal is None and self._fatal is None and self._producer is not None:
+                with contextlib.suppress(KafkaException, SystemError):
+                    self._producer.poll(0)
+            logged = self._librdkafka_log.fatal
+            if self._refusal is None and logged is not None and "authorization failed" in logged:
+                self._refusal = (KafkaError.CLUSTER_AUTHORIZATION_FAILED, logged)
+            if self._refusal is not None:
+                raise AccessRefused(refusal_text(self._brokers, *self._refusal)) from exc
+            if self._fatal is None and logged is not None:
+                self._set_fatal(DeliveryError(ErrorKind.FATAL, logged))
+            if self._fatal is not None:
+                return  # fatal_error says it: the loop replaces the producer
         if error is None:
             raise exc
         if error.code() in REFUSAL_CODES:
@@ -315,9 +333,10 @@ class KafkaSink:
             return
         try:
             remaining = producer.flush(timeout)
-        except KafkaException:
-            # A transactional producer in a fatal state (e.g. its transactional id refused)
-            # raises instead: closing must not hide the error that ended the run.
+        except (KafkaException, SystemError):
+            # A producer in a fatal state (a transactional id or the idempotent producer id
+            # refused) raises instead - a bare SystemError when the error was met inside the
+            # call: closing must not hide the error that ended the run.
             remaining = len(producer)
         finally:
             self._reports.hand_over()
