@@ -23,6 +23,8 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import TracebackType
+from typing import Self
 
 from cdc_relay.errors import LocalServiceError
 
@@ -99,6 +101,32 @@ def terminate(proc: subprocess.Popen[bytes] | None, timeout: float = 10.0) -> No
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout)
+
+
+class OwnedServer:
+    """A throwaway server in a directory of its own (``_tmp``), run as ``_proc``: ``stop``
+    ends it by its PID and removes the directory; a context manager around ``start``."""
+
+    _proc: subprocess.Popen[bytes] | None = None
+    _tmp: Path | None = None
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """Stop our server (by its PID) and remove its files."""
+        terminate(self._proc)
+        self._proc = None
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+        self._tmp = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
 
 
 def parse_pg_version(text: str) -> int:

@@ -20,23 +20,21 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import shutil
 import signal
 import socket
 import ssl
 import subprocess
 import tempfile
 from pathlib import Path
-from types import TracebackType
 from typing import Self
 
 from cdc_relay.errors import LocalServiceError
-from cdc_relay.local.helpers import HOST, free_port, tail, terminate, wait_serving
+from cdc_relay.local.helpers import HOST, OwnedServer, free_port, tail, wait_serving
 
 DEFAULT_BINARY = "/usr/sbin/nginx"
 
 
-class RegistryProxy:
+class RegistryProxy(OwnedServer):
     """nginx proxying ``upstream`` (``http://host:port``) behind TLS and credentials."""
 
     def __init__(self, upstream: str, *, user: str = "relay", password: str = "s3cret-pw",
@@ -124,18 +122,3 @@ class RegistryProxy:
                 context.wrap_socket(sock, server_hostname=HOST):
             return True
         return False
-
-    def stop(self) -> None:
-        """Stop our nginx (by its PID: the master ends its workers) and remove its files."""
-        terminate(self._proc)
-        self._proc = None
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-        self._tmp = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()

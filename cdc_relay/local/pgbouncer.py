@@ -16,22 +16,20 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
-import shutil
 import socket
 import subprocess
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Self
 
 from cdc_relay.errors import LocalServiceError
-from cdc_relay.local.helpers import HOST, free_port, tail, terminate, wait_serving
+from cdc_relay.local.helpers import HOST, OwnedServer, free_port, tail, wait_serving
 
 DEFAULT_BINARY = "/usr/sbin/pgbouncer"
 
 
-class Pgbouncer:
+class Pgbouncer(OwnedServer):
     """pgbouncer forwarding every database to ``upstream_host:upstream_port``."""
 
     def __init__(self, upstream_port: int, *, upstream_host: str = HOST,
@@ -93,18 +91,3 @@ class Pgbouncer:
         with contextlib.suppress(OSError), socket.create_connection((HOST, self.port), 0.5):
             return True
         return False
-
-    def stop(self) -> None:
-        """Stop our pgbouncer (by its PID) and remove its files."""
-        terminate(self._proc)
-        self._proc = None
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-        self._tmp = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
