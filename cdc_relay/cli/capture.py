@@ -34,7 +34,7 @@ MODE_OPTIONS = (
     ("binary_handling", BINARY_MODES, "binary.handling.mode"),
     ("hstore_handling", HSTORE_MODES, "hstore.handling.mode"),
 )
-_NAMES = ("capture", "capture_prefix", "no_outbox", "capture_tombstones", "capture_placeholder",
+CAPTURE_PARAMS = ("capture", "capture_prefix", "no_outbox", "capture_tombstones", "capture_placeholder",
           "capture_truncate", *(f"capture_{name}" for name, _, _ in MODE_OPTIONS),
           "capture_money_fraction_digits", "signal_table", "snapshot_chunk_size",
           "capture_schema_name_adjustment", "capture_field_name_adjustment")
@@ -46,7 +46,7 @@ def capture_options(f: F) -> F:
 
     @functools.wraps(f)
     def command(*args: Any, **kwargs: Any) -> Any:
-        values = {name: kwargs.pop(name) for name in _NAMES}
+        values = {name: kwargs.pop(name) for name in CAPTURE_PARAMS}
         kwargs["capture"] = config_from(values)
         return f(*args, **kwargs)
 

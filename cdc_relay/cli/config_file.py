@@ -88,11 +88,15 @@ def load_config_file(path: str, group: click.Group) -> dict[str, Any]:
         all_keys.update(_file_keys(command))
     shared: dict[str, Any] = {}
     sections: dict[tuple[str, ...], dict[str, Any]] = {}
+    captured: dict[tuple[str, ...], dict[str, Any]] = {}  # [capture]: below a command's own
 
     def section(prefix: tuple[str, ...], table: dict[str, Any]) -> None:
         for key, value in table.items():
             name = _normalise(key)
             path_ = (*prefix, key)
+            if not prefix and name == "capture" and isinstance(value, dict):
+                _capture_section(value, leaves, captured, path)
+                continue
             if isinstance(value, dict) and name not in ("producer_config", "sink_config"):
                 section(path_, value)
                 continue
@@ -116,7 +120,37 @@ def load_config_file(path: str, group: click.Group) -> dict[str, Any]:
             FILE_KEYS[param] = (path, f"[{'.'.join(command_path)}] {key}")
 
     section((), data)
+    for command_path, values in captured.items():
+        sections[command_path] = values | sections.get(command_path, {})
     return _default_map(leaves, shared, sections)
+
+
+def _is_capture(param: str) -> bool:
+    """Whether ``param`` is one of table CDC's options (cli/capture.py)."""
+    return (param == "capture" or param.startswith("capture_")
+            or param in ("no_outbox", "signal_table", "snapshot_chunk_size"))
+
+
+def _capture_section(table: dict[str, Any], leaves: dict[tuple[str, ...], click.Command],
+                     captured: dict[tuple[str, ...], dict[str, Any]], path: str) -> None:
+    """``[capture]``: table CDC's options for every command that has them (``run``,
+    ``init``, ``doctor``), named without their ``capture`` prefix: ``tables`` is
+    ``--capture``, ``prefix`` ``--capture-prefix``, ``no_outbox`` ``--no-outbox``..."""
+    for key, value in table.items():
+        name = _normalise(key)
+        wanted = ("capture",) if name == "tables" else (f"capture_{name}", name)
+        found = False
+        for command_path, command in leaves.items():
+            keys = _file_keys(command)
+            param = next((keys[k] for k in wanted if k in keys and _is_capture(keys[k])), None)
+            if param is not None:
+                captured.setdefault(command_path, {})[param] = _to_option_value(value)
+                FILE_KEYS[param] = (path, f"[capture] {key}")
+                found = True
+        if not found:
+            raise ConfigError(f"unknown key {key!r} in section [capture] of {path} (its keys: "
+                              "tables, prefix, tombstones, no_outbox, truncate, ... as the "
+                              "--capture-* options without their prefix)")
 
 
 def _read_toml(path: str) -> dict[str, Any]:

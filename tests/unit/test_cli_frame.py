@@ -134,3 +134,29 @@ def test_ctrl_c_in_a_command_exits_130_and_a_declined_prompt_exits_1(
     assert "interrupted" in capsys.readouterr().err
     assert run_cli(group, ["declined"]) == ExitCode.FAILURE
     assert "aborted" in capsys.readouterr().err
+
+
+def test_a_capture_section_sets_table_cdcs_options_of_every_command_that_has_them(
+        tmp_path: Path) -> None:
+    from cdc_relay.cli.config_file import load_config_file
+
+    config = tmp_path / "relay.toml"
+    config.write_text('[capture]\ntables = "public.customers,sales.*"\nprefix = "shop"\n'
+                      'no-outbox = true\ndecimal_handling = "string"\nsnapshot_chunk_size = 10\n'
+                      '[run]\ncapture_prefix = "own"\n')
+    defaults = load_config_file(str(config), cli)
+    run = defaults["run"]
+    assert run["capture"] == "public.customers,sales.*" and run["no_outbox"] is True
+    assert run["capture_prefix"] == "own"  # the command's own section wins
+    assert run["capture_decimal_handling"] == "string" and run["snapshot_chunk_size"] == 10
+    assert defaults["init"]["capture"] == "public.customers,sales.*"
+    assert defaults["doctor"]["capture"] == "public.customers,sales.*"
+    assert "capture" not in defaults["poll"]
+
+
+def test_an_unknown_capture_key_is_a_one_line_usage_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "relay.toml"
+    config.write_text('[capture]\ndsn = "x"\n')
+    code, err = invoke(["--config", str(config), "init", "--dsn", CLOSED], capsys)
+    assert code == ExitCode.USAGE and "unknown key 'dsn' in section [capture]" in err
