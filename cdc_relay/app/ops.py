@@ -30,7 +30,7 @@ def doctor(*, dsn: str, outbox: OutboxConfig, slot: str, plugin: str | None, pub
            exactly_once: bool, checkpoint_topic: str, output_format: str,
            capture: str | None = None) -> tuple[str, ExitCode]:
     """``doctor``: the checks as text or JSON, and the exit code they give (0, 1, 3 or 6)."""
-    from cdc_relay.ops.doctor.checks import DoctorSettings
+    from cdc_relay.ops.doctor.facts import DoctorSettings
     from cdc_relay.ops.doctor.gather import run_doctor
     from cdc_relay.ops.doctor.report import exit_code, format_checks, format_checks_json
 

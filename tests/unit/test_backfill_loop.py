@@ -12,15 +12,15 @@ import pytest
 from cdc_relay.config import FlowConfig, RouterConfig
 from cdc_relay.errors import DeadLetterRefused
 from cdc_relay.model import OutboxEvent, SlotStatus
-from cdc_relay.ops.doctor.checks import (
+from cdc_relay.ops.doctor.facts import (
     BackfillFacts,
     DoctorSettings,
     Facts,
     PublicationFacts,
     ServerFacts,
     TableFacts,
-    backfill_check,
 )
+from cdc_relay.ops.doctor.slot_checks import backfill_check
 from cdc_relay.ops.verdicts import Verdict
 from cdc_relay.routing import Router
 from cdc_relay.sink.base import Cause, DeliveryError, ErrorKind

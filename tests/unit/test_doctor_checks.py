@@ -7,17 +7,10 @@ from dataclasses import replace
 import orjson
 
 from cdc_relay.model import Lsn, SlotStatus
-from cdc_relay.ops.doctor.checks import (
-    DoctorSettings,
-    Facts,
-    PublicationFacts,
-    ServerFacts,
-    TableFacts,
-    server_checks,
-    slot_checks,
-    table_checks,
-)
+from cdc_relay.ops.doctor.checks import server_checks, table_checks
+from cdc_relay.ops.doctor.facts import DoctorSettings, Facts, PublicationFacts, ServerFacts, TableFacts
 from cdc_relay.ops.doctor.report import failed, format_checks, format_checks_json
+from cdc_relay.ops.doctor.slot_checks import slot_checks
 from cdc_relay.ops.verdicts import Check, Verdict
 
 SERVER = ServerFacts(version="15.20", database="app", role="relay", superuser=False,

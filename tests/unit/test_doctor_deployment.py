@@ -4,13 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from cdc_relay.ops.doctor.checks import (
-    DoctorSettings,
-    PublicationFacts,
-    idle_slot_checks,
-    slot_checks,
-    table_checks,
-)
+from cdc_relay.ops.doctor.checks import table_checks
+from cdc_relay.ops.doctor.facts import DoctorSettings, PublicationFacts
+from cdc_relay.ops.doctor.slot_checks import idle_slot_checks, slot_checks
 from cdc_relay.ops.verdicts import Verdict
 from tests.unit.test_doctor_checks import SLOT, TABLE, by_name, facts
 

@@ -12,14 +12,8 @@ from prometheus_client.core import Metric
 
 from cdc_relay.config import TableRef
 from cdc_relay.model import Lsn, SlotStatus, idle_timeout_warning, seconds_text
-from cdc_relay.ops.doctor.checks import (
-    DoctorSettings,
-    Facts,
-    PublicationFacts,
-    ServerFacts,
-    TableFacts,
-    slot_checks,
-)
+from cdc_relay.ops.doctor.facts import DoctorSettings, Facts, PublicationFacts, ServerFacts, TableFacts
+from cdc_relay.ops.doctor.slot_checks import slot_checks
 from cdc_relay.ops.metrics.collectors import slot_metrics
 from cdc_relay.ops.status import StatusReport
 from cdc_relay.ops.verdicts import Verdict

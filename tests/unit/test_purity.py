@@ -32,6 +32,8 @@ PURE_MODULES = (
     "cdc_relay.decoding.pgoutput",
     "cdc_relay.polling.settlement",
     "cdc_relay.ops.doctor.checks",
+    "cdc_relay.ops.doctor.facts",
+    "cdc_relay.ops.doctor.slot_checks",
     "cdc_relay.ops.metrics.collectors",
     "cdc_relay.wal.stream.loop",
     "cdc_relay.wal.stream.session",

@@ -11,15 +11,14 @@ import psycopg
 from psycopg import errors as pgerrors
 
 from cdc_relay.errors import ExitCode, WrongEndpoint
-from cdc_relay.ops.doctor.checks import (
+from cdc_relay.ops.doctor.checks import endpoint_checks, server_checks
+from cdc_relay.ops.doctor.facts import (
     DoctorSettings,
     EndpointFacts,
     Facts,
     PublicationFacts,
     ServerFacts,
     TableFacts,
-    endpoint_checks,
-    server_checks,
 )
 from cdc_relay.ops.verdicts import Verdict
 from cdc_relay.pg.db import translate_error

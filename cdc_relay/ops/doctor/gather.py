@@ -12,8 +12,8 @@ and the broker's: Kafka's metadata request, or the RabbitMQ / NATS sink's probe 
 log in, the exchange or stream; sink/factory.py).
 
 This module owns the I/O half: gathering, the two probes, and running every check in
-order. The verdicts on gathered facts are ``ops/doctor/checks.py``; the report is
-``ops/doctor/report.py``.
+order. The facts are ``ops/doctor/facts.py``; the verdicts on them ``ops/doctor/checks.py``
+and ``ops/doctor/slot_checks.py``; the report is ``ops/doctor/report.py``.
 
 Must not change anything except that temporary slot, nor stop at the first failure: an
 operator wants the whole list at once.
@@ -33,6 +33,15 @@ from cdc_relay.config import validate_slot_name
 from cdc_relay.errors import AccessRefused, RelayError, ServiceUnavailable, mask_secrets
 from cdc_relay.model import NOTIFY_TRIGGER
 from cdc_relay.ops.doctor.checks import (
+    endpoint_checks,
+    libraries_fix,
+    may_replicate,
+    plugin_allowed,
+    server_checks,
+    sink_checks,
+    table_checks,
+)
+from cdc_relay.ops.doctor.facts import (
     BackfillFacts,
     DoctorSettings,
     EndpointFacts,
@@ -40,18 +49,9 @@ from cdc_relay.ops.doctor.checks import (
     PublicationFacts,
     ServerFacts,
     TableFacts,
-    backfill_check,
-    endpoint_checks,
-    idle_slot_checks,
-    libraries_fix,
-    may_replicate,
-    plugin_allowed,
     quote_ident,
-    server_checks,
-    sink_checks,
-    slot_checks,
-    table_checks,
 )
+from cdc_relay.ops.doctor.slot_checks import backfill_check, idle_slot_checks, slot_checks
 from cdc_relay.ops.failover.checks import failover_checks
 from cdc_relay.ops.failover.read import gather_failover
 from cdc_relay.ops.verdicts import Check, Verdict

@@ -1,7 +1,8 @@
 """Doctor's output: the checks as aligned text lines with fixes, or as JSON.
 
 Owns the report formats, the pass/fail summary and the exit code the checks give. Must
-not decide verdicts (that is ``ops/doctor/checks.py``) nor gather anything.
+not decide verdicts (that is ``ops/doctor/checks.py`` and ``slot_checks.py``) nor gather
+anything.
 """
 
 from __future__ import annotations
