@@ -38,7 +38,7 @@ from cdc_relay.pg.slots import read_slot_status
 from cdc_relay.polling.admin import count_pending
 from cdc_relay.wal.backfill.state import BackfillRecord, backfill_running, read_record
 from cdc_relay.wal.incremental.state import read_progress
-from cdc_relay.wal.slot.setup import drop_slot
+from cdc_relay.wal.slot.lifecycle import drop_slot
 
 
 class SlotReader:

@@ -8,7 +8,7 @@ primary key order; replica identity; capture/shape.py), and the facts ``init`` a
 it) and what the publication covers. The verdict on a replica identity is pure
 (capture/shape.py, ``identity_problem``).
 
-Must not: change anything (the publication is wal/slot/setup.py's), or interpret values.
+Must not: change anything (the publication is wal/slot/publication.py's), or interpret values.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Which tables' rows belong to a partitioned outbox: the catalog half of wal2json's filter.
 
 Rows of a partitioned table are logged under their partition's name. pgoutput can
-publish them under the root (``publish_via_partition_root``, wal/slot/setup.py); wal2json
+publish them under the root (``publish_via_partition_root``, wal/slot/publication.py); wal2json
 cannot, so its decoder (decoding/wal2json.py) asks ``PartitionTree.refresh`` the first
 time an outbox-shaped table name shows up in the stream: is that table in the outbox's
 partition tree (``pg_partition_ancestors``)?

@@ -13,7 +13,7 @@ Used by ``cdc-relay init`` (app/init.py, which adds what the relay mode uses) an
 application side (integrations/: the Django migration runs ``apply_migrations``, the
 SQLAlchemy and Django helpers name ``processed_events``).
 
-Must not: interpolate user text into SQL, create publications or slots (wal/slot/setup.py),
+Must not: interpolate user text into SQL, create publications or slots (wal/slot/),
 or read or write outbox rows.
 """
 

@@ -6,7 +6,7 @@ query every command shares (init, start-up, ``slot drop``, ``status``, ``doctor`
 metrics probe), ``idle_logical_slots`` the one list of inactive logical slots (``init``,
 ``doctor`` and ``poll`` warn about them: they keep WAL until the disk is full).
 
-Must not create, change or drop a slot (wal/slot/setup.py does, wal/backfill/snapshot.py
+Must not create, change or drop a slot (wal/slot/lifecycle.py does, wal/backfill/snapshot.py
 creates one with a snapshot) or know which mode reads the slot.
 """
 

@@ -55,7 +55,8 @@ from cdc_relay.wal.backfill.cutover import (
 from cdc_relay.wal.backfill.loop import BackfillStats, BackfillTimings
 from cdc_relay.wal.backfill.state import StateStore
 from cdc_relay.wal.slot import continuity
-from cdc_relay.wal.slot.setup import PLUGINS, ensure_publication
+from cdc_relay.wal.slot.publication import ensure_publication
+from cdc_relay.wal.slot.setup import PLUGINS
 
 log = logging.getLogger("cdc_relay.recovery")
 

@@ -23,7 +23,8 @@ from cdc_relay.pg.message_columns import resolve_message_columns
 from cdc_relay.pg.schema import ADVISORY_LOCK_KEY, Outcome
 from cdc_relay.pg.slots import slot_exists, slot_info
 from cdc_relay.wal.backfill.state import warn_if_unfinished
-from cdc_relay.wal.slot.setup import drop_slot, ensure_replication
+from cdc_relay.wal.slot.lifecycle import drop_slot
+from cdc_relay.wal.slot.setup import ensure_replication
 
 
 def _slot_name() -> str:

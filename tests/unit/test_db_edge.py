@@ -14,7 +14,7 @@ from cdc_relay.errors import (
     SlotBusy,
 )
 from cdc_relay.pg.db import connect, describe_dsn, translate_error
-from cdc_relay.wal.slot.setup import _slot_error
+from cdc_relay.wal.slot.lifecycle import _slot_error
 
 
 def _closed_port() -> int:

@@ -50,7 +50,8 @@ from cdc_relay.wal.backfill.snapshot import (
 from cdc_relay.wal.backfill.state import StateStore, read_record
 from cdc_relay.wal.backfill.tables import TableSnapshot
 from cdc_relay.wal.slot import continuity
-from cdc_relay.wal.slot.setup import ensure_publication, standby_snapshots
+from cdc_relay.wal.slot.lifecycle import standby_snapshots
+from cdc_relay.wal.slot.publication import ensure_publication
 
 log = logging.getLogger("cdc_relay.backfill")
 
@@ -195,7 +196,7 @@ def slot_server(repl: ReplicationConfig, name: str
 def create_slot_exporting_snapshot_at(repl: ReplicationConfig) -> ExportedSlot:
     """The slot and its exported snapshot on ``repl.dsn``; on a standby (PostgreSQL 16+
     exports there) never a failover slot, which PostgreSQL refuses there, and sped up by
-    ``pg_log_standby_snapshot()`` on the primary (wal/slot/setup.py)."""
+    ``pg_log_standby_snapshot()`` on the primary (wal/slot/lifecycle.py)."""
     if repl.primary_dsn is None:
         return create_slot_exporting_snapshot(repl)
     with standby_snapshots(repl.primary_dsn, repl.slot):

@@ -7,7 +7,7 @@ streams exactly those committed after it. The snapshot can be imported by anothe
 session (``SET TRANSACTION SNAPSHOT``) only while the creating connection stays idle:
 running any other command on it, or closing it, ends the export. So ``ExportedSlot``
 holds that connection, runs nothing more on it, and closes it when the backfill is done.
-(``pg_create_logical_replication_slot()``, which wal/slot/setup.py uses, exports nothing.)
+(``pg_create_logical_replication_slot()``, which wal/slot/lifecycle.py uses, exports nothing.)
 
 Must not: read outbox rows, decide whether a backfill is needed (loop.py), or stream
 (wal/stream/). Errors leave as DatabaseError (fix named) or ServiceUnavailable.

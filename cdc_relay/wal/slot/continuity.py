@@ -23,7 +23,7 @@ standby cannot write), ``HorizonRecorder`` runs there too and, every wake-up, al
 a heartbeat (``pg_logical_emit_message``) so that the standby's slot has something to
 decode and confirm on a quiet database.
 
-Must not: create or drop slots (wal/slot/setup.py, wal/backfill/snapshot.py, recovery.py do), publish, or
+Must not: create or drop slots (wal/slot/lifecycle.py, wal/backfill/snapshot.py, recovery.py do), publish, or
 interpolate names into SQL (every name is a quoted identifier).
 """
 
