@@ -14,6 +14,7 @@ from cdc_relay import __version__
 from cdc_relay.cli.capture import capture_options
 from cdc_relay.cli.continuity import continuity_options
 from cdc_relay.cli.exactly_once import exactly_once_options
+from cdc_relay.cli.frame import main_entry
 from cdc_relay.cli.options import (
     DURATION,
     choose_paths,
@@ -21,10 +22,7 @@ from cdc_relay.cli.options import (
     credentials_options,
     dsn_option,
     format_option,
-    kafka_options,
     load_config_file,
-    main_entry,
-    message_options,
     observability_options,
     option,
     outbox_config,
@@ -32,14 +30,18 @@ from cdc_relay.cli.options import (
     primary_dsn_option,
     publication_option,
     pure_python_option,
+    slot_option,
+    standby_dsn_option,
+    table_option,
+)
+from cdc_relay.cli.sink_options import (
+    kafka_options,
+    message_options,
     registry_config,
     router_config,
     sink_options,
     sink_settings,
     sink_topics,
-    slot_option,
-    standby_dsn_option,
-    table_option,
 )
 from cdc_relay.config import (
     CaptureConfig,

@@ -14,8 +14,6 @@ from typing import Any
 import click
 
 from cdc_relay.cli.options import (
-    BROKERS_HELP,
-    brokers_option,
     columns_option,
     dsn_option,
     format_option,
@@ -23,13 +21,11 @@ from cdc_relay.cli.options import (
     outbox_config,
     plugin_option,
     publication_option,
-    sink_options,
-    sink_settings,
-    sink_topics,
     slot_option,
     standby_dsn_option,
     table_option,
 )
+from cdc_relay.cli.sink_options import BROKERS_HELP, brokers_option, sink_options, sink_settings, sink_topics
 from cdc_relay.config import KafkaConfig, TableRef, parse_producer_config
 from cdc_relay.errors import ConfigError
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from cdc_relay.cli.main import cli
-from cdc_relay.cli.options import load_config_file, run_cli, sink_settings
+from cdc_relay.cli.options import load_config_file, run_cli
+from cdc_relay.cli.sink_options import sink_settings
 from cdc_relay.config import KafkaConfig
 from cdc_relay.errors import ConfigError
 from cdc_relay.ops.metrics.collectors import SinkInfoCollector

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdc_relay.cli.options import sink_settings, sink_topics
+from cdc_relay.cli.sink_options import sink_settings, sink_topics
 from cdc_relay.errors import ConfigError
 from cdc_relay.model import Message
 from cdc_relay.sink.base import Cause, Delivery, ErrorKind, collect
