@@ -1,11 +1,5 @@
-"""Fakes of every loop Protocol, for unit tests: sink, replication source, batch source, monitor.
-
-* ``FakeSink`` / ``FakeSinkFactory`` (``Sink``, ``SinkFactory``): an in-memory sink that
-  can fail, hold back and reorder deliveries (knobs below).
-* ``FakeSlot`` / ``FakeSource`` (WAL mode's ``ReplicationSource``): a scripted slot that
-  replays, like PostgreSQL, every transaction ending after its confirmed position.
-* ``FakeOutbox`` (polling mode's ``BatchSource``): an in-memory outbox table.
-* ``FakeMonitor`` (polling mode's ``Monitor``): a scripted number of NOTIFYs.
+"""The fake sink: ``FakeSink`` / ``FakeSinkFactory`` (``Sink``, ``SinkFactory``), an in-memory
+sink that can fail, hold back and reorder deliveries (knobs below), for unit tests.
 
 No services, threads or sleeps: like the real sink, a FakeSink reports deliveries only
 from ``poll``, ``flush`` and ``close``, so the test decides when time passes. It keeps
@@ -40,17 +34,11 @@ Failure knobs take an ``ErrorKind`` (a generic reason is made up) or a whole
 from __future__ import annotations
 
 import random
-import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import orjson
-
-from cdc_relay.decoding.compiled import DecodeFunction
-from cdc_relay.errors import BrokerError, SlotBusy
-from cdc_relay.model import Lsn, Message, OutboxEvent
-from cdc_relay.polling.settlement import AttemptFailure, Completion
+from cdc_relay.errors import BrokerError
+from cdc_relay.model import Message
 from cdc_relay.sink.base import (
     BatchHandler,
     Delivery,
@@ -60,7 +48,6 @@ from cdc_relay.sink.base import (
     ProduceRejected,
     QueueFull,
 )
-from cdc_relay.wal.stream.protocol import KEEPALIVE, XLOG_DATA, ChangeReader, ServerMessage, read_changes
 
 Reorder = Callable[[list[int]], list[int]]
 Failure = ErrorKind | DeliveryError
@@ -264,219 +251,3 @@ class FakeSinkFactory:
     def current(self) -> FakeSink:
         """The newest sink (IndexError if none was built yet)."""
         return self.sinks[-1]
-
-
-def wal2json_insert(event_id: str, aggregate_type: str = "order") -> bytes:
-    """A wal2json v2 ``I`` message of one outbox row (aggregate ``a-<last char of id>``)."""
-    columns = [
-        {"name": "id", "value": event_id},
-        {"name": "aggregate_type", "value": aggregate_type},
-        {"name": "aggregate_id", "value": f"a-{event_id[-1]}"},
-        {"name": "event_type", "value": "Changed"},
-        {"name": "payload", "value": orjson.dumps({"id": event_id}).decode()},
-        {"name": "created_at", "value": "2026-11-30 10:00:00.123+00"},
-    ]
-    return orjson.dumps({"action": "I", "schema": "public", "table": "outbox_events",
-                         "columns": columns})
-
-
-@dataclass
-class Txn:
-    """One committed transaction of the FakeSlot: its commit end LSN and its events."""
-
-    end_lsn: int
-    event_ids: list[str]
-
-
-@dataclass
-class FakeSlot:
-    """The server side: transactions in WAL order (wal2json v2) and the confirmed position."""
-
-    txns: list[Txn]
-    confirmed: int = 0
-    busy_opens: int = 0  # the next N opens fail with SlotBusy
-    opens: int = 0
-    statuses: list[int] = field(default_factory=list)
-    # ("wait", timeout) and ("status", lsn) in the order the loop did them
-    calls: list[tuple[str, float]] = field(default_factory=list)
-    row: Callable[[str], bytes] = wal2json_insert  # event id -> the I message's payload
-    half_open: bool = False  # the connection went silent: nothing answers a status update
-
-    def messages(self) -> list[ServerMessage]:
-        """What START_REPLICATION from the confirmed position streams."""
-        out: list[ServerMessage] = []
-        for txn in self.txns:
-            if txn.end_lsn <= self.confirmed:
-                continue  # PostgreSQL skips transactions that end before the slot position
-            out.append((XLOG_DATA, txn.end_lsn - 50, memoryview(b'{"action":"B","xid":1}')))
-            for i, event_id in enumerate(txn.event_ids):
-                out.append((XLOG_DATA, txn.end_lsn - 40 + i, memoryview(self.row(event_id))))
-            commit = orjson.dumps({"action": "C", "xid": 1, "nextlsn": str(Lsn(txn.end_lsn))})
-            out.append((XLOG_DATA, txn.end_lsn, memoryview(commit)))
-        return out
-
-
-class FakeSource:
-    """A ReplicationSource on a FakeSlot.
-
-    ``on_idle`` runs when the loop waits (the script may be drained); ``check(flushed)``
-    sees every status update before the slot takes it, e.g. to assert the invariant.
-    """
-
-    def __init__(self, slot: FakeSlot, on_idle: Callable[[], None],
-                 check: Callable[[int], None]) -> None:
-        self.slot = slot
-        self.on_idle = on_idle
-        self.check = check
-        self.script: list[ServerMessage] = []
-        self.reads = 0
-
-    def open(self) -> Lsn:
-        self.slot.opens += 1
-        if self.slot.busy_opens:
-            self.slot.busy_opens -= 1
-            raise SlotBusy("slot busy (fake)")
-        self.script = self.slot.messages()
-        return Lsn(self.slot.confirmed)
-
-    def read(self) -> ServerMessage | None:
-        if not self.script:
-            return None
-        self.reads += 1
-        return self.script.pop(0)
-
-    def changes(self, decode: DecodeFunction) -> ChangeReader:
-        return read_changes(self.read, decode)
-
-    def wait(self, timeout: float) -> None:
-        self.slot.calls.append(("wait", timeout))
-        self.on_idle()
-
-    def refill(self) -> None:
-        """Nothing arrives but while the loop waits (``on_idle``)."""
-
-    def send_status(self, flushed: Lsn, *, reply: bool = False) -> None:
-        assert flushed >= self.slot.confirmed, "confirmed LSN went backwards"
-        self.check(flushed)
-        self.slot.confirmed = int(flushed)
-        self.slot.statuses.append(int(flushed))
-        self.slot.calls.append(("status", int(flushed)))
-        if reply:
-            self.slot.calls.append(("reply requested", int(flushed)))
-            if not self.slot.half_open:  # a live server answers with a keepalive at once
-                self.script.append((KEEPALIVE, int(flushed), False))
-
-    def close(self) -> None:
-        pass
-
-
-@dataclass
-class Row:
-    """One FakeOutbox row and its bookkeeping."""
-
-    event: OutboxEvent
-    attempts: int = 0
-    processed: bool = False
-    dead: bool = False
-    last_error: str | None = None
-    delay: float | None = None
-
-
-class FakeOutbox:
-    """A BatchSource over rows: claims the oldest live ones; ``fail_next_claim`` raises once.
-
-    ``premark`` records what the worker marked ahead of the acks (``premarked``, this
-    batch; ``premarks``, calls so far); only ``complete`` decides what is processed, as
-    the real source's commit does. ``fail_next_premark`` raises once, like a lost
-    connection: the batch is then over (rolled back).
-    """
-
-    def __init__(self, events: Sequence[OutboxEvent]) -> None:
-        self.rows = {e.id: Row(e) for e in events}
-        self.claimed: list[str] = []
-        self.batches = 0
-        self.released = 0
-        self.connected = True
-        self.fail_next_claim: Exception | None = None
-        self.fail_next_premark: Exception | None = None
-        self.premarked: list[str] = []
-        self.premarks = 0
-        self.lock = threading.Lock()  # premark runs on the worker's helper thread
-
-    def open(self) -> None:
-        self.connected = True
-
-    def close(self) -> None:
-        self.connected = False
-        with self.lock:
-            self.claimed, self.premarked = [], []
-
-    def claim(self, limit: int, max_attempts: int, *, strict_order: bool = False) -> list[OutboxEvent]:
-        if self.fail_next_claim is not None:
-            error, self.fail_next_claim = self.fail_next_claim, None
-            raise error
-        with self.lock:
-            assert not self.claimed, "claimed while a batch is open"
-            ready = [r for r in self.rows.values()
-                     if not r.processed and not r.dead and r.attempts < max_attempts][:limit]
-            self.claimed = [r.event.id for r in ready]
-        return [replace(r.event, attempt=r.attempts + 1) for r in ready]
-
-    def premark(self, events: Sequence[OutboxEvent]) -> None:
-        with self.lock:
-            if self.fail_next_premark is not None:
-                error, self.fail_next_premark = self.fail_next_premark, None
-                self.claimed, self.premarked = [], []
-                raise error
-            assert all(e.id in self.claimed for e in events), "premarked a row not claimed"
-            self.premarked.extend(e.id for e in events)
-            self.premarks += 1
-
-    def complete(self, processed: Sequence[OutboxEvent], failures: Sequence[AttemptFailure],
-                 max_attempts: int) -> Completion:
-        dead = []
-        with self.lock:
-            for event in processed:
-                self.rows[event.id].processed = True
-            for failure in failures:
-                row = self.rows[failure.event.id]
-                row.attempts += 1
-                row.last_error, row.delay = failure.reason, failure.delay
-                if row.attempts >= max_attempts:
-                    row.dead = True
-                    dead.append(row.event.id)
-            self.batches += 1
-            self.claimed, self.premarked = [], []
-        return Completion(len(processed), len(failures), tuple(dead))
-
-    def release(self) -> None:
-        with self.lock:
-            self.released += 1
-            self.claimed, self.premarked = [], []
-
-
-class FakeMonitor:
-    """A Monitor that reports ``notifications`` NOTIFYs, then sets ``stop``."""
-
-    def __init__(self, notifications: int, stop: threading.Event,
-                 counts: tuple[int, int] = (42, 3)) -> None:
-        self.notifications = notifications
-        self.stop = stop
-        self.opened = 0
-        self._counts = counts
-
-    def open(self) -> None:
-        self.opened += 1
-
-    def wait(self, timeout: float) -> bool:
-        if self.notifications:
-            self.notifications -= 1
-            return True
-        self.stop.set()
-        return False
-
-    def counts(self) -> tuple[int, int]:
-        return self._counts
-
-    def close(self) -> None:
-        pass
