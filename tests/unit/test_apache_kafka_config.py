@@ -1,5 +1,5 @@
-"""The JVM-free parts of cdc_relay.local.apache_kafka: the jar cache, server.properties,
-the JVM and Maven command lines, the Metadata probe's bytes."""
+"""The JVM-free parts of cdc_relay.local.apache_kafka and kafka_files: the jar cache,
+server.properties, the JVM and Maven command lines, the Metadata probe's bytes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from cdc_relay.errors import LocalServiceError
-from cdc_relay.local.apache_kafka import (
+from cdc_relay.local.apache_kafka import ApacheKafka, metadata_request, parse_metadata_brokers
+from cdc_relay.local.kafka_files import (
     BASE_PROPERTIES,
     DEFAULT_VERSION,
     FAST_START_FLAG,
@@ -17,7 +18,6 @@ from cdc_relay.local.apache_kafka import (
     KAFKA_4_1,
     LOG4J2_CONFIG,
     POM,
-    ApacheKafka,
     cache_root,
     ensure_jars,
     has_jars,
@@ -25,8 +25,6 @@ from cdc_relay.local.apache_kafka import (
     jvm_command,
     maven_command,
     maven_failure,
-    metadata_request,
-    parse_metadata_brokers,
     render_properties,
     server_properties,
 )
