@@ -1,9 +1,10 @@
 """Decode wal2json format-version 2 messages into Changes.
 
-Owns: the wal2json option list the replication source passes (``plugin_options``),
-turning one v2 message (one JSON object per B / I / C / ...) into a ``Begin``, an
+Owns: turning one v2 message (one JSON object per B / I / C / ...) into a ``Begin``, an
 ``OutboxEvent`` or a ``Commit``. The text-to-value conversions both decoders share
-(``text_value``, ``TimestampParser``) live in decoding/values.py and are re-exported here.
+(``text_value``, ``TimestampParser``) live in decoding/values.py, the option list the
+replication source passes (``plugin_options``) in decoding/wal2json_options.py; both are
+re-exported here.
 
 Must not: do I/O, import a driver, or skip anything it cannot read. Every malformed
 message raises ``DecodeError`` naming the LSN: the relay then stops without confirming
@@ -73,6 +74,7 @@ from cdc_relay.decoding.carried import CarriedPlan
 from cdc_relay.decoding.compiled import CompiledDecode, DecodeFunction, position_lsn
 from cdc_relay.decoding.envelope import decode_envelope
 from cdc_relay.decoding.values import TimestampParser, text_value
+from cdc_relay.decoding.wal2json_options import escape_add_tables, plugin_options
 from cdc_relay.errors import DecodeError
 from cdc_relay.model import (
     MESSAGE_PREFIX,
@@ -91,6 +93,7 @@ __all__ = [
     "PartitionCatalog",
     "TimestampParser",
     "Wal2JsonDecoder",
+    "escape_add_tables",
     "plugin_options",
     "text_value",
 ]
@@ -98,15 +101,6 @@ __all__ = [
 _MALFORMED = "insert without a well-formed 'columns' list of names and values"
 # wal2json's v2 actions. I (on the outbox table), M (relay prefix), B and C become Changes.
 _IGNORED_ACTIONS = frozenset(("U", "D", "T"))
-# Characters wal2json's add-tables parser treats specially (list and schema separators,
-# the escape itself, the "*" wildcard, and whitespace, which ends a name).
-_ADD_TABLES_SPECIAL = frozenset(",.\\* \t\n\r\f\v")
-
-
-def escape_add_tables(name: str) -> str:
-    """``name`` with the characters wal2json's add-tables parser treats specially escaped."""
-    return "".join("\\" + ch if ch in _ADD_TABLES_SPECIAL else ch for ch in name)
-
 
 class PartitionCatalog(Protocol):
     """Which tables' rows are outbox rows (a partitioned outbox; see the module docstring)."""
@@ -115,57 +109,6 @@ class PartitionCatalog(Protocol):
         """(every table now in the outbox's partition tree, whether ``schema.table``'s
         rows are outbox rows). Raises a RelayError when it cannot tell."""
         ...
-
-
-def plugin_options(table: TableRef, *, partitioned: bool = False) -> list[tuple[str, str]]:
-    """The wal2json options to pass to ``START_REPLICATION`` for the outbox ``table``.
-
-    Chosen so the walsender, which is the throughput bound (~100k rows/s for wal2json),
-    does as little work per row as possible, and so nothing the relay needs is left to a
-    default that a wal2json upgrade could change:
-
-    * ``format-version 2``: one message per row (bounded memory; v1 builds one string per
-      transaction, up to the server's 1 GB limit).
-    * ``include-transaction 1``: the B/C pairs carry the commit positions to confirm;
-      a transaction without outbox rows still yields an empty pair, which lets an idle
-      slot advance.
-    * ``include-xids 1``, ``include-lsn 1``: xids, and ``nextlsn`` on C (the commit end
-      to confirm; without it the C message's stream position is used, which is equal);
-      the row and commit ``lsn`` fields help when reading a dump.
-    * ``include-schemas 1``: the decoder checks schema and table of every row.
-    * ``include-types 0``: drops a catalog lookup and a ``format_type`` call per column
-      per row on the server, and ~20 bytes per column on the wire; the decoder only
-      needs names and values. (The payload column must be json, jsonb or text.)
-    * ``include-timestamp 0``, ``include-type-oids 0``: not needed (these are the
-      defaults; stated so they stay off).
-    * ``actions insert``: UPDATE, DELETE and TRUNCATE of outbox rows are ignored by
-      contract (docs/design.md, WAL mode), so wal2json does not even format them. Safe: B/C still come
-      for every transaction.
-    * ``add-tables <schema.table>``: only the outbox table's rows are formatted; other
-      tables' rows cost the walsender a name comparison, not a JSON document. Not for a
-      partitioned outbox (``partitioned``): its rows arrive under partition names no
-      list fixed at start can follow, so every table's inserts come and the decoder
-      picks the outbox's (more walsender work; pgoutput filters on the server).
-    * ``add-msg-prefixes cdc-relay``: only the logical decoding messages of
-      ``outbox.emit_message`` (the tableless outbox) pass; other tools' messages are
-      dropped by wal2json (``filter-msg-prefixes`` would need to list every other prefix).
-      ``actions`` does not filter messages.
-    """
-    tables = f"{escape_add_tables(table.schema)}.{escape_add_tables(table.name)}"
-    return [
-        ("format-version", "2"),
-        ("include-transaction", "1"),
-        ("include-xids", "1"),
-        ("include-lsn", "1"),
-        ("include-schemas", "1"),
-        ("include-types", "0"),
-        ("include-timestamp", "0"),
-        ("include-type-oids", "0"),
-        ("actions", "insert"),
-        *([] if partitioned else [("add-tables", tables)]),
-        ("add-msg-prefixes", MESSAGE_PREFIX),
-    ]
-
 
 def _compiled_reader(schema: str, table: str, names: tuple[str, str, str, str, str, str],
                      timestamped: bool, extras: tuple[str, ...], slow: DecodeFunction,

@@ -29,6 +29,7 @@ PURE_MODULES = (
     "cdc_relay.delivery.producer",
     "cdc_relay.routing",
     "cdc_relay.decoding.wal2json",
+    "cdc_relay.decoding.wal2json_options",
     "cdc_relay.decoding.pgoutput",
     "cdc_relay.polling.settlement",
     "cdc_relay.ops.doctor.checks",
