@@ -1,0 +1,112 @@
+"""The ``.proto`` printer (cdc_relay/sink/registry/proto_text.py): a file compiled by protoc,
+printed, compiled again, gives the same descriptor; a golden text for the common case."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from google.protobuf import descriptor_pb2
+
+from cdc_relay.sink.registry.proto_text import proto_text
+
+protoc = pytest.importorskip("grpc_tools.protoc", reason="grpcio-tools (a test dependency)")
+
+COMMON = """syntax = "proto3";
+package shop.common;
+option java_package = "com.shop.common";
+message Money { string currency = 1; sint64 units = 2; }
+enum Status { option allow_alias = true; STATUS_UNKNOWN = 0; NEW = 1; FRESH = 1; PAID = 2 [deprecated = true];
+  reserved 5, 8 to 10, 20 to max; reserved "GONE"; }
+"""
+PROTO3 = """syntax = "proto3";
+package shop;
+import "common.proto";
+import "google/protobuf/timestamp.proto";
+option go_package = "example.com/shop";
+option optimize_for = SPEED;
+message Order {
+  int64 id = 1;
+  optional string note = 2;
+  repeated shop.common.Money lines = 3;
+  map<string, int32> counts = 4;
+  map<int64, Line> by_number = 5;
+  oneof payment { string card = 6; bytes token = 7 [json_name = "tok"]; }
+  google.protobuf.Timestamp created_at = 8;
+  shop.common.Status status = 9;
+  repeated int32 packed_off = 10 [packed = false];
+  double ratio = 11 [deprecated = true];
+  message Line { string sku = 1; Kind kind = 2; enum Kind { KIND_UNKNOWN = 0; GOOD = 1; } }
+  reserved 12, 15 to 17; reserved "old";
+}
+message Empty {}
+service Orders { rpc Get (Order) returns (stream Order); rpc Put (stream Order) returns (Empty) { option deprecated = true; } }
+"""
+PROTO2 = """syntax = "proto2";
+package legacy;
+message Item {
+  required int32 id = 1;
+  optional string name = 2 [default = "a \\"b\\"\\n"];
+  optional bytes blob = 3 [default = "\\001\\377"];
+  optional float weight = 4 [default = -inf];
+  optional Colour colour = 5 [default = RED];
+  repeated int64 tags = 6 [packed = true];
+  optional bool ok = 7 [default = true];
+  extensions 100 to 199, 1000 to max;
+  enum Colour { RED = 1; BLUE = 2; }
+}
+extend Item { optional int32 extra = 100; }
+"""
+
+
+def compiled(tmp_path: Path, sources: dict[str, str], main: str) -> list[descriptor_pb2.FileDescriptorProto]:
+    """protoc's FileDescriptorSet (with imports, as ``--include_imports`` writes it)."""
+    for name, text in sources.items():
+        (tmp_path / name).write_text(text)
+    out = tmp_path / "out.desc"
+    include = str(Path(protoc.__file__).parent / "_proto")
+    code = protoc.main(["protoc", f"-I{tmp_path}", f"-I{include}", "--include_imports",
+                        f"--descriptor_set_out={out}", str(tmp_path / main)])
+    assert code == 0, sources
+    return list(descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file)
+
+
+@pytest.mark.parametrize(("sources", "main"), [({"common.proto": COMMON, "order.proto": PROTO3}, "order.proto"),
+                                               ({"legacy.proto": PROTO2}, "legacy.proto")])
+def test_a_printed_file_compiles_back_to_the_same_descriptor(
+        tmp_path: Path, sources: dict[str, str], main: str) -> None:
+    files = compiled(tmp_path / "a", sources, main) if (tmp_path / "a").mkdir() is None else []
+    printed = {file.name: proto_text(file) for file in files if not file.name.startswith("google/")}
+    (tmp_path / "b").mkdir()
+    again = {file.name: file for file in compiled(tmp_path / "b", printed, main)}
+    for file in files:
+        assert again[file.name] == file, printed[file.name] if file.name in printed else file.name
+
+
+def test_the_common_case_prints_as_written_by_hand(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (order,) = [f for f in compiled(tmp_path / "a", {"common.proto": COMMON, "order.proto": PROTO3},
+                                    "order.proto") if f.name == "order.proto"]
+    text = proto_text(order)
+    assert text.startswith('syntax = "proto3";\npackage shop;\n\nimport "common.proto";\n'
+                           'import "google/protobuf/timestamp.proto";\n\n'
+                           'option optimize_for = SPEED;\noption go_package = "example.com/shop";\n')
+    for line in ("  optional string note = 2;", "  repeated shop.common.Money lines = 3;",
+                 "  map<string, int32> counts = 4;", "  map<int64, shop.Order.Line> by_number = 5;",
+                 "  oneof payment {", '    bytes token = 7 [json_name = "tok"];',
+                 "  google.protobuf.Timestamp created_at = 8;", "  reserved 12, 15 to 17;",
+                 '  reserved "old";', "  rpc Get (shop.Order) returns (stream shop.Order);"):
+        assert line + "\n" in text, text
+    assert "LineEntry" not in text and "CountsEntry" not in text  # map entries are maps
+
+
+def test_editions_and_groups_are_refused_with_the_reason() -> None:
+    editions = descriptor_pb2.FileDescriptorProto(name="e.proto", syntax="editions")
+    with pytest.raises(ValueError, match="editions files cannot be printed"):
+        proto_text(editions)
+    grouped = descriptor_pb2.FileDescriptorProto(name="g.proto", syntax="proto2")
+    message = grouped.message_type.add(name="M")
+    message.field.add(name="g", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_GROUP,
+                      label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL, type_name=".M.G")
+    with pytest.raises(ValueError, match="proto2 groups"):
+        proto_text(grouped)
