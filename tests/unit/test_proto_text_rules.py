@@ -40,7 +40,8 @@ message Order {
   reserved 12, 15 to 17; reserved "old";
 }
 message Empty {}
-service Orders { rpc Get (Order) returns (stream Order); rpc Put (stream Order) returns (Empty) { option deprecated = true; } }
+service Orders { rpc Get (Order) returns (stream Order);
+  rpc Put (stream Order) returns (Empty) { option deprecated = true; } }
 """
 PROTO2 = """syntax = "proto2";
 package legacy;
@@ -71,8 +72,9 @@ def compiled(tmp_path: Path, sources: dict[str, str], main: str) -> list[descrip
     return list(descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file)
 
 
-@pytest.mark.parametrize(("sources", "main"), [({"common.proto": COMMON, "order.proto": PROTO3}, "order.proto"),
-                                               ({"legacy.proto": PROTO2}, "legacy.proto")])
+@pytest.mark.parametrize(("sources", "main"), [
+    ({"common.proto": COMMON, "order.proto": PROTO3}, "order.proto"),
+    ({"legacy.proto": PROTO2}, "legacy.proto")])
 def test_a_printed_file_compiles_back_to_the_same_descriptor(
         tmp_path: Path, sources: dict[str, str], main: str) -> None:
     files = compiled(tmp_path / "a", sources, main) if (tmp_path / "a").mkdir() is None else []
@@ -80,7 +82,7 @@ def test_a_printed_file_compiles_back_to_the_same_descriptor(
     (tmp_path / "b").mkdir()
     again = {file.name: file for file in compiled(tmp_path / "b", printed, main)}
     for file in files:
-        assert again[file.name] == file, printed[file.name] if file.name in printed else file.name
+        assert again[file.name] == file, printed.get(file.name, file.name)
 
 
 def test_the_common_case_prints_as_written_by_hand(tmp_path: Path) -> None:
@@ -110,3 +112,16 @@ def test_editions_and_groups_are_refused_with_the_reason() -> None:
                       label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL, type_name=".M.G")
     with pytest.raises(ValueError, match="proto2 groups"):
         proto_text(grouped)
+
+
+@pytest.mark.parametrize("indexes", [[0], [1], [0, 2], [3, 0, 1]])
+def test_the_frame_is_the_one_confluent_kafkas_serializer_writes(indexes: list[int]) -> None:
+    import io
+
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+
+    from cdc_relay.sink.registry.proto_wire import frame
+
+    expected = io.BytesIO()
+    ProtobufSerializer._encode_varints(expected, indexes)
+    assert frame(258, indexes, b"body") == b"\0\0\0\x01\x02" + expected.getvalue() + b"body"

@@ -133,7 +133,7 @@ def _label(field: descriptor_pb2.FieldDescriptorProto, proto3: bool, in_oneof: b
 def _type(field: descriptor_pb2.FieldDescriptorProto) -> str:
     if field.type in _SCALARS:
         return _SCALARS[field.type]
-    return field.type_name.lstrip(".")
+    return str(field.type_name).lstrip(".")
 
 
 def _field_options(field: descriptor_pb2.FieldDescriptorProto) -> str:
@@ -151,7 +151,7 @@ def _default(field: descriptor_pb2.FieldDescriptorProto) -> str:
         return _quoted(field.default_value)
     if field.type == _F.TYPE_BYTES:  # the descriptor holds it C-escaped already
         return f'"{field.default_value}"'
-    return field.default_value  # numbers, true/false, an enum value's name, inf/nan
+    return str(field.default_value)  # numbers, true/false, an enum value's name, inf/nan
 
 
 def _json_name(name: str) -> str:
