@@ -67,10 +67,11 @@ def read(path: Path, msg: Msg, schema_id: int) -> dict[str, Any]:
 
 
 def run_one(db: str, broker: ApacheKafka, registry: ApicurioRegistry, prefix: str, path: Path,
-            payload: dict[str, Any]) -> Msg:
-    """One relay with ``path`` as OrderCreated's schema; one event through it."""
+            payload: dict[str, Any], *extra: str) -> Msg:
+    """One relay with ``path`` as OrderCreated's schema (and ``extra`` options); one event
+    through it."""
     with start_relay(db, broker.bootstrap, prefix, plugin="pgoutput",
-                     extra=registry_args(registry, "protobuf", f"OrderCreated={path}")) as relay, \
+                     extra=(*registry_args(registry, "protobuf", f"OrderCreated={path}"), *extra)) as relay, \
             KafkaCollector(broker.bootstrap, prefix) as collector:
         (event,) = emit_events(db, ("o-1", "OrderCreated", payload))
         message = by_id(collector.collect(until=lambda ms: event in by_id(ms), timeout=60))[event]
@@ -113,3 +114,20 @@ def test_a_subject_under_backward_takes_a_compatible_version_and_refuses_an_inco
         assert relay.stop() == 0, relay.stderr
     assert client.get_versions(subject) == [1, 2, 3]
     assert read(v3, third, int(client.get_version(subject, 3).schema_id or 0)) == V3
+
+
+def test_without_auto_registration_the_text_is_looked_up_under_the_topic_record_subject(
+        db: str, broker: ApacheKafka, schema_registry: ApicurioRegistry, topic_prefix: str,
+        tmp_path: Path) -> None:
+    init_db(db, plugin="pgoutput")
+    client = SchemaRegistryClient({"url": schema_registry.ccompat_url})
+    path = descriptor_set(tmp_path / "v1", f"{topic_prefix}_money.proto")
+    strategy = ("--subject-name-strategy", "topic-record")
+    registered = run_one(db, broker, schema_registry, topic_prefix, path, V1, *strategy)
+    subject = f"{topic_prefix}.order-shop.OrderCreated"
+    schema_id = int(client.get_version(subject, 1).schema_id or 0)
+    looked_up = run_one(db, broker, schema_registry, topic_prefix, path, dict(V1, id="8"),
+                        *strategy, "--schema-registry-config", "auto.register.schemas=false")
+    assert client.get_versions(subject) == [1]
+    assert read(path, registered, schema_id) == V1
+    assert read(path, looked_up, schema_id) == dict(V1, id="8")
