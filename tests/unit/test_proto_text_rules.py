@@ -125,3 +125,19 @@ def test_the_frame_is_the_one_confluent_kafkas_serializer_writes(indexes: list[i
     expected = io.BytesIO()
     ProtobufSerializer._encode_varints(expected, indexes)
     assert frame(258, indexes, b"body") == b"\0\0\0\x01\x02" + expected.getvalue() + b"body"
+
+
+def test_message_indexes_are_the_ones_confluent_kafka_computes(tmp_path: Path) -> None:
+    from confluent_kafka.schema_registry.common.protobuf import _create_index_array
+    from google.protobuf import descriptor_pool
+
+    from cdc_relay.sink.registry.proto_wire import message_indexes
+
+    pool = descriptor_pool.DescriptorPool()
+    (tmp_path / "a").mkdir()
+    for file in compiled(tmp_path / "a", {"common.proto": COMMON, "order.proto": PROTO3}, "order.proto"):
+        pool.Add(file)
+    for name in ("shop.Order", "shop.Empty", "shop.Order.Line", "shop.common.Money"):
+        descriptor = pool.FindMessageTypeByName(name)
+        assert message_indexes(descriptor) == _create_index_array(descriptor), name
+    assert message_indexes(pool.FindMessageTypeByName("shop.Order.Line")) == [0, 2]
