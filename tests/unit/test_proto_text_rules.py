@@ -141,3 +141,21 @@ def test_message_indexes_are_the_ones_confluent_kafka_computes(tmp_path: Path) -
         descriptor = pool.FindMessageTypeByName(name)
         assert message_indexes(descriptor) == _create_index_array(descriptor), name
     assert message_indexes(pool.FindMessageTypeByName("shop.Order.Line")) == [0, 2]
+
+
+def test_an_editions_desc_is_one_start_up_line_naming_the_file(tmp_path: Path) -> None:
+    from cdc_relay.config import RegistryConfig
+    from cdc_relay.errors import ConfigError
+    from cdc_relay.sink.registry.encoder import Encoder, new_client
+
+    file = descriptor_pb2.FileDescriptorProto(name="e.proto", package="e", syntax="editions",
+                                              edition=descriptor_pb2.EDITION_2023)
+    file.message_type.add(name="M").field.add(
+        name="id", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_INT64,
+        label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    path = tmp_path / "M.desc"
+    path.write_bytes(descriptor_pb2.FileDescriptorSet(file=[file]).SerializeToString())
+    config = RegistryConfig(url="http://registry.invalid", message_format="protobuf",
+                            value_schemas=(("M", str(path)),))
+    with pytest.raises(ConfigError, match=rf"--value-schema M={path}: e.proto: editions files"):
+        Encoder(config, new_client(config))  # the client is not called: nothing registered yet
