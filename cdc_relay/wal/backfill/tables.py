@@ -10,9 +10,10 @@ gives the same order). Values are the types' text output, as pgoutput sends them
 session pins the walsender's TimeZone, DateStyle and extra_float_digits), so the capture
 room's codecs read them as they read the stream's. Each row is a CapturedRow with op
 ``r``, the consistent point as its LSN, the snapshot transaction's id (``txid_current``,
-as Debezium's; on a standby, which assigns none, its snapshot's ``xmax``) and ``source.snapshot`` as Debezium marks it: ``first`` (the very first
-row), ``last`` (the very last), ``first_in_data_collection`` / ``last_in_data_collection``
-(a table's first / last), ``true`` otherwise.
+as Debezium's; on a standby, which assigns none, its snapshot's ``xmax``) and
+``source.snapshot`` as Debezium marks it: ``first`` (the very first row), ``last`` (the
+very last), ``first_in_data_collection`` / ``last_in_data_collection`` (a table's first /
+last), ``true`` otherwise.
 
 ``publish_tables`` runs the backfill's publishing loop (loop.py) over them: the same
 engine, dead letters and producer replacement, nothing marked (tables have no
