@@ -85,6 +85,10 @@ class EdgeConnection:
                 conn.close()
                 raise SourceLost(f"lost the connection reading an incremental snapshot: {message}")
             conn.pgconn.exec_(b"ROLLBACK")
+            if result.error_field(pq.DiagnosticField.SQLSTATE) == b"40001":
+                # On a standby, a query cancelled by a conflict with recovery: the session
+                # resumes and the chunk is read again (docs/table-cdc.md, on a standby).
+                raise SourceLost(f"incremental snapshot: {message}")
             raise translate_error(psycopg.Error(message), "reading an incremental snapshot's chunk")
         return result
 
