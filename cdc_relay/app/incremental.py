@@ -52,18 +52,23 @@ def ensure_signal(conn: psycopg.Connection[Any], signal: TableRef, publication: 
 
 
 def build_snapshots(capture: CaptureConfig, *, dsn: str, slot: str, signal: TableRef,
-                    schemas: bool, modes: TypeModes, stats: RelayStats) -> IncrementalSnapshots:
+                    schemas: bool, modes: TypeModes, stats: RelayStats,
+                    primary_dsn: str | None = None) -> IncrementalSnapshots:
     """The sessions' IncrementalSnapshots (no I/O until the first session); ``modes``: the
-    relay's type modes, so that an ``r`` row is written as its streamed rows are."""
+    relay's type modes, so that an ``r`` row is written as its streamed rows are.
+
+    Decoding on a standby (``primary_dsn``): chunks are read on the standby (``dsn``), the
+    watermarks and the progress written on the primary (wal/incremental/chunks.py)."""
     from cdc_relay.wal.incremental.chunks import ChunkReader, EdgeConnection
     from cdc_relay.wal.incremental.state import ProgressTable
 
     connection = EdgeConnection(dsn)
-    reader = ChunkReader(connection, prefix=capture.prefix, schemas=schemas,
+    writer = None if primary_dsn is None else EdgeConnection(primary_dsn)
+    reader = ChunkReader(connection, marker=writer, prefix=capture.prefix, schemas=schemas,
                          placeholder=capture.placeholder, modes=modes,
                          names=(capture.schema_name_adjustment, capture.field_name_adjustment))
     selection = Selection.parse(capture.tables)
-    return IncrementalSnapshots(reader, ProgressTable(connection, signal, slot),
+    return IncrementalSnapshots(reader, ProgressTable(writer or connection, signal, slot),
                                 size=capture.chunk_size, captured=selection.matches,
                                 instance=uuid.uuid4().hex[:12], stats=stats)
 

@@ -555,11 +555,14 @@ def ensure_capture_publication(conn: psycopg.Connection[Any], publication: str,
 
 
 def ensure_slot(conn: psycopg.Connection[Any], slot: str, plugin: str, records: TableRef,
-                failover: bool = True) -> Outcome:
+                failover: bool = True, *, writer: psycopg.Connection[Any] | None = None,
+                primary_dsn: str | None = None) -> Outcome:
     """The slot alone (``run --capture --no-outbox``: no outbox table to check); its record
-    goes to ``records``' schema, naming that table."""
+    goes to ``records``' schema, naming that table (on ``writer``, the primary at
+    ``primary_dsn``, when decoding on a standby)."""
     validate_wal_options(slot, plugin, "cdc_relay_outbox")
     try:
-        return _ensure_slot(conn, slot, plugin, records, failover)
+        return _ensure_slot(conn, slot, plugin, records, failover, writer=writer,
+                            primary_dsn=primary_dsn)
     except psycopg.Error as exc:
         raise translate_error(exc, f"checking replication slot {slot!r}") from exc
