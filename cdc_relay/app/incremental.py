@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdc_relay.capture.incremental import IncrementalSnapshots
 from cdc_relay.capture.modes import TypeModes
+from cdc_relay.capture.qualified import data_collection
 from cdc_relay.capture.selection import Selection
 from cdc_relay.config import CaptureConfig, TableRef
 from cdc_relay.errors import RelayError
@@ -73,9 +74,8 @@ def request_snapshot(dsn: str, signal: TableRef, tables: list[str], *, stop: boo
     from cdc_relay.pg.db import connect
     from cdc_relay.wal.incremental.state import write_signal
 
-    for name in tables:
-        TableRef.parse(name)  # ConfigError for a malformed name
+    names = [data_collection(name) for name in tables]  # ConfigError for a malformed name
     with connect(dsn, autocommit=True, application_name="cdc-relay snapshot") as conn:
-        ident = write_signal(conn, signal, tables, stop=stop)
+        ident = write_signal(conn, signal, names, stop=stop)
     what = "stop-snapshot" if stop else "execute-snapshot"
-    return f"wrote {what} signal {ident} for {', '.join(tables) or 'every table'} into {signal}"
+    return f"wrote {what} signal {ident} for {', '.join(names) or 'every table'} into {signal}"
