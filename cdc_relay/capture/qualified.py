@@ -11,11 +11,15 @@ Must not: do I/O, or decide what a name selects (capture/selection.py).
 
 from __future__ import annotations
 
+import re
+
 from cdc_relay.config import validate_identifier
 from cdc_relay.errors import ConfigError
 
-__all__ = ["data_collection", "parse_pattern", "parse_qualified", "quote_part", "split_list"]
+__all__ = ["data_collection", "parse_pattern", "parse_qualified", "quote_part", "split_list",
+           "sql_name"]
 
+_SQL_PLAIN = re.compile(r"^[a-z_][a-z0-9_$]*$")  # what SQL reads back unquoted, unfolded
 _MAX_BYTES = 63  # PostgreSQL's NAMEDATALEN - 1: a longer name would be truncated
 
 
@@ -130,3 +134,10 @@ def data_collection(item: str) -> str:
             or table != table.strip():
         return f"{quote_part(schema)}.{quote_part(table)}"
     return f"{schema}.{table}"
+
+
+def sql_name(schema: str, table: str) -> str:
+    """``schema.table`` for a SQL statement in a fix a user pastes (``ALTER TABLE
+    "Sales"."Orders" ...``): a part quoted unless SQL reads it back as it is."""
+    return ".".join(part if _SQL_PLAIN.match(part) else '"' + part.replace('"', '""') + '"'
+                    for part in (schema, table))

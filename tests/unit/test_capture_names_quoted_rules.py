@@ -10,7 +10,7 @@ import pytest
 
 from cdc_relay.capture.qualified import data_collection, parse_pattern, parse_qualified, split_list
 from cdc_relay.capture.selection import Selection, in_option_order
-from cdc_relay.capture.signals import SignalRefused, parse_signal
+from cdc_relay.capture.signals import Request, SignalRefused, parse_signal
 from cdc_relay.errors import ConfigError
 
 
@@ -65,15 +65,17 @@ def test_selection_matches_quoted_names_exactly_and_keeps_the_outbox_out() -> No
         == [("Sales", "Orders"), ("public", "b")]
 
 
-def _signal(*names: str) -> object:
-    return parse_signal("s1", "execute-snapshot", json.dumps({"data-collections": list(names)}))
+def _signal(*names: str) -> Request:
+    request = parse_signal("s1", "execute-snapshot", json.dumps({"data-collections": list(names)}))
+    assert request is not None
+    return request
 
 
 def test_data_collections_take_debeziums_unquoted_names_and_quoted_ones() -> None:
     request = _signal("public.my-table", "Sales.Orders", "plain", '"Sales"."a.b"', 'public."x""y"')
-    assert getattr(request, "tables") == (("public", "my-table"), ("Sales", "Orders"),
+    assert request.tables == (("public", "my-table"), ("Sales", "Orders"),
                                           ("public", "plain"), ("Sales", "a.b"), ("public", 'x"y'))
-    with pytest.raises(SignalRefused, match="^signal 's1': invalid data-collections name"):
+    with pytest.raises(SignalRefused, match=r"^signal 's1': invalid data-collections name"):
         _signal('public."open')
 
 
@@ -84,7 +86,7 @@ def test_the_snapshot_command_writes_debeziums_names_unless_they_need_quotes() -
     assert data_collection('"a.b"."t"') == '"a.b".t'
     assert data_collection('public."x""y"') == 'public."x""y"'
     for name in ('"Sales"."Orders"', 'public."my-table"', '"a.b"."t"', 'public."x""y"'):
-        written = getattr(_signal(data_collection(name)), "tables")
+        written = _signal(data_collection(name)).tables
         assert written == (parse_qualified(name),)
     with pytest.raises(ConfigError):
         data_collection("public.my-table")
