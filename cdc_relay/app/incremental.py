@@ -27,14 +27,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cdc_relay")
 
-SIGNAL_TABLE = "cdc_relay_signal"
-
-
 def signal_table(capture: CaptureConfig | None, outbox: TableRef) -> TableRef:
     """``--signal-table``, or ``cdc_relay_signal`` in the outbox table's schema."""
-    if capture is not None and capture.signal_table:
-        return TableRef.parse(capture.signal_table)
-    return TableRef(outbox.schema, SIGNAL_TABLE)
+    from cdc_relay.wal.incremental.state import signal_ref
+
+    return signal_ref(None if capture is None else capture.signal_table, outbox)
 
 
 def ensure_signal(conn: psycopg.Connection[Any], signal: TableRef, publication: str) -> bool:
