@@ -8,10 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
-import textwrap
 import uuid
 
 import asyncpg
@@ -28,7 +24,7 @@ from cdc_relay.integrations import asyncpg as pg_async
 from cdc_relay.integrations import sqlalchemy as sa_outbox
 from cdc_relay.local.apache_kafka import ApacheKafka
 from cdc_relay.local.apicurio import ApicurioRegistry
-from tests.integration.appside_support import ROOT, rows, url
+from tests.integration.appside_support import DJANGO_SETUP, rows, run_django, url
 from tests.integration.test_registry_outbox import create_bytea_outbox
 from tests.integration.test_schema_registry import AVRO, by_id
 from tests.integration.wal_support import init_db, start_relay
@@ -110,17 +106,7 @@ def test_sqlalchemy_and_asyncpg_emit_encoded_pass_through_the_relay_unchanged(
     assert f"{topic}-value" in client.get_subjects()  # TopicNameStrategy, as a producer's
 
 
-DJANGO_SCRIPT = """
-import json, sys
-import django
-from django.conf import settings
-settings.configure(
-    INSTALLED_APPS=["cdc_relay.integrations.django"],
-    DATABASES={"default": {"ENGINE": "django.db.backends.postgresql", "NAME": sys.argv[1],
-                           "HOST": sys.argv[2], "PORT": sys.argv[3], "USER": sys.argv[4]}},
-    USE_TZ=True,
-)
-django.setup()
+DJANGO_SCRIPT = DJANGO_SETUP + """
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from django.core.management import call_command
@@ -151,15 +137,8 @@ print(json.dumps({"id": str(event_id), "refused": refused}))
 def test_django_emit_encoded_writes_the_registry_encoded_payload_inside_atomic(
         db: str, schema_registry: ApicurioRegistry, topic_prefix: str) -> None:
     create_bytea_outbox(db)
-    p = conninfo_to_dict(db)
     topic = f"{topic_prefix}.order"
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(DJANGO_SCRIPT), p["dbname"], p["host"], p["port"],
-         p["user"], schema_registry.ccompat_url, json.dumps(AVRO), topic],
-        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
-        env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert result.returncode == 0, result.stderr
-    found = json.loads(result.stdout.strip().splitlines()[-1])
+    found = run_django(db, DJANGO_SCRIPT, schema_registry.ccompat_url, json.dumps(AVRO), topic)
     assert found["refused"] != "accepted"  # the serializer's own error, before any statement
     stored = rows(db, PAYLOADS)
     assert [r[0] for r in stored] == [found["id"]]
