@@ -22,7 +22,7 @@ import orjson
 import psycopg
 
 from cdc_relay.config import OutboxConfig, TableRef, validate_slot_name
-from cdc_relay.errors import ConfigError, RelayError
+from cdc_relay.errors import AccessRefused, ConfigError, RelayError
 from cdc_relay.model import (
     Lsn,
     SlotStatus,
@@ -293,7 +293,10 @@ def status(dsn: str, slot: str, outbox: OutboxConfig, *,
         record = read_record(conn, outbox.table, slot)
         running = record is not None and not record.finished and backfill_running(conn, slot)
         failover = read_failover(conn, standby_dsn, slot)
-        incremental = read_progress(conn, signal, slot)
+        try:
+            incremental = read_progress(conn, signal, slot)
+        except AccessRefused:  # a role that may not read the snapshots' progress: not shown
+            incremental = []
     return StatusReport(slot, current, slot_status, outbox.table, pending, dead, partitions,
                         record, running, failover, tuple(incremental))
 
