@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdc_relay.capture.incremental import IncrementalSnapshots
 from cdc_relay.capture.modes import TypeModes
+from cdc_relay.capture.qualified import data_collection
 from cdc_relay.capture.selection import Selection
 from cdc_relay.config import CaptureConfig, TableRef
 from cdc_relay.errors import RelayError
@@ -26,14 +27,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cdc_relay")
 
-SIGNAL_TABLE = "cdc_relay_signal"
-
-
 def signal_table(capture: CaptureConfig | None, outbox: TableRef) -> TableRef:
     """``--signal-table``, or ``cdc_relay_signal`` in the outbox table's schema."""
-    if capture is not None and capture.signal_table:
-        return TableRef.parse(capture.signal_table)
-    return TableRef(outbox.schema, SIGNAL_TABLE)
+    from cdc_relay.wal.incremental.state import signal_ref
+
+    return signal_ref(None if capture is None else capture.signal_table, outbox)
 
 
 def ensure_signal(conn: psycopg.Connection[Any], signal: TableRef, publication: str) -> bool:
@@ -78,9 +76,8 @@ def request_snapshot(dsn: str, signal: TableRef, tables: list[str], *, stop: boo
     from cdc_relay.pg.db import connect
     from cdc_relay.wal.incremental.state import write_signal
 
-    for name in tables:
-        TableRef.parse(name)  # ConfigError for a malformed name
+    names = [data_collection(name) for name in tables]  # ConfigError for a malformed name
     with connect(dsn, autocommit=True, application_name="cdc-relay snapshot") as conn:
-        ident = write_signal(conn, signal, tables, stop=stop)
+        ident = write_signal(conn, signal, names, stop=stop)
     what = "stop-snapshot" if stop else "execute-snapshot"
-    return f"wrote {what} signal {ident} for {', '.join(tables) or 'every table'} into {signal}"
+    return f"wrote {what} signal {ident} for {', '.join(names) or 'every table'} into {signal}"
