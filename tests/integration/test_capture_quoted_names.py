@@ -17,13 +17,14 @@ pytestmark = pytest.mark.integration
 
 TABLES = """
 CREATE TABLE public."my-table" (id int PRIMARY KEY, v text);
+CREATE TABLE public."my table" (id int PRIMARY KEY, v text);
 CREATE SCHEMA "Sales";
 CREATE TABLE "Sales"."Orders" (id int PRIMARY KEY, v text);
 CREATE SCHEMA sales;
 CREATE TABLE sales.orders (id int PRIMARY KEY, v text);
 INSERT INTO "Sales"."Orders" VALUES (1, 'before the relay');
 """
-CAPTURE = 'public."my-table", "Sales"."Orders"'
+CAPTURE = 'public."my-table", "Sales"."Orders", public."my table"'
 
 
 def _events(messages: list[Msg], topic: str) -> list[tuple[str, object]]:
@@ -56,19 +57,25 @@ def test_a_dashed_and_an_upper_case_table_are_captured_and_snapshotted_by_their_
             conn.execute("INSERT INTO sales.orders VALUES (7, 'not captured')")
             conn.execute("INSERT INTO public.\"my-table\" VALUES (1, 'a')")
             conn.execute("INSERT INTO \"Sales\".\"Orders\" VALUES (2, 'b')")
+            conn.execute("INSERT INTO public.\"my table\" VALUES (3, 'c')")
             conn.commit()
         done = run_cli("snapshot", "--dsn", db, '"Sales"."Orders"')
         assert done.returncode == 0, done.stderr
         assert "for Sales.Orders into" in done.stdout  # Debezium's name in data-collections
         dashed, upper = f"{topic_prefix}.public.my-table", f"{topic_prefix}.Sales.Orders"
+        spaced = f"{topic_prefix}.public.my_table"  # Kafka allows no space: as Debezium's
         with KafkaCollector(bootstrap, topic_prefix) as collector:
             got = collector.collect(
-                until=lambda ms: len(_events(ms, upper)) >= 3 and _events(ms, dashed) != [],
+                until=lambda ms: len(_events(ms, upper)) >= 3 and _events(ms, dashed) != []
+                and _events(ms, spaced) != [],
                 timeout=60)
         assert relay.stop() == 0, relay.stderr
     finally:
         relay.kill()
     assert _events(got, dashed) == [("c", 1)]
+    assert _events(got, spaced) == [("c", 3)]
+    [spaced_event] = [json.loads(m.value) for m in got if m.topic == spaced and m.value]
+    assert spaced_event["source"]["table"] == "my table"
     assert _events(got, upper)[0] == ("c", 2)
     assert sorted(_events(got, upper)[1:]) == [("r", 1), ("r", 2)]  # the snapshot's rows
     assert not [m for m in got if m.topic == f"{topic_prefix}.sales.orders"]
