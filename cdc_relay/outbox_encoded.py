@@ -11,7 +11,9 @@ application's serializer wrote.
 
 The serializer is called with the topic the relay will route the event to (``topic``,
 default ``outbox.event.<aggregate_type>``, the relay's default ``--topic-pattern``), so
-TopicNameStrategy registers under ``<topic>-value`` as a producer would.
+TopicNameStrategy registers under ``<topic>-value`` as a producer would. ``encoded_steps``
+is that step for every adapter: the integrations' ``emit_encoded`` (SQLAlchemy, asyncpg,
+Django; cdc_relay/integrations/) run its statements as their ``emit`` runs the core's.
 
 Must not: commit, roll back or open a transaction, or send a statement before the payload
 is encoded and checked: the registry is called first, and a registry error or a payload
@@ -22,8 +24,8 @@ database (docs/design.md, "The application side").
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Generator, Hashable
+from typing import Any, Unpack
 
 import psycopg
 
@@ -31,13 +33,15 @@ from cdc_relay.config import TableRef
 from cdc_relay.model import OutboxColumns
 from cdc_relay.outbox_core import (
     DEFAULT_TABLE,
+    EmitOptions,
     Query,
     emit_bytes_steps,
     run_async,
     run_sync,
 )
 
-__all__ = ["DEFAULT_TOPIC_PATTERN", "emit_encoded", "emit_encoded_async", "encode_payload"]
+__all__ = ["DEFAULT_TOPIC_PATTERN", "emit_encoded", "emit_encoded_async", "encode_payload",
+           "encoded_steps"]
 
 DEFAULT_TOPIC_PATTERN = "outbox.event.{aggregate_type}"
 Serializer = Callable[[Any, Any], bytes | None]
@@ -61,13 +65,25 @@ def _where(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> tupl
     return (str(info.host), int(info.port), str(info.dbname))
 
 
-def _steps(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], aggregate_type: str,
-           aggregate_id: str, event_type: str, payload: Any, serializer: Serializer,
-           topic: str | None, options: dict[str, Any]) -> Any:
+def encoded_steps(aggregate_type: str, aggregate_id: str, event_type: str, payload: Any, *,
+                  serializer: Serializer, topic: str | None, style: str,
+                  where: Callable[[], Hashable],
+                  **options: Unpack[EmitOptions]) -> Generator[Query, Any, uuid.UUID]:
+    """One encoded event's statements in ``style`` (outbox_core's ``emit_bytes_steps``),
+    ``payload`` encoded for ``topic`` (default ``outbox.event.<aggregate_type>``) before
+    the generator exists, so no statement runs when the serializer fails."""
     topic = topic or DEFAULT_TOPIC_PATTERN.format(aggregate_type=aggregate_type)
     data = encode_payload(serializer, payload, topic)
-    return emit_bytes_steps(aggregate_type, aggregate_id, event_type, data, style="format",
-                            where=lambda: _where(conn), **options)
+    return emit_bytes_steps(aggregate_type, aggregate_id, event_type, data, style=style,
+                            where=where, **options)
+
+
+def _steps(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], aggregate_type: str,
+           aggregate_id: str, event_type: str, payload: Any, serializer: Serializer,
+           topic: str | None, options: EmitOptions) -> Generator[Query, Any, uuid.UUID]:
+    return encoded_steps(aggregate_type, aggregate_id, event_type, payload,
+                         serializer=serializer, topic=topic, style="format",
+                         where=lambda: _where(conn), **options)
 
 
 def emit_encoded(

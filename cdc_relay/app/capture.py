@@ -79,25 +79,36 @@ def check_capture(capture: CaptureConfig, *, snapshot: str, other_sink: bool,
 
 def prepare_capture(conn: psycopg.Connection[Any], tables_option: str, publication: str,
                     plugin: str, *, truncate: bool = False, signal: TableRef | None = None,
-                    outbox: TableRef | None = None) -> CaptureSetup:
+                    outbox: TableRef | None = None,
+                    writer: psycopg.Connection[Any] | None = None) -> CaptureSetup:
     """The captured tables exist (ConfigError else), their problems are found (the caller
     reports them), and with pgoutput the publication publishes their changes (their
     truncates too with ``truncate``) - before the slot is made. With ``signal``, the
     incremental snapshots' signal table too (app/incremental.py; None in the setup when the
     role may not). wal2json needs no publication: the slot's options name the tables
-    (capture/wal2json.py); it has no incremental snapshots (no signal table)."""
+    (capture/wal2json.py); it has no incremental snapshots (no signal table).
+
+    Decoding on a standby (``conn`` the standby, ``writer`` the primary): all of it is
+    done on the primary, then the standby's replay is awaited (pg/replay.py), so that the
+    standby's catalog has what the primary has before its slot is made or used."""
     from cdc_relay.wal.slot.setup import ensure_capture_publication
 
+    primary = writer or conn
     own = () if outbox is None else ((outbox.schema, outbox.name),)
-    shapes, problems = capture_tables(conn, tables_option, plugin, own=own)
-    if plugin != "pgoutput":
-        return CaptureSetup(shapes, problems, own=own)
-    outcome = ensure_capture_publication(conn, publication, sorted(shapes), truncate=truncate)
-    if signal is not None:
+    shapes, problems = capture_tables(primary, tables_option, plugin, own=own)
+    outcome = None
+    if plugin == "pgoutput":
+        outcome = ensure_capture_publication(primary, publication, sorted(shapes),
+                                             truncate=truncate)
+    if signal is not None and outcome is not None:
         from cdc_relay.app.incremental import ensure_signal
 
-        signal = signal if ensure_signal(conn, signal, publication) else None
-    return CaptureSetup(shapes, problems, outcome, signal, own)
+        signal = signal if ensure_signal(primary, signal, publication) else None
+    if writer is not None:
+        from cdc_relay.pg.replay import wait_replayed
+
+        wait_replayed(conn, writer, "the captured tables' publication")
+    return CaptureSetup(shapes, problems, outcome, None if outcome is None else signal, own)
 
 
 def capture_tables(conn: psycopg.Connection[Any], tables_option: str, plugin: str = "pgoutput",
@@ -205,12 +216,17 @@ def capture_snapshot(capture: CaptureConfig, router_config: RouterConfig,
                      ) -> tuple[CaptureSetup, TableSnapshot]:
     """``--capture --snapshot initial``: the captured tables in the publication (before the
     cut-over may create the slot, which needs them there), their problems logged, and
-    their snapshot's parts."""
+    their snapshot's parts. Decoding on a standby: made on the primary (``prepare_capture``)."""
+    from contextlib import nullcontext
+
     from cdc_relay.pg.db import connect
 
-    with connect(repl.dsn, autocommit=True, application_name="cdc-relay") as conn:
+    with connect(repl.dsn, autocommit=True, application_name="cdc-relay") as conn, \
+            (nullcontext() if repl.primary_dsn is None else
+             connect(repl.primary_dsn, autocommit=True, application_name="cdc-relay")) as writer:
         setup = prepare_capture(conn, capture.tables, repl.publication, repl.plugin,
-                                truncate=capture.truncate, signal=signal, outbox=outbox)
+                                truncate=capture.truncate, signal=signal, outbox=outbox,
+                                writer=writer)
     for problem in setup.problems:
         log.warning("%s", problem)
     return setup, table_snapshot(capture, router_config, repl.dsn, setup, parts, counts)

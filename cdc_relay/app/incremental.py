@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdc_relay.capture.incremental import IncrementalSnapshots
 from cdc_relay.capture.modes import TypeModes
+from cdc_relay.capture.qualified import data_collection
 from cdc_relay.capture.selection import Selection
 from cdc_relay.config import CaptureConfig, TableRef
 from cdc_relay.errors import RelayError
@@ -26,14 +27,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cdc_relay")
 
-SIGNAL_TABLE = "cdc_relay_signal"
-
-
 def signal_table(capture: CaptureConfig | None, outbox: TableRef) -> TableRef:
     """``--signal-table``, or ``cdc_relay_signal`` in the outbox table's schema."""
-    if capture is not None and capture.signal_table:
-        return TableRef.parse(capture.signal_table)
-    return TableRef(outbox.schema, SIGNAL_TABLE)
+    from cdc_relay.wal.incremental.state import signal_ref
+
+    return signal_ref(None if capture is None else capture.signal_table, outbox)
 
 
 def ensure_signal(conn: psycopg.Connection[Any], signal: TableRef, publication: str) -> bool:
@@ -52,18 +50,23 @@ def ensure_signal(conn: psycopg.Connection[Any], signal: TableRef, publication: 
 
 
 def build_snapshots(capture: CaptureConfig, *, dsn: str, slot: str, signal: TableRef,
-                    schemas: bool, modes: TypeModes, stats: RelayStats) -> IncrementalSnapshots:
+                    schemas: bool, modes: TypeModes, stats: RelayStats,
+                    primary_dsn: str | None = None) -> IncrementalSnapshots:
     """The sessions' IncrementalSnapshots (no I/O until the first session); ``modes``: the
-    relay's type modes, so that an ``r`` row is written as its streamed rows are."""
+    relay's type modes, so that an ``r`` row is written as its streamed rows are.
+
+    Decoding on a standby (``primary_dsn``): chunks are read on the standby (``dsn``), the
+    watermarks and the progress written on the primary (wal/incremental/chunks.py)."""
     from cdc_relay.wal.incremental.chunks import ChunkReader, EdgeConnection
     from cdc_relay.wal.incremental.state import ProgressTable
 
     connection = EdgeConnection(dsn)
-    reader = ChunkReader(connection, prefix=capture.prefix, schemas=schemas,
+    writer = None if primary_dsn is None else EdgeConnection(primary_dsn)
+    reader = ChunkReader(connection, marker=writer, prefix=capture.prefix, schemas=schemas,
                          placeholder=capture.placeholder, modes=modes,
                          names=(capture.schema_name_adjustment, capture.field_name_adjustment))
     selection = Selection.parse(capture.tables)
-    return IncrementalSnapshots(reader, ProgressTable(connection, signal, slot),
+    return IncrementalSnapshots(reader, ProgressTable(writer or connection, signal, slot),
                                 size=capture.chunk_size, captured=selection.matches,
                                 instance=uuid.uuid4().hex[:12], stats=stats)
 
@@ -73,9 +76,8 @@ def request_snapshot(dsn: str, signal: TableRef, tables: list[str], *, stop: boo
     from cdc_relay.pg.db import connect
     from cdc_relay.wal.incremental.state import write_signal
 
-    for name in tables:
-        TableRef.parse(name)  # ConfigError for a malformed name
+    names = [data_collection(name) for name in tables]  # ConfigError for a malformed name
     with connect(dsn, autocommit=True, application_name="cdc-relay snapshot") as conn:
-        ident = write_signal(conn, signal, tables, stop=stop)
+        ident = write_signal(conn, signal, names, stop=stop)
     what = "stop-snapshot" if stop else "execute-snapshot"
-    return f"wrote {what} signal {ident} for {', '.join(tables) or 'every table'} into {signal}"
+    return f"wrote {what} signal {ident} for {', '.join(names) or 'every table'} into {signal}"

@@ -30,7 +30,6 @@ from typing import Any
 import psycopg
 
 from cdc_relay.app.capture import CaptureSetup, prepare_capture
-from cdc_relay.app.incremental import SIGNAL_TABLE
 from cdc_relay.config import OutboxConfig, TableRef
 from cdc_relay.errors import ConfigError, RelayError
 from cdc_relay.model import SlotStatus, human_bytes
@@ -42,6 +41,7 @@ from cdc_relay.pg.db import (
 from cdc_relay.pg.endpoint import INIT_STANDBY_ALTERNATIVE, refuse_pooler, require_writable
 from cdc_relay.pg.schema import Outcome, apply_schema, template_names
 from cdc_relay.pg.slots import idle_logical_slots
+from cdc_relay.wal.incremental.state import signal_ref
 from cdc_relay.wal.slot.setup import (
     DEFAULT_PLUGIN,
     ReplicationReport,
@@ -148,6 +148,7 @@ def init_database(
     capture: str | None = None,
     no_outbox: bool = False,
     capture_truncate: bool = False,
+    signal_table: str | None = None,
 ) -> InitReport:
     """Apply pending migrations, then install what ``mode`` uses (see the module docstring).
 
@@ -163,7 +164,9 @@ def init_database(
     pgoutput): the tables are added to the publication, which then publishes updates and
     deletes, before the slot is made; their replica identity and SELECT problems are
     reported (app/capture.py); with ``capture_truncate`` the publication publishes their
-    truncates too. ``no_outbox`` (with ``capture``): no outbox schema, only the publication
+    truncates too; ``signal_table`` (``--signal-table``, with ``capture`` and pgoutput): the
+    incremental snapshots' signal table to create, by default ``cdc_relay_signal`` in the
+    outbox table's schema. ``no_outbox`` (with ``capture``): no outbox schema, only the publication
     of the captured tables and the slot (its record in ``outbox.table``'s schema).
     Idempotent: a second run changes nothing and its report
     says so (``changed``). Creating a slot waits for transactions already running in
@@ -177,11 +180,13 @@ def init_database(
         raise ConfigError("WAL mode needs a replication slot name (--slot)")
     if capture is not None and mode != "wal":
         raise ConfigError("--capture needs WAL mode (init --mode wal): table CDC reads the slot")
-    if capture is None and (no_outbox or capture_truncate):
-        raise ConfigError("--no-outbox and --capture-truncate need --capture TABLE[,TABLE...]")
+    if capture is None and (no_outbox or capture_truncate or signal_table):
+        raise ConfigError("--no-outbox, --capture-truncate and --signal-table need --capture "
+                          "TABLE[,TABLE...]")
     names = template_names(outbox)
     validate_wal_options(slot, plugin or DEFAULT_PLUGIN, publication)
     table = validated_table(outbox.table)
+    signal = signal_ref(signal_table, table)
     wanted_trigger = (mode == "poll") if notify_trigger is None else notify_trigger
     if mode == "wal":
         refuse_pooler(dsn)  # before anything is made through an endpoint that cannot stream
@@ -189,7 +194,7 @@ def init_database(
         require_writable(conn, dsn, "init", standby_alternative=INIT_STANDBY_ALTERNATIVE)
         if no_outbox:
             assert slot is not None and capture is not None
-            return _capture_only(conn, table, slot, plugin, publication, capture,
+            return _capture_only(conn, table, slot, plugin, publication, capture, signal,
                                  truncate=capture_truncate, failover=failover)
         try:
             features = frozenset({"trace_context"} if trace_context else ())
@@ -208,8 +213,7 @@ def init_database(
             if capture is not None:  # before the slot: pgoutput needs the publication then
                 captured = prepare_capture(conn, capture, publication, plugin,
                                            truncate=capture_truncate,
-                                           signal=TableRef(table.schema, SIGNAL_TABLE),
-                                           outbox=table)
+                                           signal=signal, outbox=table)
             replication = _replication_or_partial(conn, table, slot, plugin, publication,
                                                   applied, version, failover=failover)
         else:
@@ -235,7 +239,7 @@ def init_database(
 
 
 def _capture_only(conn: psycopg.Connection[Any], table: TableRef, slot: str, plugin: str | None,
-                  publication: str, capture: str, *, truncate: bool,
+                  publication: str, capture: str, signal: TableRef, *, truncate: bool,
                   failover: bool) -> InitReport:
     """``init --capture --no-outbox``: the captured tables' publication, then the slot (its
     record in ``table``'s schema, as ``run --no-outbox`` keeps it); no outbox schema."""
@@ -243,7 +247,7 @@ def _capture_only(conn: psycopg.Connection[Any], table: TableRef, slot: str, plu
     if plugin is None:
         plugin, note = plugin_for_slot(conn, slot)
     captured = prepare_capture(conn, capture, publication, plugin, truncate=truncate,
-                               signal=TableRef(table.schema, SIGNAL_TABLE))
+                               signal=signal)
     slot_outcome = ensure_slot(conn, slot, plugin, table, failover)
     return InitReport(
         table=table, migrations_applied=(), schema_version=0, trigger=Outcome.SKIPPED,

@@ -17,11 +17,11 @@ if TYPE_CHECKING:
 
 
 def status(dsn: str, slot: str, outbox: OutboxConfig, standby_dsn: str | None,
-           output_format: str) -> str:
+           output_format: str, signal_table: str | None = None) -> str:
     """``status``: the report, as text or JSON."""
     from cdc_relay.ops.status import status as read_status
 
-    report = read_status(dsn, slot, outbox, standby_dsn=standby_dsn)
+    report = read_status(dsn, slot, outbox, standby_dsn=standby_dsn, signal_table=signal_table)
     return report.to_json() if output_format == "json" else "\n".join(report.lines())
 
 

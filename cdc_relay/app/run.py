@@ -113,20 +113,9 @@ class WalSettings:
             raise ConfigError("--snapshot initial cannot be combined with --exactly-once yet (the "
                               "backfill is at least once): backfill without --exactly-once, then "
                               "restart with it")
-        if self.replication.primary_dsn is not None:
-            _refuse_on_standby(self)
         if self.sink is not None and self.exactly_once is not None:
             raise ConfigError("--exactly-once needs Kafka transactions: it works with --sink kafka "
                               "only (RabbitMQ, NATS and SQS stay at least once, docs/sinks.md)")
-
-
-def _refuse_on_standby(settings: WalSettings) -> None:
-    """What decoding on a standby (``--primary-dsn``) cannot do yet, refused in one line
-    with the alternative (docs/high-availability.md, decoding on a standby)."""
-    if settings.capture is not None:
-        raise ConfigError("--capture cannot be combined with --primary-dsn yet: capture "
-                          "tables by decoding on the primary (drop --primary-dsn, --dsn the "
-                          "primary)")
 
 
 def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
@@ -175,6 +164,7 @@ def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
                         "signal is ignored (docs/table-cdc.md, incremental snapshots)")
         elif capture.signal is not None:  # incremental snapshots (app/incremental.py)
             snapshots = build_snapshots(settings.capture, dsn=repl.dsn, slot=repl.slot,
+                                        primary_dsn=repl.primary_dsn,
                                         signal=capture.signal, stats=stats,
                                         schemas=with_schemas(settings.router.message_format),
                                         modes=type_modes(settings.capture))
@@ -422,7 +412,7 @@ def _startup_checks(settings: WalSettings) -> _Checked:
             captured = prepare_capture(conn, settings.capture.tables, repl.publication,
                                        repl.plugin, truncate=settings.capture.truncate,
                                        signal=signal_table(settings.capture, settings.outbox.table),
-                                       outbox=_relayed_outbox(settings))
+                                       outbox=_relayed_outbox(settings), writer=writer)
             for problem in captured.problems:
                 log.warning("%s", problem)
         outbox = settings.outbox
@@ -436,7 +426,8 @@ def _startup_checks(settings: WalSettings) -> _Checked:
         else:
             from cdc_relay.wal.slot.setup import ensure_slot
 
-            ensure_slot(conn, repl.slot, repl.plugin, outbox.table, repl.failover_slot)
+            ensure_slot(conn, repl.slot, repl.plugin, outbox.table, repl.failover_slot,
+                        writer=writer, primary_dsn=repl.primary_dsn)
         record = read_record(writer or conn, outbox.table.schema, repl.slot)
         recovering = record is not None and record.recovering
         if not recovering:

@@ -27,7 +27,7 @@ from typing import Any
 from cdc_relay.capture.headers import key_header
 from cdc_relay.capture.jsonw import dumps
 from cdc_relay.capture.modes import TypeModes
-from cdc_relay.capture.names import adjust_field_name, adjust_schema_name
+from cdc_relay.capture.names import adjust_field_name, adjust_schema_name, topic_name
 from cdc_relay.capture.shape import ColumnShape, TableShape
 from cdc_relay.capture.types import (
     DEFAULT_MODES,
@@ -102,7 +102,7 @@ class TableCodec:
                  names: tuple[str, str] = ("none", "none")) -> None:
         self.shape = shape
         self._names = names  # (schema, field) name adjustment modes: capture/names.py
-        self.topic = f"{prefix}.{shape.schema}.{shape.name}"
+        self.topic = topic_name(prefix, shape.schema, shape.name)
         self.problem: str | None = None
         self._schemas = schemas
         self._placeholder = placeholder

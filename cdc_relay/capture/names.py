@@ -8,8 +8,10 @@ name keeps letters, digits and ``_``, has every other character replaced by ``_`
 gets a ``_`` in front when it starts with a digit - as Debezium 3.6 writes them
 (``my-table`` → ``my_table``, ``order-id`` → ``order_id``, ``1st`` → ``_1st``,
 ``größe`` → ``gr__e``; tests/integration/test_capture_avro_names.py compares). Topics keep
-the table's own name. With ``none`` nothing changes: an Avro-illegal name then fails in
-the Avro serializer (a dead letter), where Debezium's AvroConverter stops the connector.
+the table's own name but for what Kafka refuses in one (``topic_name``: Debezium's topic
+naming strategy's sanitising, in every mode). With ``none`` nothing changes: an
+Avro-illegal name then fails in the Avro serializer (a dead letter), where Debezium's
+AvroConverter stops the connector.
 
 Must not: know the formats that need it, or import a driver (pure).
 """
@@ -37,3 +39,15 @@ def adjust_field_name(name: str, mode: str) -> str:
         return name
     out = _FIELD_CHAR.sub("_", name)
     return "_" + out if out[0].isdigit() else out
+
+
+_TOPIC_ILLEGAL = re.compile(r"[^A-Za-z0-9._-]")
+MAX_TOPIC_LENGTH = 249  # Kafka's limit, and Debezium's cut
+
+
+def topic_name(prefix: str, schema: str, table: str) -> str:
+    """``PREFIX.SCHEMA.TABLE`` as Debezium's topic naming strategy makes it: each character
+    Kafka does not allow in a topic (other than letters, digits, ``.``, ``_``, ``-``) is
+    ``_`` and the name is cut at 249 characters (a quoted table ``"my table"`` →
+    ``PREFIX.public.my_table``)."""
+    return _TOPIC_ILLEGAL.sub("_", f"{prefix}.{schema}.{table}")[:MAX_TOPIC_LENGTH]

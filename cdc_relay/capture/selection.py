@@ -1,7 +1,7 @@
 """Which tables ``run --capture`` streams: patterns parsed and matched.
 
-Owns the pattern grammar (``schema.table`` or ``schema.*``, comma-separated, the names
-unquoted identifiers as every other name the relay takes) and ``Selection.matches``,
+Owns the patterns (``schema.table`` or ``schema.*``, comma-separated; the names' grammar,
+unquoted or double-quoted, is capture/qualified.py's) and ``Selection.matches``,
 asked once per Relation message. A ``schema.*`` pattern never takes the relay's own
 tables: its bookkeeping (``cdc_relay_*``) and the outbox it relays (``own``: the outbox's
 rows are events, not a table's changes). Must not: do I/O (expanding patterns into the existing
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from cdc_relay.config import validate_identifier
+from cdc_relay.capture.qualified import parse_pattern, split_list
 from cdc_relay.errors import ConfigError
 
 __all__ = ["RELAY_TABLE_PREFIX", "Selection"]
@@ -35,21 +35,17 @@ class Selection:
               own: Iterable[tuple[str, str]] = ()) -> Selection:
         """From ``--capture`` text (or its items); ConfigError naming a bad item, or the
         outbox table (``own``) named."""
-        items = patterns.split(",") if isinstance(patterns, str) else patterns
+        items = split_list(patterns) if isinstance(patterns, str) else patterns
         tables: set[tuple[str, str]] = set()
         schemas: set[str] = set()
         for item in (part.strip() for part in items):
             if not item:
                 continue
-            schema, dot, name = item.partition(".")
-            if not dot:
-                raise ConfigError(f"invalid --capture item {item!r}: name the schema too, "
-                                  "e.g. public.customers or public.*")
-            validate_identifier(schema, "--capture schema")
-            if name == "*":
+            schema, name = parse_pattern(item)
+            if name is None:
                 schemas.add(schema)
             else:
-                tables.add((schema, validate_identifier(name, "--capture table")))
+                tables.add((schema, name))
         if not tables and not schemas:
             raise ConfigError("--capture names no table: e.g. --capture public.customers")
         mine = frozenset(own)
@@ -75,9 +71,9 @@ def in_option_order(option: str, tables: Iterable[tuple[str, str]]) -> list[tupl
     Debezium snapshots ``table.include.list`` in - a ``schema.*`` item's by name; each once."""
     remaining = sorted(set(tables))
     out: list[tuple[str, str]] = []
-    for item in (part.strip() for part in option.split(",")):
-        schema, _, name = item.partition(".")
+    for item in split_list(option):
+        schema, name = parse_pattern(item)
         for table in remaining:
-            if table not in out and table[0] == schema and name in ("*", table[1]):
+            if table not in out and table[0] == schema and name in (None, table[1]):
                 out.append(table)
     return out + [t for t in remaining if t not in out]

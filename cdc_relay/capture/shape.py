@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from cdc_relay.capture.qualified import sql_name
+
 
 @dataclass(frozen=True, slots=True)
 class ColumnShape:
@@ -69,15 +71,16 @@ def identity_problem(shape: TableShape, plugin: str = "pgoutput") -> str | None:
             "no primary key and REPLICA IDENTITY DEFAULT"
         return (f"{shape.qualified} has {what}: wal2json skips its UPDATE and DELETE (a "
                 f"warning in the server log), they are never streamed. Fix: ALTER TABLE "
-                f"{shape.qualified} REPLICA IDENTITY FULL (or add a primary key)")
+                f"{sql_name(shape.schema, shape.name)} REPLICA IDENTITY FULL (or add a primary key)")
     if shape.replica_identity == "n":
         return (f"{shape.qualified} has REPLICA IDENTITY NOTHING: once it is in the publication, "
-                f"UPDATE and DELETE on it fail. Fix: ALTER TABLE {shape.qualified} REPLICA "
-                "IDENTITY DEFAULT (with a primary key) or FULL")
+                "UPDATE and DELETE on it fail. Fix: ALTER TABLE "
+                f"{sql_name(shape.schema, shape.name)} REPLICA IDENTITY DEFAULT (with a primary "
+                "key) or FULL")
     if shape.replica_identity == "d" and not shape.key:
         return (f"{shape.qualified} has no primary key and REPLICA IDENTITY DEFAULT: once it is "
                 f"in the publication, UPDATE and DELETE on it fail. Fix: add a primary key, or "
-                f"ALTER TABLE {shape.qualified} REPLICA IDENTITY FULL")
+                f"ALTER TABLE {sql_name(shape.schema, shape.name)} REPLICA IDENTITY FULL")
     return None
 
 

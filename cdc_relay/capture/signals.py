@@ -11,6 +11,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from cdc_relay.capture.qualified import parse_qualified
+from cdc_relay.errors import ConfigError
+
 __all__ = ["INCREMENTAL", "Request", "SignalRefused", "parse_signal"]
 
 INCREMENTAL = "incremental"  # source.snapshot of an incremental snapshot's rows, as Debezium's
@@ -51,10 +54,17 @@ def parse_signal(signal_id: str, kind: str, data: str | None) -> Request | None:
         raise SignalRefused(f"signal {signal_id!r}: data-collections must be a list of names")
     if kind == "execute-snapshot" and not names:
         raise SignalRefused(f"signal {signal_id!r}: execute-snapshot names no data-collections")
-    tables = tuple(_table_name(n) for n in names)
+    try:
+        tables = tuple(_table_name(n) for n in names)
+    except ConfigError as exc:
+        raise SignalRefused(f"signal {signal_id!r}: {exc}") from exc
     return Request("execute" if kind == "execute-snapshot" else "stop", tables, signal_id)
 
 
 def _table_name(name: str) -> tuple[str, str]:
+    """Debezium's ``schema.table`` (split at the first dot, taken as written; a bare name is
+    ``public``'s), or with a double quote the quoted grammar of ``--capture``."""
+    if '"' in name:
+        return parse_qualified(name, "data-collections name", default_schema="public")
     schema, dot, table = name.strip().partition(".")
     return (schema, table) if dot else ("public", schema)

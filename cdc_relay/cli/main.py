@@ -98,13 +98,16 @@ def cli(ctx: click.Context, config_file: str | None) -> None:
 @option("--capture-truncate", is_flag=True, default=False,
         help="With --capture: the publication publishes truncates from now on (run "
              "--capture-truncate streams them).")
+@option("--signal-table", default=None, metavar="SCHEMA.TABLE",
+        help="With --capture: the incremental snapshots' signal table to create, as run "
+             "--signal-table (default: cdc_relay_signal in --table's schema).")
 @option("--failover-slot/--no-failover-slot", default=True, show_default=True,
         help="Create the slot as a failover slot on PostgreSQL 17+ (docs/high-availability.md).")
 @click.pass_context
 def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mode: str, slot: str,
          plugin: str | None, publication: str, no_slot: bool, no_trigger: bool,
          with_trace_context: bool, capture: str | None, no_outbox: bool,
-         capture_truncate: bool, failover_slot: bool) -> None:
+         capture_truncate: bool, signal_table: str | None, failover_slot: bool) -> None:
     """Apply the outbox schema (idempotent) and install what the relay mode uses."""
     from click.core import ParameterSource
 
@@ -120,7 +123,8 @@ def init(ctx: click.Context, dsn: str, table: TableRef, columns: str | None, mod
                            plugin=plugin, publication=publication, mode=mode,
                            notify_trigger=False if no_trigger else None,
                            trace_context=with_trace_context, failover=failover_slot,
-                           capture=capture, no_outbox=no_outbox, capture_truncate=capture_truncate)
+                           capture=capture, no_outbox=no_outbox, capture_truncate=capture_truncate,
+                           signal_table=signal_table)
     click.echo(str(report))
 
 

@@ -36,13 +36,17 @@ from cdc_relay.errors import ConfigError
 @table_option
 @columns_option
 @standby_dsn_option
+@option("--signal-table", default=None, metavar="SCHEMA.TABLE",
+        help="The relay's run --signal-table: incremental snapshots' progress is read in its "
+             "schema (default: cdc_relay_signal in --table's schema).")
 @format_option
 def status(dsn: str, slot: str, table: TableRef, columns: str | None, standby_dsn: str | None,
-           output_format: str) -> None:
+           signal_table: str | None, output_format: str) -> None:
     """Slot position and lag, WAL retained, failover readiness, pending rows, dead letters."""
     from cdc_relay.app.ops import status as read_status
 
-    click.echo(read_status(dsn, slot, outbox_config(table, columns), standby_dsn, output_format))
+    click.echo(read_status(dsn, slot, outbox_config(table, columns), standby_dsn, output_format,
+                           signal_table))
 
 
 @click.command()

@@ -2,7 +2,8 @@
 
 ``emit`` and ``process_once`` run the shared core's statements (cdc_relay/outbox_core.py)
 with ``$n`` parameters on an asyncpg ``Connection`` (or a pool's connection proxy), in
-its current transaction.
+its current transaction; ``emit_encoded`` writes a payload encoded through a schema
+registry (the shared step of cdc_relay/outbox_encoded.py) into a ``bytea`` payload column.
 
 Must not: open, commit or roll back a transaction (the event commits or vanishes with
 the caller's ``async with conn.transaction():``), or open connections.
@@ -23,8 +24,9 @@ except ImportError:
 
 from cdc_relay import outbox_core as core
 from cdc_relay.config import TableRef
+from cdc_relay.outbox_encoded import Serializer, encoded_steps
 
-__all__ = ["emit", "process_once"]
+__all__ = ["emit", "emit_encoded", "process_once"]
 
 # asyncpg.Connection or a pool's PoolConnectionProxy (asyncpg ships no type hints).
 Connection = Any
@@ -58,6 +60,19 @@ async def emit(conn: Connection, aggregate_type: str, aggregate_id: str, event_t
     """
     steps = core.emit_steps(aggregate_type, aggregate_id, event_type, payload, style="numeric",
                             where=lambda: _where(conn), **options)
+    return await core.run_async(steps, lambda query: _execute(conn, query))
+
+
+async def emit_encoded(conn: Connection, aggregate_type: str, aggregate_id: str, event_type: str,
+                       payload: Any, *, serializer: Serializer, topic: str | None = None,
+                       **options: Unpack[core.EmitOptions]) -> uuid.UUID:
+    """:func:`emit` of a payload encoded by ``serializer`` (confluent-kafka's
+    ``AvroSerializer``, ``JSONSerializer`` or ``ProtobufSerializer``) for ``topic`` (default
+    ``outbox.event.<aggregate_type>``), as ``cdc_relay.outbox_encoded.emit_encoded``: the
+    registry is asked (a blocking call) before any statement; the payload column must be
+    ``bytea``."""
+    steps = encoded_steps(aggregate_type, aggregate_id, event_type, payload, serializer=serializer,
+                          topic=topic, style="numeric", where=lambda: _where(conn), **options)
     return await core.run_async(steps, lambda query: _execute(conn, query))
 
 

@@ -3,7 +3,9 @@
 ``emit`` / ``process_once`` take a ``Session`` or a ``Connection`` and run the shared
 core's statements (cdc_relay/outbox_core.py) as ``text()`` in its current transaction;
 ``emit_async`` / ``process_once_async`` take an ``AsyncSession`` or ``AsyncConnection``
-and run the same sync functions through ``run_sync`` (no second copy). ``outbox_table``
+and run the same sync functions through ``run_sync`` (no second copy). ``emit_encoded`` /
+``emit_encoded_async`` write a payload encoded through a schema registry (the shared step
+of cdc_relay/outbox_encoded.py) into a ``bytea`` payload column. ``outbox_table``
 and ``processed_events_table`` describe the tables ``cdc-relay init`` creates, so
 Alembic's autogenerate sees them as they are; ``include_object`` keeps the relay's own
 bookkeeping table out of autogenerate.
@@ -43,11 +45,12 @@ except ImportError:
 from cdc_relay import outbox_core as core
 from cdc_relay.config import TableRef, validated_columns, validated_table
 from cdc_relay.model import TRACE_COLUMNS, OutboxColumns
+from cdc_relay.outbox_encoded import Serializer, encoded_steps
 from cdc_relay.pg.db import derived_name
 from cdc_relay.pg.schema import MIGRATIONS_TABLE, PROCESSED_EVENTS_TABLE
 
-__all__ = ["emit", "emit_async", "include_object", "outbox_table", "process_once",
-           "process_once_async", "processed_events_table"]
+__all__ = ["emit", "emit_async", "emit_encoded", "emit_encoded_async", "include_object",
+           "outbox_table", "process_once", "process_once_async", "processed_events_table"]
 
 Executor = Session | Connection
 
@@ -83,6 +86,30 @@ async def emit_async(session: AsyncSession | AsyncConnection, aggregate_type: st
     """:func:`emit` for an ``AsyncSession`` or ``AsyncConnection`` (same keyword options)."""
     result: uuid.UUID = await session.run_sync(
         emit, aggregate_type, aggregate_id, event_type, payload, **options)
+    return result
+
+
+def emit_encoded(session: Executor, aggregate_type: str, aggregate_id: str, event_type: str,
+                 payload: Any, *, serializer: Serializer, topic: str | None = None,
+                 **options: Unpack[core.EmitOptions]) -> uuid.UUID:
+    """:func:`emit` of a payload encoded by ``serializer`` (confluent-kafka's
+    ``AvroSerializer``, ``JSONSerializer`` or ``ProtobufSerializer``) for ``topic`` (default
+    ``outbox.event.<aggregate_type>``), as ``cdc_relay.outbox_encoded.emit_encoded``: the
+    registry is asked before any statement; the payload column must be ``bytea``."""
+    steps = encoded_steps(aggregate_type, aggregate_id, event_type, payload, serializer=serializer,
+                          topic=topic, style="named", where=lambda: _where(session), **options)
+    return core.run_sync(steps, lambda query: _execute(session, query))
+
+
+async def emit_encoded_async(session: AsyncSession | AsyncConnection, aggregate_type: str,
+                             aggregate_id: str, event_type: str, payload: Any, *,
+                             serializer: Serializer, topic: str | None = None,
+                             **options: Unpack[core.EmitOptions]) -> uuid.UUID:
+    """:func:`emit_encoded` for an ``AsyncSession`` or ``AsyncConnection`` (the serializer's
+    registry call blocks, as in ``emit_encoded_async``)."""
+    result: uuid.UUID = await session.run_sync(
+        emit_encoded, aggregate_type, aggregate_id, event_type, payload, serializer=serializer,
+        topic=topic, **options)
     return result
 
 

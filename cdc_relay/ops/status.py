@@ -22,7 +22,7 @@ import orjson
 import psycopg
 
 from cdc_relay.config import OutboxConfig, TableRef, validate_slot_name
-from cdc_relay.errors import ConfigError, RelayError
+from cdc_relay.errors import AccessRefused, ConfigError, RelayError
 from cdc_relay.model import (
     Lsn,
     SlotStatus,
@@ -37,7 +37,7 @@ from cdc_relay.pg.db import connect, describe_dsn, translate_error, validated_ta
 from cdc_relay.pg.slots import read_slot_status
 from cdc_relay.polling.admin import count_pending
 from cdc_relay.wal.backfill.state import BackfillRecord, backfill_running, read_record
-from cdc_relay.wal.incremental.state import read_progress
+from cdc_relay.wal.incremental.state import read_progress, signal_ref
 from cdc_relay.wal.slot.lifecycle import drop_slot
 
 
@@ -279,10 +279,13 @@ def outbox_counts(conn: psycopg.Connection[Any], dsn: str,
 
 
 def status(dsn: str, slot: str, outbox: OutboxConfig, *,
-           standby_dsn: str | None = None) -> StatusReport:
-    """Read the slot's position and lag, failover readiness and the outbox backlog (read-only)."""
+           standby_dsn: str | None = None, signal_table: str | None = None) -> StatusReport:
+    """Read the slot's position and lag, failover readiness, the outbox backlog and the
+    incremental snapshots' progress (in the schema of ``signal_table``, ``--signal-table``;
+    by default the outbox table's) - read-only."""
     validate_slot_name(slot)
     validated_table(outbox.table)
+    signal = signal_ref(signal_table, outbox.table)
     with connect(dsn, autocommit=True, application_name="cdc-relay status") as conn:
         current, slot_status = read_slot_status(conn, slot)
         pending, dead = outbox_counts(conn, dsn, outbox)
@@ -290,7 +293,10 @@ def status(dsn: str, slot: str, outbox: OutboxConfig, *,
         record = read_record(conn, outbox.table, slot)
         running = record is not None and not record.finished and backfill_running(conn, slot)
         failover = read_failover(conn, standby_dsn, slot)
-        incremental = read_progress(conn, TableRef(outbox.table.schema, "cdc_relay_signal"), slot)
+        try:
+            incremental = read_progress(conn, signal, slot)
+        except AccessRefused:  # a role that may not read the snapshots' progress: not shown
+            incremental = []
     return StatusReport(slot, current, slot_status, outbox.table, pending, dead, partitions,
                         record, running, failover, tuple(incremental))
 

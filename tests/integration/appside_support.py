@@ -30,7 +30,8 @@ def rows(dsn: str, query: str = "SELECT id, aggregate_type, aggregate_id, event_
         return conn.execute(query).fetchall()
 
 
-DJANGO_SCRIPT = """
+# Django configured for the database of argv[1:5]; a script's own arguments follow.
+DJANGO_SETUP = """
 import json, sys, uuid
 import django
 from django.conf import settings
@@ -41,6 +42,9 @@ settings.configure(
     USE_TZ=True,
 )
 django.setup()
+"""
+
+DJANGO_SCRIPT = DJANGO_SETUP + """
 from django.core.management import call_command
 from django.db import transaction
 from cdc_relay.integrations.django import emit, process_once
@@ -70,11 +74,12 @@ print(json.dumps({"id": str(event_id), "marks": [first, duplicate], "outside": o
 """
 
 
-def run_django(dsn: str) -> dict[str, Any]:
+def run_django(dsn: str, script: str = DJANGO_SCRIPT, *args: str) -> dict[str, Any]:
+    """Run ``script`` (after ``DJANGO_SETUP``) in a Python of its own; its last line's JSON."""
     p = conninfo_to_dict(dsn)
     result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(DJANGO_SCRIPT), p["dbname"], p["host"],
-         p["port"], p["user"]],
+        [sys.executable, "-c", textwrap.dedent(script), p["dbname"], p["host"],
+         p["port"], p["user"], *args],
         cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
         env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.returncode == 0, result.stderr

@@ -204,13 +204,6 @@ def test_what_a_standby_cannot_do_is_refused_in_one_line(
     assert result.returncode == ExitCode.USAGE, result.stderr
     assert "is not a standby" in result.stderr
 
-    # Not wired to the primary yet: --capture.
-    result = run_cli(*args, "--primary-dsn", primary, "--capture", "public.outbox_events",
-                     "--capture-prefix", "cdc")
-    assert result.returncode == ExitCode.USAGE, result.stderr
-    assert "--capture cannot" in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1
-
     # Nothing was created on either server.
     slot_sql = "SELECT count(*) FROM pg_replication_slots WHERE slot_type = 'logical'"
     assert pair.standby.execute(slot_sql) == "0" and pair.primary.execute(slot_sql) == "0"

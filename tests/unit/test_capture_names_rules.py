@@ -54,3 +54,12 @@ def test_an_avro_illegal_name_is_refused_with_the_option_that_fixes_it() -> None
         _check_avro_names(key["schema"])  # type: ignore[arg-type]
     key, _ = _blocks(("avro", "avro"))
     _check_avro_names(key["schema"])  # type: ignore[arg-type]
+
+
+def test_a_topic_keeps_what_kafka_allows_and_has_the_rest_replaced_as_debezium_does() -> None:
+    from cdc_relay.capture.names import topic_name
+
+    assert topic_name("shop", "public", "my-table") == "shop.public.my-table"
+    assert topic_name("shop", "Sales", "my table") == "shop.Sales.my_table"
+    assert topic_name("shop", "public", "größe\"x") == "shop.public.gr__e_x"
+    assert len(topic_name("shop", "public", "t" * 300)) == 249

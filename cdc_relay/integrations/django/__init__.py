@@ -10,7 +10,8 @@ needs: the slot, or the polling trigger) changes nothing else. Settings, both op
 
 ``emit`` and ``process_once`` run the shared core's statements (cdc_relay/outbox_core.py)
 on ``connections[using]``, in the current transaction: call them inside
-``transaction.atomic()``.
+``transaction.atomic()``. ``emit_encoded`` writes a payload encoded through a schema
+registry (the shared step of cdc_relay/outbox_encoded.py) into a ``bytea`` payload column.
 
 Must not: open, commit or roll back a transaction, or need a model (the outbox is the
 relay's table, not an ORM entity). Needs Django's PostgreSQL backend on psycopg 3.
@@ -32,9 +33,10 @@ except ImportError:
 
 from cdc_relay import outbox_core as core
 from cdc_relay.config import OutboxConfig, TableRef, validated_table
+from cdc_relay.outbox_encoded import Serializer, encoded_steps
 from cdc_relay.pg.schema import PROCESSED_EVENTS_TABLE
 
-__all__ = ["emit", "outbox_config", "process_once"]
+__all__ = ["emit", "emit_encoded", "outbox_config", "process_once"]
 
 
 def outbox_config() -> OutboxConfig:
@@ -70,6 +72,20 @@ def emit(aggregate_type: str, aggregate_id: str, event_type: str, payload: Any, 
     options.setdefault("table", outbox_config().table)
     steps = core.emit_steps(aggregate_type, aggregate_id, event_type, payload, style="format",
                             where=lambda: _where(using), **options)
+    result: uuid.UUID = _run(steps, using)
+    return result
+
+
+def emit_encoded(aggregate_type: str, aggregate_id: str, event_type: str, payload: Any, *,
+                 serializer: Serializer, topic: str | None = None, using: str = "default",
+                 **options: Unpack[core.EmitOptions]) -> uuid.UUID:
+    """:func:`emit` of a payload encoded by ``serializer`` (confluent-kafka's
+    ``AvroSerializer``, ``JSONSerializer`` or ``ProtobufSerializer``) for ``topic`` (default
+    ``outbox.event.<aggregate_type>``), as ``cdc_relay.outbox_encoded.emit_encoded``: the
+    registry is asked before any statement; the payload column must be ``bytea``."""
+    options.setdefault("table", outbox_config().table)
+    steps = encoded_steps(aggregate_type, aggregate_id, event_type, payload, serializer=serializer,
+                          topic=topic, style="format", where=lambda: _where(using), **options)
     result: uuid.UUID = _run(steps, using)
     return result
 

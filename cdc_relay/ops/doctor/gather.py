@@ -156,7 +156,10 @@ def gather_backfill(conn: psycopg.Connection[Any], options: DoctorSettings) -> B
     created = sql.Identifier(options.outbox.columns.created_at)
     record = read_record(conn, table, options.slot)
     since = record.started_at if record is not None else None
-    slot_record = read_slot_record(conn, table.schema, options.slot)
+    try:
+        slot_record = read_slot_record(conn, table.schema, options.slot)
+    except AccessRefused:  # a role without SELECT on the records: counted as before
+        slot_record = None
     slot_created = slot_record.created_at if slot_record is not None else None
     try:
         row = conn.execute(sql.SQL(

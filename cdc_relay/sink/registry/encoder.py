@@ -1,7 +1,8 @@
 """Encoding a routed outbox message through the schema registry (docs/messages.md).
 
-Owns confluent-kafka's SchemaRegistryClient and its serializers (Avro, JSON Schema,
-Protobuf): one value serializer per event type, built at start-up from the user's schemas
+Owns confluent-kafka's SchemaRegistryClient and its serializers (Avro, JSON Schema; Protobuf
+registered as ``.proto`` text: cdc_relay/sink/registry/proto_wire.py): one value serializer
+per event type, built at start-up from the user's schemas
 (cdc_relay/sink/registry/schemas.py), and the key serializer (the aggregate id as the
 registry's string). Each serializer asks the registry once per subject (registers, or with
 ``auto.register.schemas=false`` looks up) and keeps the schema id: after an event type's
@@ -119,10 +120,14 @@ class Encoder:
             from confluent_kafka.schema_registry.json_schema import JSONSerializer
 
             return JSONSerializer(schema.text, self.client, conf=conf), _same
-        from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+        from cdc_relay.sink.registry.proto_wire import TextProtobufSerializer
 
         message = schema.message
-        return ProtobufSerializer(message, self.client, conf=conf), _protobuf_parser(message)
+        try:
+            serializer = TextProtobufSerializer(message, self.client, conf)
+        except ValueError as exc:  # a file the .proto printer refuses (editions, groups)
+            raise ConfigError(f"--value-schema {schema.event_type}={schema.path}: {exc}") from exc
+        return serializer, _protobuf_parser(message)
 
     def _key_serializer(self) -> Serializer:
         """The aggregate id: an Avro ``"string"`` (avro), a JSON Schema string (json-schema),

@@ -13,7 +13,8 @@ to name the columns of a registered version (for the line a refused change stops
   text (what Debezium's ProtobufConverter registers; confluent-kafka's ProtobufSerializer
   would register a base64 descriptor, which Apicurio Registry cannot parse when it checks
   a compatibility rule), the message encoded from its runtime class and framed as the
-  Confluent serializers frame it (zero byte, 4-byte id, message index ``0``, the message).
+  Confluent serializers frame it (proto_wire.py: zero byte, 4-byte id, message index
+  ``0``, the message).
 
 Must not: decide what a failure means (cdc_relay/sink/registry/captured.py does).
 """
@@ -29,6 +30,7 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.serialization import SerializationContext
 
 from cdc_relay.sink.registry import connect_avro, connect_jsonschema, connect_protobuf
+from cdc_relay.sink.registry.proto_wire import frame, schema_id
 
 
 class FormatSchema:
@@ -128,19 +130,11 @@ class _Protobuf(FormatSchema):
     def _encode(self, payload: Any, ctx: SerializationContext) -> bytes:
         message = connect_protobuf.fill(self._class(), self._connect, payload)
         subject = str(self._conf["subject.name.strategy"](ctx, self.record_name))
-        schema_id = self._ids.get(subject)
-        if schema_id is None:
-            schema = Schema(self.text, "PROTOBUF", [])
-            normalize = bool(self._conf.get("normalize.schemas", False))
-            if self._conf.get("auto.register.schemas", True):
-                schema_id = self._client.register_schema(subject, schema, normalize_schemas=normalize)
-            else:
-                schema_id = self._client.lookup_schema(subject, schema,
-                                                       normalize_schemas=normalize).schema_id
-            self._ids[subject] = int(schema_id or 0)
-        # magic byte, id, message indexes [0] (written as a single zero), the message
-        body: bytes = message.SerializeToString()
-        return b"\0" + int(schema_id or 0).to_bytes(4, "big") + b"\0" + body
+        found = self._ids.get(subject)
+        if found is None:
+            found = self._ids[subject] = schema_id(self._client, self._conf, subject,
+                                                   Schema(self.text, "PROTOBUF", []))
+        return frame(found, [0], message.SerializeToString())
 
     def columns(self, text: str) -> dict[str, str]:
         lines = text.splitlines()

@@ -50,9 +50,12 @@ def struct_key(config: RegistryConfig, client: Any, conf: dict[str, Any]) -> tup
 
         serializer = JSONSerializer(schema.text, client, conf=conf)
     else:
-        from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+        from confluent_kafka.schema_registry import topic_subject_name_strategy
 
-        serializer = ProtobufSerializer(schema.message, client, conf=conf)
+        from cdc_relay.sink.registry.proto_wire import TextProtobufSerializer
+
+        serializer = TextProtobufSerializer(schema.message, client,
+                                            {**conf, "subject.name.strategy": topic_subject_name_strategy})
         parse = _protobuf_parser(schema.message)
 
     def convert(aggregate_id: str) -> Any:

@@ -10,9 +10,10 @@ gives the same order). Values are the types' text output, as pgoutput sends them
 session pins the walsender's TimeZone, DateStyle and extra_float_digits), so the capture
 room's codecs read them as they read the stream's. Each row is a CapturedRow with op
 ``r``, the consistent point as its LSN, the snapshot transaction's id (``txid_current``,
-as Debezium's) and ``source.snapshot`` as Debezium marks it: ``first`` (the very first
-row), ``last`` (the very last), ``first_in_data_collection`` / ``last_in_data_collection``
-(a table's first / last), ``true`` otherwise.
+as Debezium's; on a standby, which assigns none, its snapshot's ``xmax``) and
+``source.snapshot`` as Debezium marks it: ``first`` (the very first row), ``last`` (the
+very last), ``first_in_data_collection`` / ``last_in_data_collection`` (a table's first /
+last), ``true`` otherwise.
 
 ``publish_tables`` runs the backfill's publishing loop (loop.py) over them: the same
 engine, dead letters and producer replacement, nothing marked (tables have no
@@ -66,6 +67,15 @@ def marker(first_table: bool, last_table: bool, first_row: bool, last_row: bool)
     return "first_in_data_collection" if first_row else "true"
 
 
+# A standby (decoding there, docs/table-cdc.md) assigns no transaction id and writes no
+# WAL: its snapshot's first unassigned xid (what a txid_current() would have been at
+# best) and its replay position stand in.
+_XID = (b"SELECT CASE WHEN pg_is_in_recovery() THEN"
+        b" pg_snapshot_xmax(pg_current_snapshot())::text::bigint ELSE txid_current() END")
+_POINT = (b"SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()"
+          b" ELSE pg_current_wal_lsn() END")
+
+
 class TableSnapshotReader:
     """The reading transaction (see the module docstring); ``rows`` is loop.py's RowSource."""
 
@@ -93,9 +103,9 @@ class TableSnapshotReader:
         self._exec(b"BEGIN ISOLATION LEVEL REPEATABLE READ")
         if self._snapshot_name is not None:
             self._exec(b"SET TRANSACTION SNAPSHOT '" + self._snapshot_name.encode() + b"'")
-        self.xid = int(self._value(b"SELECT txid_current()") or 0)
+        self.xid = int(self._value(_XID) or 0)
         if self._fresh:
-            self._point = Lsn.parse((self._value(b"SELECT pg_current_wal_lsn()") or b"0/0").decode())
+            self._point = Lsn.parse((self._value(_POINT) or b"0/0").decode())
         return sum(int(self._value(b"SELECT count(*) FROM " + self._table(codec)) or 0)
                    for codec in self._codecs)
 

@@ -17,6 +17,16 @@ as pgoutput sends them, so the capture codecs read a chunk's row as they read th
 stream's. The table's shape is read in the chunk's transaction (its catalog of that
 moment), its codec kept while the shape stays the same.
 
+Decoding on a standby (``marker``, the primary's connection): the chunk is read on the
+standby in the same REPEATABLE READ transaction, and the high watermark is written on the
+primary, in a transaction of its own (autocommit), after the chunk's snapshot was taken.
+It is still correct: every transaction the standby's snapshot sees was replayed there, so
+its commit precedes, in the WAL, the watermark the primary writes later (no row reflects
+a change after the watermark); the stream reaches no further than the standby has
+replayed, so the changes already streamed were replayed before the snapshot was taken
+and are visible to it (``safe`` checks this as on the primary). ``txid_current()`` is the
+watermark transaction's id, as on the primary the chunk transaction's.
+
 ``EdgeConnection`` is the one autocommit connection the reader and the progress table
 share, opened when first needed and again after it was lost (a lost connection is
 ``SourceLost``: the session reconnects and the snapshot resumes from its progress).
@@ -75,6 +85,10 @@ class EdgeConnection:
                 conn.close()
                 raise SourceLost(f"lost the connection reading an incremental snapshot: {message}")
             conn.pgconn.exec_(b"ROLLBACK")
+            if result.error_field(pq.DiagnosticField.SQLSTATE) == b"40001":
+                # On a standby, a query cancelled by a conflict with recovery: the session
+                # resumes and the chunk is read again (docs/table-cdc.md, on a standby).
+                raise SourceLost(f"incremental snapshot: {message}")
             raise translate_error(psycopg.Error(message), "reading an incremental snapshot's chunk")
         return result
 
@@ -95,10 +109,12 @@ class ChunkReader:
     """capture/incremental.py's ChunkSource (see the module docstring)."""
 
     def __init__(self, connection: EdgeConnection, *, prefix: str, schemas: bool,
+                 marker: EdgeConnection | None = None,
                  placeholder: str, modes: TypeModes = DEFAULT_MODES,
                  names: tuple[str, str] = ("none", "none"),
                  clock_us: Callable[[], int] = lambda: time.time_ns() // 1000) -> None:
         self._connection = connection
+        self._marker = marker  # the primary's, decoding on a standby (the module docstring)
         self._codec_args = (prefix, schemas, placeholder)
         self._modes, self._names = modes, names  # the relay's: an r row as its streamed rows
         self._clock_us = clock_us
@@ -149,8 +165,11 @@ class ChunkReader:
                 *(None if v is None else v.encode() for v in upto)])
             raw = [[result.get_value(i, j) for j in range(result.nfields)]
                    for i in range(result.ntuples)]
-            marked = edge.run(b"SELECT txid_current(), pg_logical_emit_message(true, '"
-                                + MARK_PREFIX.encode() + b"', $1)", [window.encode()])
+            # On a standby the watermark is the primary's own transaction, written after
+            # the chunk's snapshot was taken (the module docstring).
+            marked = (self._marker or edge).run(
+                b"SELECT txid_current(), pg_logical_emit_message(true, '"
+                + MARK_PREFIX.encode() + b"', $1)", [window.encode()])
             xid = int(_text(marked.get_value(0, 0)) or 0) & 0xFFFFFFFF
             edge.run(b"COMMIT")
         except BaseException:

@@ -31,6 +31,13 @@ from cdc_relay.errors import SourceLost
 from cdc_relay.pg.db import translate_error
 
 PROGRESS_TABLE = "cdc_relay_incremental"
+SIGNAL_TABLE = "cdc_relay_signal"
+
+
+def signal_ref(option: str | None, outbox: TableRef) -> TableRef:
+    """``--signal-table`` (``run``, ``init``, ``status``), or ``cdc_relay_signal`` in the
+    outbox table's (``--table``'s) schema; ConfigError for a malformed name."""
+    return TableRef.parse(option) if option else TableRef(outbox.schema, SIGNAL_TABLE)
 
 _SIGNAL = """
 CREATE TABLE IF NOT EXISTS {signal} (

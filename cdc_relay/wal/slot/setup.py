@@ -169,11 +169,14 @@ def ensure_publication_and_slot(
     return ReplicationReport(pub, slot_outcome, partitioned)
 
 def ensure_slot(conn: psycopg.Connection[Any], slot: str, plugin: str, records: TableRef,
-                failover: bool = True) -> Outcome:
+                failover: bool = True, *, writer: psycopg.Connection[Any] | None = None,
+                primary_dsn: str | None = None) -> Outcome:
     """The slot alone (``run --capture --no-outbox``: no outbox table to check); its record
-    goes to ``records``' schema, naming that table."""
+    goes to ``records``' schema, naming that table (on ``writer``, the primary at
+    ``primary_dsn``, when decoding on a standby)."""
     validate_wal_options(slot, plugin, "cdc_relay_outbox")
     try:
-        return create_or_check_slot(conn, slot, plugin, records, failover)
+        return create_or_check_slot(conn, slot, plugin, records, failover, writer=writer,
+                                    primary_dsn=primary_dsn)
     except psycopg.Error as exc:
         raise translate_error(exc, f"checking replication slot {slot!r}") from exc
