@@ -17,23 +17,20 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, closing, contextmanager, nullcontext
-from dataclasses import dataclass, field, replace
+from contextlib import AbstractContextManager, closing, nullcontext
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from cdc_relay.app.capture import check_capture
 from cdc_relay.app.incremental import build_snapshots, signal_table
+from cdc_relay.app.wal_settings import WalSettings, make_decoder
+from cdc_relay.app.wal_startup import (
+    relayed_outbox,
+    standby_pair,
+    startup_checks_retried,
+    writer_connection,
+)
 from cdc_relay.config import (
-    CaptureConfig,
-    ExactlyOnceConfig,
-    FlowConfig,
-    KafkaConfig,
     MetricsConfig,
-    OutboxConfig,
-    ReplicationConfig,
-    RouterConfig,
-    TableRef,
 )
 from cdc_relay.errors import (
     ConfigError,
@@ -45,11 +42,11 @@ from cdc_relay.model import Lsn
 from cdc_relay.routing import Router
 from cdc_relay.signals import install_signal_handlers
 from cdc_relay.sink.base import SinkFactory, ignore_reports
-from cdc_relay.sink.factory import OtherSink, make_sink_factory, sink_name
+from cdc_relay.sink.factory import make_sink_factory, sink_name
 from cdc_relay.stats import RelayStats
 from cdc_relay.wal.stream.delivery import DeliveryMode
 from cdc_relay.wal.stream.loop import SinkWarmUp, WalRelay
-from cdc_relay.wal.stream.session import Decoder, LoopTimings, ReplicationSource
+from cdc_relay.wal.stream.session import LoopTimings, ReplicationSource
 
 if TYPE_CHECKING:
     import psycopg
@@ -58,64 +55,6 @@ if TYPE_CHECKING:
     from cdc_relay.wal.exactly_once.mode import ExactlyOnce
 
 log = logging.getLogger("cdc_relay")
-
-
-def make_decoder(repl: ReplicationConfig, outbox: OutboxConfig, *,
-                 partitioned: bool = False) -> tuple[Decoder, list[tuple[str, str]]]:
-    """The decoder and START_REPLICATION options for the configured plugin.
-
-    A partitioned outbox: pgoutput's publication publishes via the root (wal/slot/setup.py),
-    so nothing changes; wal2json streams every table and its decoder looks partitions
-    up (pg/partitions.py).
-    """
-    decoder: Decoder
-    if repl.plugin == "pgoutput":
-        from cdc_relay.decoding.pgoutput import PgOutputDecoder
-        from cdc_relay.decoding.pgoutput import plugin_options as pgoutput_options
-
-        return (PgOutputDecoder(outbox.table, outbox.columns, outbox.extra_columns),
-                pgoutput_options(repl.publication))
-    from cdc_relay.decoding.wal2json import Wal2JsonDecoder
-    from cdc_relay.decoding.wal2json import plugin_options as wal2json_options
-
-    tree = None
-    if partitioned:
-        from cdc_relay.pg.partitions import PartitionTree
-
-        tree = PartitionTree(repl.dsn, outbox.table)
-    decoder = Wal2JsonDecoder(outbox.table, outbox.columns, tree, extra_columns=outbox.extra_columns)
-    return decoder, wal2json_options(outbox.table, partitioned=partitioned)
-
-
-@dataclass(frozen=True, slots=True)
-class WalSettings:
-    """Everything ``cdc-relay run`` needs, already validated."""
-
-    replication: ReplicationConfig
-    outbox: OutboxConfig
-    router: RouterConfig
-    kafka: KafkaConfig
-    flow: FlowConfig = field(default_factory=FlowConfig)
-    metrics: MetricsConfig = field(default_factory=MetricsConfig)
-    sink: OtherSink | None = None  # --sink other than kafka; None: the Kafka sink of ``kafka``
-    snapshot: str = "never"  # "initial": backfill pending rows when the relay creates the slot
-    exactly_once: ExactlyOnceConfig | None = None
-    capture: CaptureConfig | None = None
-
-    def __post_init__(self) -> None:
-        if self.capture is not None:
-            check_capture(self.capture, snapshot=self.snapshot,
-                          other_sink=self.sink is not None,
-                          message_format=self.router.message_format)
-        if self.snapshot not in ("initial", "never"):
-            raise ConfigError(f"unknown --snapshot {self.snapshot!r}: use initial or never")
-        if self.snapshot == "initial" and self.exactly_once is not None:
-            raise ConfigError("--snapshot initial cannot be combined with --exactly-once yet (the "
-                              "backfill is at least once): backfill without --exactly-once, then "
-                              "restart with it")
-        if self.sink is not None and self.exactly_once is not None:
-            raise ConfigError("--exactly-once needs Kafka transactions: it works with --sink kafka "
-                              "only (RabbitMQ, NATS and SQS stay at least once, docs/sinks.md)")
 
 
 def build_wal_relay(settings: WalSettings, *, partitioned: bool = False,
@@ -282,14 +221,14 @@ def _run_wal_once(settings: WalSettings, stop: threading.Event, recovered: Repub
                 from cdc_relay.pg.db import connect
 
                 with connect(repl.dsn, autocommit=True) as standby:
-                    _standby_pair(standby, repl).close()
+                    standby_pair(standby, repl).close()
             precheck(repl, settings.outbox, outbox_rows=with_outbox)  # before anything is touched
             # The backfill reads the carried columns (and the trace columns the table has).
             return _backfill_then_stream(replace(settings, outbox=resolve_message_columns(
                 repl.dsn, settings.outbox, settings.router)), stop)
         if settings.exactly_once is not None:
             check_exactly_once(settings)  # before any I/O: bad options exit 2 at once
-        checked = _startup_checks_retried(settings, stop)
+        checked = startup_checks_retried(settings, stop)
         if checked is None:
             return ExitCode.OK  # stopped while PostgreSQL was unreachable
         settings, partitioned, checks_conn, recovering, captured = checked
@@ -316,18 +255,6 @@ def _run_wal_once(settings: WalSettings, stop: threading.Event, recovered: Repub
     return _stopped(relay.stats, repl.slot, sink_name(settings.sink), recovered)
 
 
-@contextmanager
-def _writer(repl: ReplicationConfig) -> Iterator[psycopg.Connection[Any] | None]:
-    """An autocommit connection to ``--primary-dsn`` (decoding on a standby), else None."""
-    if repl.primary_dsn is None:
-        yield None
-        return
-    from cdc_relay.pg.db import connect
-
-    with connect(repl.primary_dsn, autocommit=True) as conn:
-        yield conn
-
-
 def _horizon(settings: WalSettings, stats: RelayStats) -> AbstractContextManager[object]:
     """The thread that moves the slot's recorded horizon forward (wal/slot/continuity.py)."""
     from cdc_relay.wal.slot.continuity import HorizonRecorder
@@ -338,107 +265,6 @@ def _horizon(settings: WalSettings, stats: RelayStats) -> AbstractContextManager
                                lambda: stats.confirmed_lsn, heartbeat=True)
     return HorizonRecorder(repl.dsn, settings.outbox.table.schema, repl.slot,
                            lambda: stats.confirmed_lsn)
-
-
-def _standby_pair(conn: psycopg.Connection[Any], repl: ReplicationConfig
-                  ) -> psycopg.Connection[Any]:
-    """Decoding on a standby: ``conn`` (``--dsn``) must be a standby of 16+, the primary
-    writable; returns an open autocommit connection to the primary (the caller closes it)."""
-    from cdc_relay.pg.db import connect
-    from cdc_relay.pg.endpoint import require_standby, require_writable
-
-    assert repl.primary_dsn is not None
-    require_standby(conn, repl.dsn)
-    writer = connect(repl.primary_dsn, autocommit=True)
-    try:
-        require_writable(writer, repl.primary_dsn, "--primary-dsn (the slot's continuity "
-                         "record, heartbeats)", option="--primary-dsn")
-    except BaseException:
-        writer.close()
-        raise
-    return writer
-
-
-def _startup_checks_retried(settings: WalSettings, stop: threading.Event
-                            ) -> _Checked | None:
-    """``_startup_checks``, retried with backoff while PostgreSQL cannot be reached (as a
-    lost connection is mid-run); what a retry cannot fix is raised at once. None: stopped."""
-    from cdc_relay.startup import until_reachable
-
-    return until_reachable(lambda: _startup_checks(settings), stop,
-                           maximum=settings.replication.reconnect_max)
-
-
-_Checked = tuple[WalSettings, bool, "psycopg.Connection[Any]", bool, "CaptureSetup | None"]
-
-
-def _startup_checks(settings: WalSettings) -> _Checked:
-    """The checks before streaming, on one connection: (settings to stream with, partitioned,
-    that connection, still open: the first stream reads the slot's position on it, whether
-    a recovery is unfinished, what ``--capture``'s checks found).
-
-    --header / --partition-column must name real columns (a typo is one line, exit 2); the
-    publication and the slot are created if missing (a lost one raises SlotLost); an
-    unfinished backfill is a warning.
-    """
-    from cdc_relay.pg.db import connect
-    from cdc_relay.pg.endpoint import require_writable
-    from cdc_relay.pg.message_columns import resolve_message_columns
-    from cdc_relay.wal.backfill.state import warn_if_unfinished
-    from cdc_relay.wal.slot.continuity import read_record
-    from cdc_relay.wal.slot.setup import ensure_replication, plugin_for_slot
-
-    repl = settings.replication
-    conn = connect(repl.dsn, autocommit=True)
-    writer = None
-    try:
-        if repl.primary_dsn is None:
-            # The slot's continuity record and horizon are written: a read-only node is the
-            # wrong endpoint, said now (pg/endpoint.py).
-            require_writable(conn, repl.dsn, "the relay (the slot's continuity record)",
-                             standby_alternative=True)
-        else:  # decoding on a standby: the slot here, every write on the primary
-            writer = _standby_pair(conn, repl)
-        if repl.plugin_from_slot:
-            plugin, note = plugin_for_slot(conn, repl.slot)
-            if note:
-                log.info("%s", note, extra={"slot": repl.slot, "plugin": plugin})
-            repl = replace(repl, plugin=plugin, plugin_from_slot=False)
-            settings = replace(settings, replication=repl)
-        captured = None
-        if settings.capture is not None:  # the publication first: pgoutput needs it at the slot's start
-            from cdc_relay.app.capture import prepare_capture
-
-            captured = prepare_capture(conn, settings.capture.tables, repl.publication,
-                                       repl.plugin, truncate=settings.capture.truncate,
-                                       signal=signal_table(settings.capture, settings.outbox.table),
-                                       outbox=_relayed_outbox(settings), writer=writer)
-            for problem in captured.problems:
-                log.warning("%s", problem)
-        outbox = settings.outbox
-        partitioned = False
-        if settings.capture is None or settings.capture.outbox:
-            outbox = resolve_message_columns(repl.dsn, outbox, settings.router, conn=conn)
-            partitioned = ensure_replication(repl.dsn, outbox, slot=repl.slot, plugin=repl.plugin,
-                                             publication=repl.publication, conn=conn,
-                                             failover=repl.failover_slot, writer=writer,
-                                             primary_dsn=repl.primary_dsn).partitioned
-        else:
-            from cdc_relay.wal.slot.setup import ensure_slot
-
-            ensure_slot(conn, repl.slot, repl.plugin, outbox.table, repl.failover_slot,
-                        writer=writer, primary_dsn=repl.primary_dsn)
-        record = read_record(writer or conn, outbox.table.schema, repl.slot)
-        recovering = record is not None and record.recovering
-        if not recovering:
-            warn_if_unfinished(writer or conn, outbox.table, repl.slot)
-    except BaseException:
-        conn.close()
-        raise
-    finally:
-        if writer is not None:
-            writer.close()
-    return replace(settings, outbox=outbox), partitioned, conn, recovering, captured
 
 
 def _serve_metrics(config: MetricsConfig, stats: RelayStats, **kwargs: Any
@@ -470,7 +296,7 @@ def _backfill_then_stream(settings: WalSettings, stop: threading.Event) -> int:
                                             (router, sink_factory, settings.flow, backfill),
                                             stats.captured,
                                             signal_table(settings.capture, settings.outbox.table),
-                                            _relayed_outbox(settings))
+                                            relayed_outbox(settings))
     _log_start(settings)
     with _serve_metrics(settings.metrics, stats, dsn=repl.dsn, slot=repl.slot, backfill=backfill,
                         sink=sink_name(settings.sink)):
@@ -481,7 +307,7 @@ def _backfill_then_stream(settings: WalSettings, stop: threading.Event) -> int:
             return ExitCode.OK
         partitioned = False
         if tables is None or tables.with_outbox:
-            with _writer(repl) as writer:
+            with writer_connection(repl) as writer:
                 partitioned = ensure_replication(
                     repl.dsn, settings.outbox, slot=repl.slot, plugin=repl.plugin,
                     publication=repl.publication, failover=repl.failover_slot, writer=writer,
@@ -493,13 +319,6 @@ def _backfill_then_stream(settings: WalSettings, stop: threading.Event) -> int:
             relay.run(stop)
     return _stopped(stats, repl.slot, sink_name(settings.sink),
                     Republished("by the backfill", backfill.published, backfill.dead_lettered))
-
-
-def _relayed_outbox(settings: WalSettings) -> TableRef | None:
-    """The outbox table when the relay relays it (not ``--no-outbox``): no ``--capture``
-    pattern takes it (capture/selection.py)."""
-    capture = settings.capture
-    return settings.outbox.table if capture is None or capture.outbox else None
 
 
 def _log_start(settings: WalSettings) -> None:

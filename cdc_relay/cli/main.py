@@ -167,7 +167,8 @@ def run(dsn: str, sink: str, sink_config: tuple[str, ...], brokers: str, topic_p
         continuity: dict[str, Any], standby_dsn: str | None, primary_dsn: str | None) -> int:
     """WAL mode: stream outbox inserts (and --capture tables) from a logical slot to the broker."""
     tune_gc()  # done by cli/entry.py already, unless invoked in process (cdc_relay/runtime.py)
-    from cdc_relay.app.run import WalSettings, run_wal
+    from cdc_relay.app.run import run_wal
+    from cdc_relay.app.wal_settings import WalSettings
 
     setup_logging(log_level, log_format)  # first: a config error is then a log line too
     choose_paths(pure_python)

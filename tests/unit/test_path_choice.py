@@ -18,7 +18,7 @@ from cdc_relay.app import poll as poll_app
 from cdc_relay.app import run as app
 from cdc_relay.cli.main import cli
 from cdc_relay.cli.options import run_cli
-from cdc_relay.config import KafkaConfig, RouterConfig
+from cdc_relay.config import KafkaConfig, OutboxConfig, RouterConfig
 from cdc_relay.errors import ConfigError, ExitCode
 from cdc_relay.model import Message, OutboxEvent
 from cdc_relay.routing import Router, compiled_router_applies
@@ -78,7 +78,7 @@ def test_the_choice_reaches_every_compiled_path(pure: bool) -> None:
     with accel.forced(pure):
         for plugin in ("wal2json", "pgoutput"):
             repl = SimpleNamespace(plugin=plugin, publication="p", dsn="host=x")
-            decoder, _ = app.make_decoder(repl, app.OutboxConfig())  # type: ignore[arg-type]
+            decoder, _ = app.make_decoder(repl, OutboxConfig())  # type: ignore[arg-type]
             assert getattr(decoder, "compiled") is not pure  # noqa: B009  # not in the Protocol
         assert Router(RouterConfig()).compiled is not pure
         sink = KafkaSink(KafkaConfig("127.0.0.1:1"), lambda token, error: None)
