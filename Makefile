@@ -9,6 +9,9 @@ LINT_DIRS := $(wildcard cdc_relay tests benchmarks)
 # cluster, brokers: tests/conftest.py). The integration tests mostly wait on processes, so
 # more workers than cores pays: docs/development.md has the measurement behind the number.
 TEST_WORKERS ?= 3
+# The slow step's tests mostly wait out timeouts (half-open connections, frozen brokers,
+# quiet databases): one worker more than the fast step (docs/development.md).
+SLOW_WORKERS ?= 4
 PYTEST := $(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 .PHONY: bootstrap lint unit test test-fast test-slow demo bench bench-quick clean sanitize py-matrix
@@ -41,7 +44,7 @@ test-fast:
 	$(PYTEST) -m "not slow"
 
 test-slow:
-	$(PYTEST) -m slow
+	$(PYTEST) -n $(SLOW_WORKERS) -m slow
 
 # The compiled extensions under ASan + UBSan: their unit tests and a seeded differential
 # fuzz against the pure twins (scripts/sanitize.sh; docs/design.md, "The compiled paths").
