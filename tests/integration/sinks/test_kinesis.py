@@ -148,7 +148,9 @@ def test_doctor_checks_the_kinesis_endpoint_and_streams(
 
 @pytest.mark.slow
 def test_refused_credentials_stop_the_relay_with_exit_6_and_the_fix(
-        db: str, topic_prefix: str) -> None:
+        db: str, topic_prefix: str, moto: MotoServer) -> None:
+    # ``moto``: the session's server sets the AWS settings (region, test keys) in the
+    # environment the relay inherits; the strict server below is this test's own.
     init_db(db)
     with MotoServer(env={"INITIAL_NO_AUTH_ACTION_COUNT": "0"}) as strict:
         result = run_cli("run", "--dsn", db, "--brokers", strict.url,
